@@ -1,0 +1,471 @@
+//! The one table of GGUF metadata keys and tensor names.
+//!
+//! Model code never spells a key or tensor name: it asks for a [`Key`] (with
+//! the architecture filled in) or a [`TensorKind`] (with the layer filled in).
+//! Names follow llama.cpp's converter, so files people already have load.
+
+/// Architectures this engine knows by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    /// Llama family, including Mixtral-style MoE (`ffn_*_exps`).
+    Llama,
+    Qwen2,
+    Qwen3,
+    Qwen3Moe,
+    /// Qwen3.5 MoE: Gated DeltaNet layers interleaved with gated attention.
+    Qwen35Moe,
+    Gemma3,
+}
+
+const ARCHES: &[(Arch, &str)] = &[
+    (Arch::Llama, "llama"),
+    (Arch::Qwen2, "qwen2"),
+    (Arch::Qwen3, "qwen3"),
+    (Arch::Qwen3Moe, "qwen3moe"),
+    (Arch::Qwen35Moe, "qwen35moe"),
+    (Arch::Gemma3, "gemma3"),
+];
+
+impl Arch {
+    pub fn from_name(name: &str) -> Option<Arch> {
+        ARCHES.iter().find(|a| a.1 == name).map(|a| a.0)
+    }
+
+    /// The value of `general.architecture` and the prefix of its keys.
+    pub fn name(self) -> &'static str {
+        ARCHES.iter().find(|a| a.0 == self).map_or("", |a| a.1)
+    }
+
+    /// The tensors a file of this architecture may hold (per layer where the
+    /// pattern has a layer).
+    pub fn tensors(self) -> &'static [TensorKind] {
+        use TensorKind::*;
+        match self {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                RopeFreqs,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
+            Arch::Gemma3 => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                AttnPostNorm,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnPostNorm,
+            ],
+            Arch::Qwen35Moe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                AttnPostNorm,
+                AttnQkv,
+                AttnGate,
+                SsmA,
+                SsmConv1d,
+                SsmDt,
+                SsmAlpha,
+                SsmBeta,
+                SsmBetaAlpha,
+                SsmNorm,
+                SsmOut,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateInpShexp,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
+            ],
+        }
+    }
+}
+
+/// Metadata keys. Names containing `{arch}` are per architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    GeneralArchitecture,
+    GeneralName,
+    GeneralAlignment,
+    GeneralFileType,
+    GeneralQuantizationVersion,
+    GeneralSizeLabel,
+
+    VocabSize,
+    ContextLength,
+    EmbeddingLength,
+    BlockCount,
+    FeedForwardLength,
+    ExpertFeedForwardLength,
+    ExpertSharedFeedForwardLength,
+    ExpertCount,
+    ExpertUsedCount,
+    ExpertSharedCount,
+    ExpertWeightsScale,
+    ExpertWeightsNorm,
+    ExpertGatingFunc,
+    NextnPredictLayers,
+    FullAttentionInterval,
+    AttnLogitSoftcapping,
+    FinalLogitSoftcapping,
+    EmbeddingScale,
+
+    HeadCount,
+    HeadCountKv,
+    KeyLength,
+    ValueLength,
+    LayerNormRmsEpsilon,
+    SlidingWindow,
+    SlidingWindowPattern,
+    AttentionScale,
+    RecurrentLayers,
+
+    RopeDimensionCount,
+    RopeDimensionSections,
+    RopeFreqBase,
+    RopeFreqBaseSwa,
+    RopeScaleLinear,
+    RopeScalingType,
+    RopeScalingFactor,
+    RopeScalingOrigCtxLen,
+    RopeScalingAttnFactor,
+
+    SsmConvKernel,
+    SsmInnerSize,
+    SsmStateSize,
+    SsmTimeStepRank,
+    SsmGroupCount,
+
+    TokenizerModel,
+    TokenizerPre,
+    TokenizerTokens,
+    TokenizerTokenType,
+    TokenizerScores,
+    TokenizerMerges,
+    TokenizerBosId,
+    TokenizerEosId,
+    TokenizerEotId,
+    TokenizerEomId,
+    TokenizerUnkId,
+    TokenizerSepId,
+    TokenizerPadId,
+    TokenizerAddBos,
+    TokenizerAddEos,
+    TokenizerAddSpacePrefix,
+    TokenizerRemoveExtraWhitespaces,
+    TokenizerChatTemplate,
+}
+
+impl Key {
+    /// The key's name; `{arch}` stands for the architecture prefix.
+    pub const fn name(self) -> &'static str {
+        use Key::*;
+        match self {
+            GeneralArchitecture => "general.architecture",
+            GeneralName => "general.name",
+            GeneralAlignment => "general.alignment",
+            GeneralFileType => "general.file_type",
+            GeneralQuantizationVersion => "general.quantization_version",
+            GeneralSizeLabel => "general.size_label",
+
+            VocabSize => "{arch}.vocab_size",
+            ContextLength => "{arch}.context_length",
+            EmbeddingLength => "{arch}.embedding_length",
+            BlockCount => "{arch}.block_count",
+            FeedForwardLength => "{arch}.feed_forward_length",
+            ExpertFeedForwardLength => "{arch}.expert_feed_forward_length",
+            ExpertSharedFeedForwardLength => "{arch}.expert_shared_feed_forward_length",
+            ExpertCount => "{arch}.expert_count",
+            ExpertUsedCount => "{arch}.expert_used_count",
+            ExpertSharedCount => "{arch}.expert_shared_count",
+            ExpertWeightsScale => "{arch}.expert_weights_scale",
+            ExpertWeightsNorm => "{arch}.expert_weights_norm",
+            ExpertGatingFunc => "{arch}.expert_gating_func",
+            NextnPredictLayers => "{arch}.nextn_predict_layers",
+            FullAttentionInterval => "{arch}.full_attention_interval",
+            AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
+            FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
+            EmbeddingScale => "{arch}.embedding_scale",
+
+            HeadCount => "{arch}.attention.head_count",
+            HeadCountKv => "{arch}.attention.head_count_kv",
+            KeyLength => "{arch}.attention.key_length",
+            ValueLength => "{arch}.attention.value_length",
+            LayerNormRmsEpsilon => "{arch}.attention.layer_norm_rms_epsilon",
+            SlidingWindow => "{arch}.attention.sliding_window",
+            SlidingWindowPattern => "{arch}.attention.sliding_window_pattern",
+            AttentionScale => "{arch}.attention.scale",
+            RecurrentLayers => "{arch}.attention.recurrent_layers",
+
+            RopeDimensionCount => "{arch}.rope.dimension_count",
+            RopeDimensionSections => "{arch}.rope.dimension_sections",
+            RopeFreqBase => "{arch}.rope.freq_base",
+            RopeFreqBaseSwa => "{arch}.rope.freq_base_swa",
+            RopeScaleLinear => "{arch}.rope.scale_linear",
+            RopeScalingType => "{arch}.rope.scaling.type",
+            RopeScalingFactor => "{arch}.rope.scaling.factor",
+            RopeScalingOrigCtxLen => "{arch}.rope.scaling.original_context_length",
+            RopeScalingAttnFactor => "{arch}.rope.scaling.attn_factor",
+
+            SsmConvKernel => "{arch}.ssm.conv_kernel",
+            SsmInnerSize => "{arch}.ssm.inner_size",
+            SsmStateSize => "{arch}.ssm.state_size",
+            SsmTimeStepRank => "{arch}.ssm.time_step_rank",
+            SsmGroupCount => "{arch}.ssm.group_count",
+
+            TokenizerModel => "tokenizer.ggml.model",
+            TokenizerPre => "tokenizer.ggml.pre",
+            TokenizerTokens => "tokenizer.ggml.tokens",
+            TokenizerTokenType => "tokenizer.ggml.token_type",
+            TokenizerScores => "tokenizer.ggml.scores",
+            TokenizerMerges => "tokenizer.ggml.merges",
+            TokenizerBosId => "tokenizer.ggml.bos_token_id",
+            TokenizerEosId => "tokenizer.ggml.eos_token_id",
+            TokenizerEotId => "tokenizer.ggml.eot_token_id",
+            TokenizerEomId => "tokenizer.ggml.eom_token_id",
+            TokenizerUnkId => "tokenizer.ggml.unknown_token_id",
+            TokenizerSepId => "tokenizer.ggml.seperator_token_id",
+            TokenizerPadId => "tokenizer.ggml.padding_token_id",
+            TokenizerAddBos => "tokenizer.ggml.add_bos_token",
+            TokenizerAddEos => "tokenizer.ggml.add_eos_token",
+            TokenizerAddSpacePrefix => "tokenizer.ggml.add_space_prefix",
+            TokenizerRemoveExtraWhitespaces => "tokenizer.ggml.remove_extra_whitespaces",
+            TokenizerChatTemplate => "tokenizer.chat_template",
+        }
+    }
+
+    /// The full key for an architecture (e.g. `qwen3moe.block_count`).
+    pub fn for_arch(self, arch: &str) -> String {
+        self.name().replace("{arch}", arch)
+    }
+}
+
+/// Kinds of tensors. Names containing `{layer}` repeat per layer; every kind
+/// has a `.weight` tensor and some also a `.bias` (see [`TensorName`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorKind {
+    TokenEmbd,
+    OutputNorm,
+    Output,
+    RopeFreqs,
+    AttnNorm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnQkv,
+    AttnOut,
+    AttnQNorm,
+    AttnKNorm,
+    AttnGate,
+    AttnPostNorm,
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    FfnPostNorm,
+    FfnGateInp,
+    FfnGateExps,
+    FfnUpExps,
+    FfnDownExps,
+    FfnGateInpShexp,
+    FfnGateShexp,
+    FfnUpShexp,
+    FfnDownShexp,
+    SsmA,
+    SsmConv1d,
+    SsmDt,
+    SsmAlpha,
+    SsmBeta,
+    SsmBetaAlpha,
+    SsmNorm,
+    SsmOut,
+}
+
+const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
+    (TensorKind::TokenEmbd, "token_embd"),
+    (TensorKind::OutputNorm, "output_norm"),
+    (TensorKind::Output, "output"),
+    (TensorKind::RopeFreqs, "rope_freqs"),
+    (TensorKind::AttnNorm, "blk.{layer}.attn_norm"),
+    (TensorKind::AttnQ, "blk.{layer}.attn_q"),
+    (TensorKind::AttnK, "blk.{layer}.attn_k"),
+    (TensorKind::AttnV, "blk.{layer}.attn_v"),
+    (TensorKind::AttnQkv, "blk.{layer}.attn_qkv"),
+    (TensorKind::AttnOut, "blk.{layer}.attn_output"),
+    (TensorKind::AttnQNorm, "blk.{layer}.attn_q_norm"),
+    (TensorKind::AttnKNorm, "blk.{layer}.attn_k_norm"),
+    (TensorKind::AttnGate, "blk.{layer}.attn_gate"),
+    (TensorKind::AttnPostNorm, "blk.{layer}.post_attention_norm"),
+    (TensorKind::FfnNorm, "blk.{layer}.ffn_norm"),
+    (TensorKind::FfnGate, "blk.{layer}.ffn_gate"),
+    (TensorKind::FfnUp, "blk.{layer}.ffn_up"),
+    (TensorKind::FfnDown, "blk.{layer}.ffn_down"),
+    (TensorKind::FfnPostNorm, "blk.{layer}.post_ffw_norm"),
+    (TensorKind::FfnGateInp, "blk.{layer}.ffn_gate_inp"),
+    (TensorKind::FfnGateExps, "blk.{layer}.ffn_gate_exps"),
+    (TensorKind::FfnUpExps, "blk.{layer}.ffn_up_exps"),
+    (TensorKind::FfnDownExps, "blk.{layer}.ffn_down_exps"),
+    (
+        TensorKind::FfnGateInpShexp,
+        "blk.{layer}.ffn_gate_inp_shexp",
+    ),
+    (TensorKind::FfnGateShexp, "blk.{layer}.ffn_gate_shexp"),
+    (TensorKind::FfnUpShexp, "blk.{layer}.ffn_up_shexp"),
+    (TensorKind::FfnDownShexp, "blk.{layer}.ffn_down_shexp"),
+    (TensorKind::SsmA, "blk.{layer}.ssm_a"),
+    (TensorKind::SsmConv1d, "blk.{layer}.ssm_conv1d"),
+    (TensorKind::SsmDt, "blk.{layer}.ssm_dt"),
+    (TensorKind::SsmAlpha, "blk.{layer}.ssm_alpha"),
+    (TensorKind::SsmBeta, "blk.{layer}.ssm_beta"),
+    (TensorKind::SsmBetaAlpha, "blk.{layer}.ssm_ba"),
+    (TensorKind::SsmNorm, "blk.{layer}.ssm_norm"),
+    (TensorKind::SsmOut, "blk.{layer}.ssm_out"),
+];
+
+impl TensorKind {
+    pub fn pattern(self) -> &'static str {
+        TENSOR_PATTERNS
+            .iter()
+            .find(|p| p.0 == self)
+            .map_or("", |p| p.1)
+    }
+
+    /// Routed-expert tensors (stacked 3-D, one slab per expert).
+    pub fn is_routed_expert(self) -> bool {
+        matches!(
+            self,
+            TensorKind::FfnGateExps | TensorKind::FfnUpExps | TensorKind::FfnDownExps
+        )
+    }
+
+    /// The weight tensor of this kind in `layer` (ignored for global tensors).
+    pub fn weight(self, layer: usize) -> String {
+        self.name(layer, "weight")
+    }
+
+    /// The bias tensor of this kind in `layer`.
+    pub fn bias(self, layer: usize) -> String {
+        self.name(layer, "bias")
+    }
+
+    fn name(self, layer: usize, suffix: &str) -> String {
+        let p = self.pattern();
+        let base = if p.contains("{layer}") {
+            p.replace("{layer}", &layer.to_string())
+        } else {
+            p.to_string()
+        };
+        if matches!(self, TensorKind::SsmA) {
+            // Stored without a suffix (`blk.N.ssm_a`); a bias never exists.
+            return base;
+        }
+        format!("{base}.{suffix}")
+    }
+}
+
+/// A tensor name split into its kind, layer and suffix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorName<'a> {
+    pub kind: TensorKind,
+    pub layer: Option<usize>,
+    pub suffix: &'a str,
+}
+
+impl<'a> TensorName<'a> {
+    /// Classify a tensor name; `None` for names outside the table.
+    pub fn parse(name: &'a str) -> Option<TensorName<'a>> {
+        let (layer, rest) = match name.strip_prefix("blk.") {
+            Some(r) => {
+                let dot = r.find('.')?;
+                (Some(r[..dot].parse::<usize>().ok()?), &r[dot + 1..])
+            }
+            None => (None, name),
+        };
+        let (stem, suffix) = match rest.rsplit_once('.') {
+            Some((s, x)) if x == "weight" || x == "bias" => (s, x),
+            _ => (rest, ""),
+        };
+        TENSOR_PATTERNS.iter().find_map(|&(kind, p)| {
+            let p_stem = match layer {
+                Some(_) => p.strip_prefix("blk.{layer}.")?,
+                None if p.contains("{layer}") => return None,
+                None => p,
+            };
+            (p_stem == stem).then_some(TensorName {
+                kind,
+                layer,
+                suffix,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for &(kind, _) in TENSOR_PATTERNS {
+            let n = kind.weight(7);
+            let p = TensorName::parse(&n).unwrap_or_else(|| panic!("{n}"));
+            assert_eq!(p.kind, kind);
+        }
+        assert_eq!(TensorKind::AttnQ.weight(3), "blk.3.attn_q.weight");
+        assert_eq!(TensorKind::Output.weight(0), "output.weight");
+        assert_eq!(TensorKind::SsmA.weight(1), "blk.1.ssm_a");
+        assert_eq!(TensorName::parse("blk.x.attn_q.weight"), None);
+        assert_eq!(TensorName::parse("mystery.weight"), None);
+        let p = TensorName::parse("blk.12.ffn_down_exps.weight").unwrap();
+        assert_eq!(
+            (p.kind, p.layer, p.suffix),
+            (TensorKind::FfnDownExps, Some(12), "weight")
+        );
+    }
+
+    #[test]
+    fn keys_fill_in_arch() {
+        assert_eq!(
+            Key::BlockCount.for_arch("qwen35moe"),
+            "qwen35moe.block_count"
+        );
+        assert_eq!(Key::TokenizerModel.for_arch("x"), "tokenizer.ggml.model");
+        for a in ARCHES {
+            assert_eq!(Arch::from_name(a.1), Some(a.0));
+        }
+    }
+}

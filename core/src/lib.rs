@@ -1,0 +1,13 @@
+//! pocket-core: the engine behind Pocket.
+//!
+//! Layers, bottom up (each depends only on those above it in this list):
+//! - [`quant`]: block formats, one file per family, each with a scalar reference.
+//! - [`gguf`]: the hardened GGUF reader over a memory map.
+//! - [`kernels`]: matvec/matmul and f32 helpers, with SIMD paths chosen at start-up.
+//! - [`model`]: one file per architecture, built from shared blocks.
+
+pub mod error;
+pub mod gguf;
+pub mod quant;
+
+pub use error::{Error, Result};

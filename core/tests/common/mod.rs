@@ -1,0 +1,38 @@
+//! Shared helpers for integration tests: locating the fixture store.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// The fixture store: `$POCKET_FIXTURES`, else `../shared/fixtures` next to the
+/// repository. Panics (fails the test loudly) when it is absent: a missing
+/// store must never turn into silently skipped tests.
+pub fn fixtures() -> PathBuf {
+    let dir = match std::env::var_os("POCKET_FIXTURES") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
+    };
+    assert!(
+        dir.join("manifest.json").is_file(),
+        "fixture store not found at {} (set POCKET_FIXTURES to the folder holding manifest.json)",
+        dir.display()
+    );
+    dir
+}
+
+/// The parsed `manifest.json`.
+pub fn manifest() -> serde_json::Value {
+    let text =
+        std::fs::read_to_string(fixtures().join("manifest.json")).expect("read manifest.json");
+    serde_json::from_str(&text).expect("parse manifest.json")
+}
+
+/// The real Gemma 3 270M file: `$POCKET_GEMMA` or the cache the README's
+/// commands fill (`~/.cache/pocket/gemma-3-270m-q4_k_m.gguf`). `None` when absent.
+pub fn gemma_270m() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("POCKET_GEMMA") {
+        return Some(PathBuf::from(p));
+    }
+    let home = std::env::var_os("HOME")?;
+    let p = Path::new(&home).join(".cache/pocket/gemma-3-270m-q4_k_m.gguf");
+    p.is_file().then_some(p)
+}
