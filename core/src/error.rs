@@ -16,11 +16,7 @@ pub enum Error {
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
     #[error("byte range {offset}+{len} lies outside the {file_len}-byte file")]
-    RangeOutsideFile {
-        offset: u64,
-        len: u64,
-        file_len: u64,
-    },
+    RangeOutsideFile { offset: u64, len: u64, file_len: u64 },
 
     // ---- GGUF container --------------------------------------------------
     #[error("not a GGUF file (magic bytes {0:02x?})")]
@@ -28,21 +24,13 @@ pub enum Error {
     #[error("unsupported GGUF version {0} (supported: 2 and 3)")]
     UnsupportedVersion(u32),
     #[error("file truncated in the {section} at byte {offset} ({context})")]
-    Truncated {
-        section: &'static str,
-        offset: u64,
-        context: String,
-    },
+    Truncated { section: &'static str, offset: u64, context: String },
     #[error("tensor count {count} is impossible for a {file_len}-byte file")]
     TooManyTensors { count: u64, file_len: u64 },
     #[error("metadata key count {count} is impossible for a {file_len}-byte file")]
     TooManyKeys { count: u64, file_len: u64 },
     #[error("string of {len} bytes at byte {offset} runs past the end of the file ({context})")]
-    StringTooLong {
-        context: String,
-        offset: u64,
-        len: u64,
-    },
+    StringTooLong { context: String, offset: u64, len: u64 },
     #[error("array of {len} elements in key '{key}' cannot fit in the file")]
     ArrayTooLong { key: String, len: u64 },
     #[error("arrays nested deeper than {limit} in key '{key}'")]
@@ -63,38 +51,20 @@ pub enum Error {
     ZeroDim { tensor: String },
     #[error("tensor '{tensor}' is too large: its element count or byte size overflows")]
     ShapeOverflow { tensor: String },
-    #[error(
-        "tensor '{tensor}': row length {row} is not a multiple of the {ty} block size {block}"
-    )]
-    PartialBlock {
-        tensor: String,
-        ty: String,
-        row: u64,
-        block: u64,
-    },
+    #[error("tensor '{tensor}': row length {row} is not a multiple of the {ty} block size {block}")]
+    PartialBlock { tensor: String, ty: String, row: u64, block: u64 },
     #[error("tensor '{tensor}' offset {offset} is not aligned to {alignment}")]
-    MisalignedTensor {
-        tensor: String,
-        offset: u64,
-        alignment: u64,
-    },
-    #[error("tensor '{tensor}' (bytes {start}..{end} of the data section) lies outside the {data_len}-byte data section")]
-    TensorOutOfBounds {
-        tensor: String,
-        start: u64,
-        end: u64,
-        data_len: u64,
-    },
+    MisalignedTensor { tensor: String, offset: u64, alignment: u64 },
+    #[error(
+        "tensor '{tensor}' (bytes {start}..{end} of the data section) lies outside the {data_len}-byte data section"
+    )]
+    TensorOutOfBounds { tensor: String, start: u64, end: u64, data_len: u64 },
     #[error("tensors '{first}' and '{second}' overlap")]
     TensorOverlap { first: String, second: String },
     #[error("duplicate tensor name '{0}'")]
     DuplicateTensor(String),
     #[error("metadata key '{key}' has type {found}, expected {expected}")]
-    WrongValueType {
-        key: String,
-        expected: &'static str,
-        found: &'static str,
-    },
+    WrongValueType { key: String, expected: &'static str, found: &'static str },
     #[error("metadata key '{0}' is missing")]
     MissingKey(String),
 
@@ -104,11 +74,7 @@ pub enum Error {
     #[error("tensor '{0}' is missing")]
     MissingTensor(String),
     #[error("tensor '{tensor}' has shape {found:?}, expected {expected:?}")]
-    TensorShape {
-        tensor: String,
-        expected: Vec<u64>,
-        found: Vec<u64>,
-    },
+    TensorShape { tensor: String, expected: Vec<u64>, found: Vec<u64> },
     #[error("tensor '{tensor}' has type {ty}, which this engine cannot compute with")]
     UnsupportedTensorType { tensor: String, ty: String },
     #[error("invalid hyper-parameter '{key}': {reason}")]

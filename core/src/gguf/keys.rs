@@ -339,10 +339,7 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::FfnGateExps, "blk.{layer}.ffn_gate_exps"),
     (TensorKind::FfnUpExps, "blk.{layer}.ffn_up_exps"),
     (TensorKind::FfnDownExps, "blk.{layer}.ffn_down_exps"),
-    (
-        TensorKind::FfnGateInpShexp,
-        "blk.{layer}.ffn_gate_inp_shexp",
-    ),
+    (TensorKind::FfnGateInpShexp, "blk.{layer}.ffn_gate_inp_shexp"),
     (TensorKind::FfnGateShexp, "blk.{layer}.ffn_gate_shexp"),
     (TensorKind::FfnUpShexp, "blk.{layer}.ffn_up_shexp"),
     (TensorKind::FfnDownShexp, "blk.{layer}.ffn_down_shexp"),
@@ -358,18 +355,12 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
 
 impl TensorKind {
     pub fn pattern(self) -> &'static str {
-        TENSOR_PATTERNS
-            .iter()
-            .find(|p| p.0 == self)
-            .map_or("", |p| p.1)
+        TENSOR_PATTERNS.iter().find(|p| p.0 == self).map_or("", |p| p.1)
     }
 
     /// Routed-expert tensors (stacked 3-D, one slab per expert).
     pub fn is_routed_expert(self) -> bool {
-        matches!(
-            self,
-            TensorKind::FfnGateExps | TensorKind::FfnUpExps | TensorKind::FfnDownExps
-        )
+        matches!(self, TensorKind::FfnGateExps | TensorKind::FfnUpExps | TensorKind::FfnDownExps)
     }
 
     /// The weight tensor of this kind in `layer` (ignored for global tensors).
@@ -384,11 +375,7 @@ impl TensorKind {
 
     fn name(self, layer: usize, suffix: &str) -> String {
         let p = self.pattern();
-        let base = if p.contains("{layer}") {
-            p.replace("{layer}", &layer.to_string())
-        } else {
-            p.to_string()
-        };
+        let base = if p.contains("{layer}") { p.replace("{layer}", &layer.to_string()) } else { p.to_string() };
         if matches!(self, TensorKind::SsmA) {
             // Stored without a suffix (`blk.N.ssm_a`); a bias never exists.
             return base;
@@ -425,11 +412,7 @@ impl<'a> TensorName<'a> {
                 None if p.contains("{layer}") => return None,
                 None => p,
             };
-            (p_stem == stem).then_some(TensorName {
-                kind,
-                layer,
-                suffix,
-            })
+            (p_stem == stem).then_some(TensorName { kind, layer, suffix })
         })
     }
 }
@@ -451,18 +434,12 @@ mod tests {
         assert_eq!(TensorName::parse("blk.x.attn_q.weight"), None);
         assert_eq!(TensorName::parse("mystery.weight"), None);
         let p = TensorName::parse("blk.12.ffn_down_exps.weight").unwrap();
-        assert_eq!(
-            (p.kind, p.layer, p.suffix),
-            (TensorKind::FfnDownExps, Some(12), "weight")
-        );
+        assert_eq!((p.kind, p.layer, p.suffix), (TensorKind::FfnDownExps, Some(12), "weight"));
     }
 
     #[test]
     fn keys_fill_in_arch() {
-        assert_eq!(
-            Key::BlockCount.for_arch("qwen35moe"),
-            "qwen35moe.block_count"
-        );
+        assert_eq!(Key::BlockCount.for_arch("qwen35moe"), "qwen35moe.block_count");
         assert_eq!(Key::TokenizerModel.for_arch("x"), "tokenizer.ggml.model");
         for a in ARCHES {
             assert_eq!(Arch::from_name(a.1), Some(a.0));

@@ -86,18 +86,8 @@ impl GgufFile {
 
     pub fn from_source(source: Source) -> Result<GgufFile> {
         let p = parse::parse(source.bytes())?;
-        let key_index = p
-            .metadata
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let tensor_index = p
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let key_index = p.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let tensor_index = p.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Ok(GgufFile {
             source,
             version: p.version,
@@ -172,9 +162,7 @@ impl GgufFile {
 
     /// Like [`get_u64`](Self::get_u64) but the value must fit in u32.
     pub fn get_u32(&self, key: &str) -> Result<Option<u32>> {
-        self.typed(key, "u32", |v| {
-            v.as_u64().and_then(|x| u32::try_from(x).ok())
-        })
+        self.typed(key, "u32", |v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
     }
 
     pub fn get_i64(&self, key: &str) -> Result<Option<i64>> {
@@ -227,11 +215,7 @@ impl GgufFile {
 
     /// Advise the OS how a tensor will be read.
     pub fn advise(&self, t: &TensorInfo, pattern: AccessPattern) {
-        self.source.advise(
-            (self.data_offset + t.offset) as usize,
-            t.size as usize,
-            pattern,
-        );
+        self.source.advise((self.data_offset + t.offset) as usize, t.size as usize, pattern);
     }
 }
 

@@ -44,11 +44,7 @@ impl<'a> Cursor<'a> {
 
     fn take(&mut self, n: u64, context: &dyn Fn() -> String) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(Error::Truncated {
-                section: self.section,
-                offset: self.pos as u64,
-                context: context(),
-            });
+            return Err(Error::Truncated { section: self.section, offset: self.pos as u64, context: context() });
         }
         let s = &self.buf[self.pos..self.pos + n as usize];
         self.pos += n as usize;
@@ -75,11 +71,7 @@ impl<'a> Cursor<'a> {
         let at = self.pos as u64;
         let len = self.u64(context)?;
         if len > max || len > self.remaining() {
-            return Err(Error::StringTooLong {
-                context: context(),
-                offset: at,
-                len,
-            });
+            return Err(Error::StringTooLong { context: context(), offset: at, len });
         }
         let bytes = self.take(len, context)?;
         std::str::from_utf8(bytes).map_err(|_| Error::InvalidUtf8 { context: context() })
@@ -88,11 +80,7 @@ impl<'a> Cursor<'a> {
 
 /// Parse the header, metadata and tensor index of a GGUF file held in `buf`.
 pub fn parse(buf: &[u8]) -> Result<Parsed> {
-    let mut c = Cursor {
-        buf,
-        pos: 0,
-        section: "header",
-    };
+    let mut c = Cursor { buf, pos: 0, section: "header" };
     let magic: [u8; 4] = c.array(&|| "magic".into())?;
     if &magic != b"GGUF" {
         return Err(Error::BadMagic(magic));
@@ -107,33 +95,22 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
     // Each entry needs a minimum number of bytes: a count the rest of the file
     // cannot hold is rejected before any allocation sized by it.
     if n_kv > c.remaining() / MIN_KV_BYTES {
-        return Err(Error::TooManyKeys {
-            count: n_kv,
-            file_len,
-        });
+        return Err(Error::TooManyKeys { count: n_kv, file_len });
     }
     if n_tensors > c.remaining() / MIN_TENSOR_INFO_BYTES {
-        return Err(Error::TooManyTensors {
-            count: n_tensors,
-            file_len,
-        });
+        return Err(Error::TooManyTensors { count: n_tensors, file_len });
     }
 
     c.section = "metadata";
     let mut metadata = Vec::with_capacity(n_kv as usize);
     let mut seen: HashMap<String, ()> = HashMap::with_capacity(n_kv as usize);
     for i in 0..n_kv {
-        let key = c
-            .string(MAX_KEY_LEN, &|| format!("metadata key #{i}"))?
-            .to_string();
+        let key = c.string(MAX_KEY_LEN, &|| format!("metadata key #{i}"))?.to_string();
         if seen.insert(key.clone(), ()).is_some() {
             return Err(Error::DuplicateKey(key));
         }
         let type_id = c.u32(&|| format!("type of key '{key}'"))?;
-        let ty = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType {
-            key: key.clone(),
-            type_id,
-        })?;
+        let ty = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType { key: key.clone(), type_id })?;
         let value = read_value(&mut c, ty, &key, 0)?;
         metadata.push((key, value));
     }
@@ -153,15 +130,10 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
     let mut tensors = Vec::with_capacity(n_tensors as usize);
     let mut names: HashMap<String, ()> = HashMap::with_capacity(n_tensors as usize);
     for i in 0..n_tensors {
-        let name = c
-            .string(MAX_KEY_LEN, &|| format!("name of tensor #{i}"))?
-            .to_string();
+        let name = c.string(MAX_KEY_LEN, &|| format!("name of tensor #{i}"))?.to_string();
         let n_dims = c.u32(&|| format!("rank of tensor '{name}'"))?;
         if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(Error::BadDimCount {
-                tensor: name,
-                n_dims,
-            });
+            return Err(Error::BadDimCount { tensor: name, n_dims });
         }
         let mut dims = [1u64; 4];
         for d in dims.iter_mut().take(n_dims as usize) {
@@ -169,29 +141,16 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
         }
         let type_id = c.u32(&|| format!("type of tensor '{name}'"))?;
         let offset = c.u64(&|| format!("offset of tensor '{name}'"))?;
-        let ty = GgmlType::from_id(type_id).ok_or_else(|| Error::UnknownTensorType {
-            tensor: name.clone(),
-            type_id,
-        })?;
+        let ty =
+            GgmlType::from_id(type_id).ok_or_else(|| Error::UnknownTensorType { tensor: name.clone(), type_id })?;
         let size = tensor_bytes(&name, ty, &dims[..n_dims as usize])?;
         if offset % alignment != 0 {
-            return Err(Error::MisalignedTensor {
-                tensor: name,
-                offset,
-                alignment,
-            });
+            return Err(Error::MisalignedTensor { tensor: name, offset, alignment });
         }
         if names.insert(name.clone(), ()).is_some() {
             return Err(Error::DuplicateTensor(name));
         }
-        tensors.push(TensorInfo {
-            name,
-            ty,
-            n_dims: n_dims as usize,
-            dims,
-            offset,
-            size,
-        });
+        tensors.push(TensorInfo { name, ty, n_dims: n_dims as usize, dims, offset, size });
     }
 
     // The data section starts at the next multiple of the alignment.
@@ -212,32 +171,18 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
     by_offset.sort_by_key(|t| t.offset);
     for w in by_offset.windows(2) {
         if w[0].offset + w[0].size > w[1].offset {
-            return Err(Error::TensorOverlap {
-                first: w[0].name.clone(),
-                second: w[1].name.clone(),
-            });
+            return Err(Error::TensorOverlap { first: w[0].name.clone(), second: w[1].name.clone() });
         }
     }
-    Ok(Parsed {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-        data_len,
-    })
+    Ok(Parsed { version, metadata, tensors, alignment, data_offset, data_len })
 }
 
 /// Byte size of a tensor, with every step checked.
 fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64> {
     if dims.iter().any(|&d| d == 0) {
-        return Err(Error::ZeroDim {
-            tensor: name.to_string(),
-        });
+        return Err(Error::ZeroDim { tensor: name.to_string() });
     }
-    let overflow = || Error::ShapeOverflow {
-        tensor: name.to_string(),
-    };
+    let overflow = || Error::ShapeOverflow { tensor: name.to_string() };
     let mut elements: u64 = 1;
     for &d in dims {
         elements = elements.checked_mul(d).ok_or_else(overflow)?;
@@ -247,16 +192,9 @@ fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64> {
     }
     let block = ty.block_size() as u64;
     if dims[0] % block != 0 {
-        return Err(Error::PartialBlock {
-            tensor: name.to_string(),
-            ty: ty.name().to_string(),
-            row: dims[0],
-            block,
-        });
+        return Err(Error::PartialBlock { tensor: name.to_string(), ty: ty.name().to_string(), row: dims[0], block });
     }
-    (elements / block)
-        .checked_mul(ty.type_size() as u64)
-        .ok_or_else(overflow)
+    (elements / block).checked_mul(ty.type_size() as u64).ok_or_else(overflow)
 }
 
 fn read_value(c: &mut Cursor, ty: ValueType, key: &str, depth: usize) -> Result<Value> {
@@ -285,22 +223,13 @@ fn read_bool(c: &mut Cursor, key: &str) -> Result<bool> {
 
 fn read_array(c: &mut Cursor, key: &str, depth: usize) -> Result<Array> {
     if depth > MAX_NESTING {
-        return Err(Error::NestingTooDeep {
-            key: key.to_string(),
-            limit: MAX_NESTING,
-        });
+        return Err(Error::NestingTooDeep { key: key.to_string(), limit: MAX_NESTING });
     }
     let type_id = c.u32(&|| format!("array type of key '{key}'"))?;
-    let ty = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType {
-        key: key.to_string(),
-        type_id,
-    })?;
+    let ty = ValueType::from_id(type_id).ok_or_else(|| Error::UnknownValueType { key: key.to_string(), type_id })?;
     let len = c.u64(&|| format!("array length of key '{key}'"))?;
     if len > c.remaining() / ty.min_encoded_size() {
-        return Err(Error::ArrayTooLong {
-            key: key.to_string(),
-            len,
-        });
+        return Err(Error::ArrayTooLong { key: key.to_string(), len });
     }
     let n = len as usize;
     // Fixed-size elements: one bounds check for the whole array.
@@ -309,10 +238,7 @@ fn read_array(c: &mut Cursor, key: &str, depth: usize) -> Result<Array> {
             let size = std::mem::size_of::<$t>();
             let bytes = c.take(len * size as u64, &|| format!("array of key '{key}'"))?;
             Array::$variant(
-                bytes
-                    .chunks_exact(size)
-                    .map(|b| <$t>::from_le_bytes(b.try_into().expect("chunk size")))
-                    .collect(),
+                bytes.chunks_exact(size).map(|b| <$t>::from_le_bytes(b.try_into().expect("chunk size"))).collect(),
             )
         }};
     }
@@ -327,20 +253,15 @@ fn read_array(c: &mut Cursor, key: &str, depth: usize) -> Result<Array> {
         ValueType::U64 => fixed!(U64, u64),
         ValueType::I64 => fixed!(I64, i64),
         ValueType::F64 => fixed!(F64, f64),
-        ValueType::Bool => Array::Bool(
-            c.take(len, &|| format!("array of key '{key}'"))?
-                .iter()
-                .map(|&b| b != 0)
-                .collect(),
-        ),
+        ValueType::Bool => {
+            Array::Bool(c.take(len, &|| format!("array of key '{key}'"))?.iter().map(|&b| b != 0).collect())
+        }
         ValueType::String => {
             let start = c.pos;
             // First pass validates and sizes, second pass copies: two allocations in all.
             let mut total = 0usize;
             for i in 0..n {
-                total += c
-                    .string(u64::MAX, &|| format!("element {i} of key '{key}'"))?
-                    .len();
+                total += c.string(u64::MAX, &|| format!("element {i} of key '{key}'"))?.len();
             }
             c.pos = start;
             let mut out = StringArray::with_capacity(n, total);

@@ -53,26 +53,19 @@ impl Source {
         let file_len = file.metadata()?.len();
         let end = offset.checked_add(len);
         if end.map_or(true, |e| e > file_len) {
-            return Err(Error::RangeOutsideFile {
-                offset,
-                len,
-                file_len,
-            });
+            return Err(Error::RangeOutsideFile { offset, len, file_len });
         }
         if len == 0 {
             return Ok(Self::from_vec(Vec::new()));
         }
-        let len_usize = usize::try_from(len).map_err(|_| {
-            Error::OutOfMemory(format!("{len}-byte file exceeds the address space"))
-        })?;
+        let len_usize = usize::try_from(len)
+            .map_err(|_| Error::OutOfMemory(format!("{len}-byte file exceeds the address space")))?;
         // SAFETY: the map is read-only. Model files must not be modified while
         // loaded (as with every mmap-based engine); the reader validates bounds
         // against the length fixed here, so truncation elsewhere cannot make it
         // index out of range.
         let map = unsafe { MmapOptions::new().offset(offset).len(len_usize).map(file)? };
-        Ok(Source {
-            bytes: Bytes::Mapped(map),
-        })
+        Ok(Source { bytes: Bytes::Mapped(map) })
     }
 
     /// Own a buffer (tests, fuzzing, files read into memory).
@@ -81,9 +74,7 @@ impl Source {
         let mut words = vec![0u64; len.div_ceil(8)];
         // SAFETY: `words` holds at least `len` bytes.
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), words.as_mut_ptr() as *mut u8, len) };
-        Source {
-            bytes: Bytes::Owned { words, len },
-        }
+        Source { bytes: Bytes::Owned { words, len } }
     }
 
     /// All bytes of the file.
@@ -91,9 +82,7 @@ impl Source {
         match &self.bytes {
             Bytes::Mapped(m) => m,
             // SAFETY: the first `len` bytes of `words` were initialised from the vector.
-            Bytes::Owned { words, len } => unsafe {
-                std::slice::from_raw_parts(words.as_ptr() as *const u8, *len)
-            },
+            Bytes::Owned { words, len } => unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, *len) },
         }
     }
 

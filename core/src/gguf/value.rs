@@ -125,10 +125,7 @@ pub struct StringArray {
 
 impl StringArray {
     pub fn with_capacity(count: usize, bytes: usize) -> Self {
-        StringArray {
-            buf: String::with_capacity(bytes),
-            ends: Vec::with_capacity(count),
-        }
+        StringArray { buf: String::with_capacity(bytes), ends: Vec::with_capacity(count) }
     }
 
     pub fn push(&mut self, s: &str) {
@@ -363,15 +360,13 @@ impl fmt::Display for Array {
             Array::I32(v) => list(f, v),
             Array::F32(v) => list(f, v),
             Array::Bool(v) => list(f, v),
-            Array::String(v) => {
-                list(f, &v.iter().take(SHOW + 1).collect::<Vec<_>>()[..]).and_then(|_| {
-                    if v.len() > SHOW + 1 {
-                        write!(f, " ({} strings)", v.len())
-                    } else {
-                        Ok(())
-                    }
-                })
-            }
+            Array::String(v) => list(f, &v.iter().take(SHOW + 1).collect::<Vec<_>>()[..]).and_then(|_| {
+                if v.len() > SHOW + 1 {
+                    write!(f, " ({} strings)", v.len())
+                } else {
+                    Ok(())
+                }
+            }),
             Array::Array(v) => {
                 write!(f, "[")?;
                 for (i, a) in v.iter().take(SHOW).enumerate() {

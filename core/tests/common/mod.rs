@@ -21,8 +21,7 @@ pub fn fixtures() -> PathBuf {
 
 /// The parsed `manifest.json`.
 pub fn manifest() -> serde_json::Value {
-    let text =
-        std::fs::read_to_string(fixtures().join("manifest.json")).expect("read manifest.json");
+    let text = std::fs::read_to_string(fixtures().join("manifest.json")).expect("read manifest.json");
     serde_json::from_str(&text).expect("parse manifest.json")
 }
 
