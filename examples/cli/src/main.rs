@@ -5,6 +5,8 @@
 
 mod args;
 mod inspect;
+mod logits;
+mod npy;
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -19,6 +21,8 @@ usage: pocket <command> [options]
 
 commands:
   inspect FILE [--json] [--tensors]   what a GGUF file holds
+  logits --model F --tokens 1,2,3 (--out F.npy | --top K [--json]) [--kv f32|f16] [--threads N]
+                                      teacher-forced logits of every position
   help                                this text
 ";
 
@@ -51,10 +55,16 @@ fn run(argv: &[String]) -> Result<(), String> {
     let rest = &argv[1..];
     match cmd.as_str() {
         "inspect" => inspect::run(rest),
+        "logits" => logits::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
         }
         other => Err(format!("unknown command '{other}' (try `pocket help`)")),
     }
+}
+
+/// Threads to use when the user does not say: every core the OS offers.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
