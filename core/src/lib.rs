@@ -8,6 +8,8 @@
 
 pub mod error;
 pub mod gguf;
+pub mod kernels;
 pub mod quant;
+pub mod threads;
 
 pub use error::{Error, Result};
