@@ -9,7 +9,9 @@
 pub mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod model;
 pub mod quant;
+pub mod sampler;
 pub mod threads;
 
 pub use error::{Error, Result};
