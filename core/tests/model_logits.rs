@@ -9,8 +9,8 @@ use common::arrays::{argmax, kl, max_abs_diff, median, read_npy, read_npz};
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 
-/// Architectures this test file covers (qwen35moe has its own).
-const ARCHES: &[&str] = &["qwen3moe-tiny", "gemma3-tiny", "mixtral-tiny"];
+/// The fixture models (every architecture the engine runs).
+const ARCHES: &[&str] = &["qwen3moe-tiny", "qwen35moe-tiny", "gemma3-tiny", "mixtral-tiny"];
 
 fn pool() -> ThreadPool {
     ThreadPool::new(2)
@@ -51,7 +51,7 @@ fn f32_files_match_transformers() {
         assert!(d <= tol, "{name}: max |Δ| {d} > {tol}");
         checked += 1;
     }
-    assert_eq!(checked, 2);
+    assert_eq!(checked, 3);
 }
 
 #[test]
@@ -82,7 +82,7 @@ fn every_file_matches_llama_cpp() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 11);
+    assert_eq!(checked, 14);
 }
 
 #[test]

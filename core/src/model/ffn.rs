@@ -62,15 +62,24 @@ impl Dense {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// sqrt(softplus(x)).
+    SqrtSoftplus,
 }
 
 impl Gating {
-    /// `{arch}.expert_gating_func`: 1 softmax, 2 sigmoid (llama.cpp's numbering).
-    pub fn from_id(id: usize) -> Option<Gating> {
-        match id {
-            1 => Some(Gating::Softmax),
-            2 => Some(Gating::Sigmoid),
-            _ => None,
+    /// `{arch}.expert_gating_func` (1 softmax, 2 sigmoid, 4 sqrt-softplus), or
+    /// `default` when the file does not say.
+    pub fn from_meta(m: &super::hparams::Meta, default: Gating) -> Result<Gating> {
+        use crate::gguf::Key;
+        match m.usize_or(Key::ExpertGatingFunc, 0)? {
+            0 => Ok(default),
+            1 => Ok(Gating::Softmax),
+            2 => Ok(Gating::Sigmoid),
+            4 => Ok(Gating::SqrtSoftplus),
+            other => Err(Error::InvalidHyperparameter {
+                key: m.key(Key::ExpertGatingFunc),
+                reason: format!("unknown gating function {other}"),
+            }),
         }
     }
 }
@@ -79,8 +88,8 @@ impl Gating {
 /// sigmoid(gate_inp_shexp · x).
 pub struct SharedExpert {
     pub ffn: Dense,
-    /// `[1, n_embd]`.
-    pub gate_inp: Option<Matrix>,
+    /// `[n_embd]`.
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 /// A Mixture-of-Experts FFN. Router `[n_expert, n_embd]`; experts stacked
@@ -162,6 +171,7 @@ impl Moe {
             match self.gating {
                 Gating::Softmax => ops::softmax(p),
                 Gating::Sigmoid => p.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
+                Gating::SqrtSoftplus => p.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
             }
             top_k(p, &mut chosen[t * k..(t + 1) * k]);
             let w = &mut weights[t * k..(t + 1) * k];
@@ -225,11 +235,9 @@ impl Moe {
         if let Some(sh) = &self.shared {
             sh.ffn.forward(file, pool, Act::Silu, n, s);
             if let Some(gi) = &sh.gate_inp {
-                let gl = take(&mut s.tmp, n);
-                project(pool, file, gi, &mut s.acts, &s.xn[..n * n_embd], n, gl);
                 for t in 0..n {
-                    let g = ops::sigmoid(s.tmp[t]);
-                    s.out[t * n_embd..(t + 1) * n_embd].iter_mut().for_each(|v| *v *= g);
+                    let g = ops::sigmoid(ops::dot_f32(&s.xn[t * n_embd..(t + 1) * n_embd], gi));
+                    ops::scale(&mut s.out[t * n_embd..(t + 1) * n_embd], g);
                 }
             }
             ops::add(&mut s.out[..n * n_embd], &s.moe[..n * n_embd]);
@@ -237,6 +245,14 @@ impl Moe {
             let (out, moe) = (&mut s.out, &s.moe);
             take(out, n * n_embd).copy_from_slice(&moe[..n * n_embd]);
         }
+    }
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
     }
 }
 

@@ -69,10 +69,6 @@ impl<'a> Meta<'a> {
         Ok(self.file.get_bool(&self.key(k))?.unwrap_or(default))
     }
 
-    pub fn str_or(&self, k: Key, default: &'a str) -> Result<&'a str> {
-        Ok(self.file.get_str(&self.key(k))?.unwrap_or(default))
-    }
-
     /// An integer array, if present.
     pub fn ints(&self, k: Key) -> Result<Option<Vec<i64>>> {
         let name = self.key(k);

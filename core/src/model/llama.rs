@@ -110,7 +110,7 @@ impl Llama {
                     hp.n_ff,
                     hp.n_expert,
                     hp.n_expert_used,
-                    Gating::Softmax,
+                    Gating::from_meta(&m, Gating::Softmax)?,
                     m.bool_or(Key::ExpertWeightsNorm, true)?,
                     m.f32_or(Key::ExpertWeightsScale, 1.0)?,
                 )?)

@@ -112,7 +112,7 @@ impl Qwen3Moe {
                     hp.n_ff_exp,
                     hp.n_expert,
                     hp.n_expert_used,
-                    Gating::Softmax,
+                    Gating::from_meta(&m, Gating::Softmax)?,
                     hp.norm_weights,
                     hp.weights_scale,
                 )?,
