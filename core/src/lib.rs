@@ -8,6 +8,7 @@
 //! - [`tokenizer`]: GGUF tokenizers (byte-level BPE, SentencePiece), exact with llama.cpp.
 //! - [`chat`]: chat templates from the GGUF, rendered with minijinja.
 
+pub mod chat;
 pub mod error;
 pub mod gguf;
 pub mod quant;
