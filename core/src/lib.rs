@@ -11,7 +11,9 @@
 pub mod chat;
 pub mod error;
 pub mod gguf;
+pub mod kernels;
 pub mod quant;
+pub mod threads;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -6,6 +6,98 @@
 
 use std::fmt;
 
+pub mod float;
+pub mod q2_k;
+pub mod q3_k;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
+pub mod q6_k;
+pub mod q8_0;
+pub mod q8_k;
+
+pub use q2_k::BlockQ2K;
+pub use q3_k::BlockQ3K;
+pub use q4_0::BlockQ4_0;
+pub use q4_1::BlockQ4_1;
+pub use q4_k::BlockQ4K;
+pub use q5_0::BlockQ5_0;
+pub use q5_1::BlockQ5_1;
+pub use q5_k::BlockQ5K;
+pub use q6_k::BlockQ6K;
+pub use q8_0::{BlockQ8_0, BlockQ8_1};
+pub use q8_k::BlockQ8K;
+
+/// Elements in a K-quant super-block.
+pub const QK_K: usize = 256;
+
+/// A half-precision float as it lies in a file: two little-endian bytes, no
+/// alignment requirement.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct F16Bytes(pub [u8; 2]);
+
+impl F16Bytes {
+    #[inline(always)]
+    pub fn to_f32(self) -> f32 {
+        half::f16::from_bits(u16::from_le_bytes(self.0)).to_f32()
+    }
+
+    /// Round to nearest even, as `GGML_FP32_TO_FP16` does.
+    #[inline]
+    pub fn from_f32(v: f32) -> F16Bytes {
+        F16Bytes(half::f16::from_f32(v).to_bits().to_le_bytes())
+    }
+}
+
+/// A block type that can be viewed in place over file bytes.
+///
+/// # Safety
+/// Implementors are `#[repr(C)]`, have alignment 1 and no padding, and every bit
+/// pattern is a valid value (they are made of byte arrays only).
+pub unsafe trait FileBlock: Copy + 'static {}
+
+/// View `bytes` as a slice of blocks. Weights come from a memory map at any
+/// address; file blocks have alignment 1, so the view never assumes more.
+///
+/// Panics when `bytes` is not a whole number of blocks (a caller bug: shapes
+/// are validated when a matrix is built).
+#[inline]
+pub fn as_blocks<B: FileBlock>(bytes: &[u8]) -> &[B] {
+    let size = std::mem::size_of::<B>();
+    assert!(bytes.len() % size == 0, "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    debug_assert_eq!(std::mem::align_of::<B>(), 1);
+    // SAFETY: `B: FileBlock` has alignment 1, no padding and no invalid bit
+    // patterns; the length is a whole number of blocks inside `bytes`.
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size) }
+}
+
+/// The 6-bit scale and min number `j` (0..8) of a Q4_K/Q5_K super-block,
+/// packed in 12 bytes: the low 6 bits of bytes 0..4 (scales) and 4..8 (mins)
+/// for j < 4; nibbles of bytes 8..12 plus the top 2 bits of bytes 0..8 above.
+#[inline(always)]
+pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// All eight (scale, min) pairs of a Q4_K/Q5_K super-block, as two arrays.
+#[inline(always)]
+pub fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min_k4(j, q);
+    }
+    (sc, m)
+}
+
 /// A tensor element type as numbered in GGUF (`ggml_type`).
 ///
 /// Every id that llama.cpp can write is listed so that any valid file opens and
@@ -141,6 +233,9 @@ impl fmt::Display for GgmlType {
         f.write_str(self.name())
     }
 }
+
+#[cfg(test)]
+mod reference_tests;
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,8 @@
 //! Shared helpers for integration tests: locating the fixture store.
 #![allow(dead_code)]
 
+pub mod npy;
+
 use std::path::{Path, PathBuf};
 
 /// The fixture store: `$POCKET_FIXTURES`, else `../shared/fixtures` next to the

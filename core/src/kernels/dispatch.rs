@@ -1,0 +1,213 @@
+//! Which instruction set the kernels use, chosen once at start-up.
+//!
+//! Every path fills the same [`Kernels`] table of function pointers; the
+//! scalar table is the reference the others are tested against. Detection runs
+//! once (a `OnceLock`), `POCKET_ISA` may force a lower path, and tests and
+//! benchmarks can ask for any path the CPU has with [`Kernels::for_isa`].
+
+use super::simd;
+use crate::quant::{self, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType};
+use half::f16;
+use std::fmt;
+use std::sync::OnceLock;
+
+/// An instruction-set path of the kernels, from the reference up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust: the reference every other path is tested against.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 with the VEX-encoded int8 dot product (`vpdpbusd`, AVX-VNNI).
+    AvxVnni,
+    /// AVX2 with the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL).
+    Avx512Vnni,
+    /// aarch64 Advanced SIMD.
+    Neon,
+    /// NEON with the int8 dot product (`sdot`, ARMv8.2 DotProd).
+    Dotprod,
+    /// NEON with `sdot` and the int8 matrix multiply (`smmla`, ARMv8.6 I8MM).
+    I8mm,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 7] =
+        [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Neon, Isa::Dotprod, Isa::I8mm];
+
+    /// The name `POCKET_ISA` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// Kernel signatures. Each takes one weight row as bytes (a whole number of
+// blocks) and the matching activation row; callers check the lengths once per
+// matrix. They are `unsafe fn` because SIMD paths need their CPU features: the
+// table holds only paths the CPU was found to have.
+pub(crate) type DotQ8_0 = unsafe fn(&[u8], &[BlockQ8_0]) -> f32;
+pub(crate) type DotQ8_1 = unsafe fn(&[u8], &[BlockQ8_1]) -> f32;
+pub(crate) type DotQ8K = unsafe fn(&[u8], &[BlockQ8K]) -> f32;
+pub(crate) type DotF32 = unsafe fn(&[u8], &[f32]) -> f32;
+
+/// A 2x2 tile: two weight rows dotted with two activation rows at once
+/// (`smmla`), returning `[w0.a0, w0.a1, w1.a0, w1.a1]`.
+pub(crate) type Tile<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
+
+/// The dot product kernels for one weight type, by activation format.
+#[derive(Clone, Copy)]
+pub(crate) enum RowDot {
+    Q8_0(DotQ8_0, Option<Tile<BlockQ8_0>>),
+    Q8_1(DotQ8_1),
+    Q8K(DotQ8K, Option<Tile<BlockQ8K>>),
+    F32(DotF32),
+}
+
+/// One instruction-set path: a table of kernels.
+pub struct Kernels {
+    pub(crate) isa: Isa,
+    pub(crate) q4_0: DotQ8_0,
+    pub(crate) q5_0: DotQ8_0,
+    pub(crate) q8_0: DotQ8_0,
+    pub(crate) q4_1: DotQ8_1,
+    pub(crate) q5_1: DotQ8_1,
+    pub(crate) q2_k: DotQ8K,
+    pub(crate) q3_k: DotQ8K,
+    pub(crate) q4_k: DotQ8K,
+    pub(crate) q5_k: DotQ8K,
+    pub(crate) q6_k: DotQ8K,
+    pub(crate) f32: DotF32,
+    pub(crate) f16: DotF32,
+    pub(crate) bf16: DotF32,
+    pub(crate) tile_q4_0: Option<Tile<BlockQ8_0>>,
+    pub(crate) tile_q8_0: Option<Tile<BlockQ8_0>>,
+    pub(crate) tile_q4_k: Option<Tile<BlockQ8K>>,
+    pub(crate) tile_q6_k: Option<Tile<BlockQ8K>>,
+    // f32 helpers (attention, norms)
+    pub(crate) dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
+    pub(crate) dot_f16: unsafe fn(&[f32], &[f16]) -> f32,
+    pub(crate) axpy_f32: unsafe fn(&mut [f32], f32, &[f32]),
+    pub(crate) axpy_f16: unsafe fn(&mut [f32], f32, &[f16]),
+}
+
+impl Kernels {
+    /// The portable reference path.
+    pub(crate) const SCALAR: Kernels = Kernels {
+        isa: Isa::Scalar,
+        q4_0: quant::q4_0::vec_dot,
+        q5_0: quant::q5_0::vec_dot,
+        q8_0: quant::q8_0::vec_dot,
+        q4_1: quant::q4_1::vec_dot,
+        q5_1: quant::q5_1::vec_dot,
+        q2_k: quant::q2_k::vec_dot,
+        q3_k: quant::q3_k::vec_dot,
+        q4_k: quant::q4_k::vec_dot,
+        q5_k: quant::q5_k::vec_dot,
+        q6_k: quant::q6_k::vec_dot,
+        f32: quant::float::vec_dot_f32,
+        f16: quant::float::vec_dot_f16,
+        bf16: quant::float::vec_dot_bf16,
+        tile_q4_0: None,
+        tile_q8_0: None,
+        tile_q4_k: None,
+        tile_q6_k: None,
+        dot_f32: super::ops::scalar::dot_f32,
+        dot_f16: super::ops::scalar::dot_f16,
+        axpy_f32: super::ops::scalar::axpy_f32,
+        axpy_f16: super::ops::scalar::axpy_f16,
+    };
+
+    /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.
+    pub fn selected() -> &'static Kernels {
+        let all = available();
+        &all[*SELECTED.get_or_init(|| select(all))]
+    }
+
+    /// The path `isa`, if this CPU (and this build's architecture) has it.
+    pub fn for_isa(isa: Isa) -> Option<&'static Kernels> {
+        available().iter().find(|k| k.isa == isa)
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The kernels for weights of type `ty`, or `None` if unsupported.
+    pub(crate) fn row_dot(&self, ty: GgmlType) -> Option<RowDot> {
+        use GgmlType as T;
+        Some(match ty {
+            T::Q4_0 => RowDot::Q8_0(self.q4_0, self.tile_q4_0),
+            T::Q5_0 => RowDot::Q8_0(self.q5_0, None),
+            T::Q8_0 => RowDot::Q8_0(self.q8_0, self.tile_q8_0),
+            T::Q4_1 => RowDot::Q8_1(self.q4_1),
+            T::Q5_1 => RowDot::Q8_1(self.q5_1),
+            T::Q2K => RowDot::Q8K(self.q2_k, None),
+            T::Q3K => RowDot::Q8K(self.q3_k, None),
+            T::Q4K => RowDot::Q8K(self.q4_k, self.tile_q4_k),
+            T::Q5K => RowDot::Q8K(self.q5_k, None),
+            T::Q6K => RowDot::Q8K(self.q6_k, self.tile_q6_k),
+            T::F32 => RowDot::F32(self.f32),
+            T::F16 => RowDot::F32(self.f16),
+            T::BF16 => RowDot::F32(self.bf16),
+            _ => return None,
+        })
+    }
+}
+
+static AVAILABLE: OnceLock<Vec<Kernels>> = OnceLock::new();
+static SELECTED: OnceLock<usize> = OnceLock::new();
+
+/// Every path this CPU can run, scalar first, best last.
+fn available() -> &'static [Kernels] {
+    AVAILABLE.get_or_init(|| {
+        let mut all = vec![Kernels::SCALAR];
+        all.extend(simd::detected());
+        all
+    })
+}
+
+fn select(all: &[Kernels]) -> usize {
+    let best = all.len() - 1;
+    let Ok(want) = std::env::var("POCKET_ISA") else { return best };
+    match Isa::from_name(&want) {
+        Some(isa) => match all.iter().position(|k| k.isa == isa) {
+            Some(i) => i,
+            None => {
+                log::warn!("POCKET_ISA={want}: this CPU lacks it; using {}", all[best].isa);
+                best
+            }
+        },
+        None => {
+            let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
+            log::warn!("POCKET_ISA={want} is not one of {}; using {}", names.join("|"), all[best].isa);
+            best
+        }
+    }
+}
+
+/// The instruction-set path the kernels run on.
+pub fn isa() -> Isa {
+    Kernels::selected().isa
+}
+
+/// Every path this CPU can run, scalar first.
+pub fn available_isas() -> Vec<Isa> {
+    available().iter().map(|k| k.isa).collect()
+}

@@ -1,0 +1,188 @@
+//! The matmul driver: splits `weights x activations` into tiles and runs the
+//! table's dot products on them over the thread pool.
+//!
+//! A tile is a range of weight rows times a range of activation rows. Tiles
+//! are handed out dynamically (an atomic counter), so a slow or busy core does
+//! not hold the others up. Inside a tile, a few weight rows are dotted with a
+//! group of activation rows while both stay in L1/L2, so prefill reads each
+//! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
+//! pairs of weight rows meet pairs of activation rows in registers.
+
+use super::dispatch::{Kernels, RowDot, Tile};
+use super::{ActFormat, QActs, QMatrix};
+use crate::threads::ThreadPool;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Below this much work (weight bytes x activation rows) the caller does it
+/// alone: waking the pool would cost more than it saves.
+const SMALL_WORK: usize = 64 << 10;
+/// Weight bytes per tile: a chunk that stays in L1/L2 while activations pass.
+const TILE_WEIGHT_BYTES: usize = 16 << 10;
+/// Activation rows per pass over a tile's weight rows.
+const ACT_GROUP: usize = 32;
+/// Aim for at least this many tiles per thread, for balance.
+const TILES_PER_THREAD: usize = 4;
+
+impl Kernels {
+    /// [`super::matmul`] on this path.
+    pub fn matmul(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, out: &mut [f32]) {
+        self.run(pool, w, x, None, out)
+    }
+
+    /// [`super::matmul_rows`] on this path.
+    pub fn matmul_rows(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: &[usize], out: &mut [f32]) {
+        self.run(pool, w, x, Some(rows), out)
+    }
+
+    fn run(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &mut [f32]) {
+        let n = rows.map_or(x.n, <[usize]>::len);
+        assert_eq!(x.k, w.cols, "matmul: activations have {} columns, weights {}", x.k, w.cols);
+        assert!(out.len() >= n * w.rows, "matmul: output holds {} values, needs {}", out.len(), n * w.rows);
+        let fmt = ActFormat::for_weights(w.ty);
+        assert!(x.fmt == fmt, "matmul: activations quantised as {:?}, {} weights need {fmt:?}", x.fmt, w.ty);
+        if let Some(rows) = rows {
+            assert!(rows.iter().all(|&i| i < x.n), "matmul_rows: row index out of range (n = {})", x.n);
+        }
+        if n == 0 || w.rows == 0 {
+            return;
+        }
+        let plan = Plan::new(pool.n_threads(), w, n);
+        let out = Out(out.as_mut_ptr());
+        let k = x.k;
+        match self.row_dot(w.ty).expect("a supported type has kernels") {
+            RowDot::Q8_0(dot, tile) => plan.run(pool, &Job { w, acts: &x.q8_0, per_row: k / 32, rows, dot, tile, out }),
+            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, acts: &x.q8_1, per_row: k / 32, rows, dot, tile: None, out }),
+            RowDot::Q8K(dot, tile) => plan.run(pool, &Job { w, acts: &x.q8k, per_row: k / 256, rows, dot, tile, out }),
+            RowDot::F32(dot) => plan.run(pool, &Job { w, acts: &x.f32, per_row: k, rows, dot, tile: None, out }),
+        }
+    }
+}
+
+/// The output, written through a raw pointer: every `(act row, weight row)`
+/// element is written by exactly one tile.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: tiles write disjoint elements, and `run` returns only after all have finished.
+unsafe impl Sync for Out {}
+unsafe impl Send for Out {}
+
+/// One matmul: weights, activations of block type `B`, kernels, output.
+struct Job<'a, B> {
+    w: &'a QMatrix<'a>,
+    acts: &'a [B],
+    /// Blocks (or f32 values) per activation row.
+    per_row: usize,
+    rows: Option<&'a [usize]>,
+    dot: unsafe fn(&[u8], &[B]) -> f32,
+    tile: Option<Tile<B>>,
+    out: Out,
+}
+
+impl<B> Job<'_, B> {
+    /// Activation row `j` of this product (`rows[j]` of the buffer, if given).
+    fn act(&self, j: usize) -> &[B] {
+        let i = self.rows.map_or(j, |r| r[j]);
+        &self.acts[i * self.per_row..(i + 1) * self.per_row]
+    }
+
+    fn store(&self, j: usize, r: usize, v: f32) {
+        // SAFETY: `j < n` and `r < rows` (tile bounds), `out` holds `n * rows`
+        // values, and no other tile writes this element.
+        unsafe { *self.out.0.add(j * self.w.rows + r) = v }
+    }
+
+    /// Weight rows `r0..r1` times activation rows `j0..j1`.
+    fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
+        let w = self.w;
+        for jb in (j0..j1).step_by(ACT_GROUP) {
+            let je = (jb + ACT_GROUP).min(j1);
+            let mut j = jb;
+            if let Some(tile) = self.tile {
+                // Pairs of activation rows against pairs of weight rows.
+                while j + 1 < je {
+                    let (a0, a1) = (self.act(j), self.act(j + 1));
+                    let mut r = r0;
+                    while r + 1 < r1 {
+                        // SAFETY: the table holds only kernels this CPU has; row
+                        // and activation lengths match (checked in `run`).
+                        let t = unsafe { tile(w.row(r), w.row(r + 1), a0, a1) };
+                        self.store(j, r, t[0]);
+                        self.store(j + 1, r, t[1]);
+                        self.store(j, r + 1, t[2]);
+                        self.store(j + 1, r + 1, t[3]);
+                        r += 2;
+                    }
+                    if r < r1 {
+                        // SAFETY: as above.
+                        unsafe {
+                            self.store(j, r, (self.dot)(w.row(r), a0));
+                            self.store(j + 1, r, (self.dot)(w.row(r), a1));
+                        }
+                    }
+                    j += 2;
+                }
+            }
+            for r in r0..r1 {
+                let row = w.row(r);
+                for jj in j..je {
+                    // SAFETY: as above.
+                    self.store(jj, r, unsafe { (self.dot)(row, self.act(jj)) });
+                }
+            }
+        }
+    }
+}
+
+/// How a product is cut into tiles.
+struct Plan {
+    threads: usize,
+    n_rows: usize,
+    rows_per_tile: usize,
+    n: usize,
+    acts_per_tile: usize,
+}
+
+impl Plan {
+    fn new(n_threads: usize, w: &QMatrix, n: usize) -> Plan {
+        let work = w.data.len().saturating_mul(n);
+        let threads = if work < SMALL_WORK { 1 } else { n_threads };
+        let want_tiles = threads * TILES_PER_THREAD;
+        // Rows per tile: a cache-sized chunk, fewer if that leaves threads idle;
+        // even, so that 2x2 kernels rarely meet a lone row.
+        let by_cache = (TILE_WEIGHT_BYTES / w.row_bytes().max(1)).max(2);
+        let by_balance = w.rows.div_ceil(want_tiles).max(1);
+        let rows_per_tile = round_even(by_cache.min(by_balance)).min(w.rows).max(1);
+        let row_tiles = w.rows.div_ceil(rows_per_tile);
+        // Split activation rows too when there are few weight rows (a router
+        // over a long prompt).
+        let act_tiles = if row_tiles >= want_tiles { 1 } else { want_tiles.div_ceil(row_tiles).min(n) };
+        let acts_per_tile = round_even(n.div_ceil(act_tiles)).min(n).max(1);
+        Plan { threads, n_rows: w.rows, rows_per_tile, n, acts_per_tile }
+    }
+
+    fn run<B: Sync>(&self, pool: &ThreadPool, job: &Job<'_, B>) {
+        let row_tiles = self.n_rows.div_ceil(self.rows_per_tile);
+        let act_tiles = self.n.div_ceil(self.acts_per_tile);
+        let n_tiles = row_tiles * act_tiles;
+        let next = AtomicUsize::new(0);
+        let work = |_ith: usize, _nth: usize| loop {
+            let t = next.fetch_add(1, Ordering::Relaxed);
+            if t >= n_tiles {
+                break;
+            }
+            let (rt, at) = (t / act_tiles, t % act_tiles);
+            let r0 = rt * self.rows_per_tile;
+            let j0 = at * self.acts_per_tile;
+            job.tile(r0, (r0 + self.rows_per_tile).min(self.n_rows), j0, (j0 + self.acts_per_tile).min(self.n));
+        };
+        if self.threads == 1 || n_tiles == 1 {
+            work(0, 1);
+        } else {
+            pool.run(&work);
+        }
+    }
+}
+
+fn round_even(x: usize) -> usize {
+    x + (x & 1)
+}

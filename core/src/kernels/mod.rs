@@ -1,0 +1,211 @@
+//! Compute kernels: quantised matrix-vector and matrix-matrix products, and the
+//! f32 helpers the models need.
+//!
+//! Weights stay in their file format ([`QMatrix`] borrows the mapped bytes);
+//! activations are quantised once per operation into the int8 format the
+//! weight type's dot product needs ([`QActs`]), exactly as llama.cpp does, and
+//! every product then runs on int8 dot products. The instruction-set path is
+//! chosen once at start-up ([`isa`]); see [`dispatch`] for forcing one.
+
+mod dispatch;
+mod matmul;
+pub mod ops;
+mod simd;
+pub mod testing;
+
+pub use dispatch::{available_isas, isa, Isa, Kernels};
+
+use crate::quant::{self, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, QK_K};
+use crate::threads::ThreadPool;
+use crate::{Error, Result};
+
+/// A 2-D view of quantised weights: `rows` rows of `cols` elements, rows contiguous.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that the type is supported, `cols` is a whole number of blocks and
+    /// `data` holds exactly `rows` rows.
+    pub fn new(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<QMatrix<'a>> {
+        if !supports(ty) {
+            return Err(Error::UnsupportedTensorType { tensor: format!("{rows}x{cols} matrix"), ty: ty.to_string() });
+        }
+        let row_bytes = ty
+            .row_bytes(cols as u64)
+            .ok_or_else(|| Error::InvalidArgument(format!("{cols} columns is not a whole number of {ty} blocks")))?;
+        let expected = (row_bytes as usize).checked_mul(rows);
+        if expected != Some(data.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "{rows}x{cols} {ty} matrix needs {row_bytes} bytes per row, got {} bytes in all",
+                data.len()
+            )));
+        }
+        Ok(QMatrix { ty, data, rows, cols })
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_size() * self.ty.type_size()
+    }
+
+    /// Row `r` as bytes.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Rows `start..start + n` (e.g. one expert's slab of a stacked tensor).
+    pub fn rows_slice(&self, start: usize, n: usize) -> QMatrix<'a> {
+        assert!(start + n <= self.rows, "rows {start}..{} of a {}-row matrix", start + n, self.rows);
+        let rb = self.row_bytes();
+        QMatrix { ty: self.ty, data: &self.data[start * rb..(start + n) * rb], rows: n, cols: self.cols }
+    }
+}
+
+/// Can the kernels compute with weights of this type?
+pub fn supports(ty: GgmlType) -> bool {
+    Kernels::SCALAR.row_dot(ty).is_some()
+}
+
+/// The activation format a weight type is dotted with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ActFormat {
+    Q8_0,
+    Q8_1,
+    Q8K,
+    F32,
+}
+
+impl ActFormat {
+    pub(crate) fn for_weights(ty: GgmlType) -> Option<ActFormat> {
+        use GgmlType as T;
+        match ty {
+            T::Q4_0 | T::Q5_0 | T::Q8_0 => Some(ActFormat::Q8_0),
+            T::Q4_1 | T::Q5_1 => Some(ActFormat::Q8_1),
+            T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K => Some(ActFormat::Q8K),
+            T::F32 | T::F16 | T::BF16 => Some(ActFormat::F32),
+            _ => None,
+        }
+    }
+
+    fn block(self) -> usize {
+        match self {
+            ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
+            ActFormat::Q8K => QK_K,
+            ActFormat::F32 => 1,
+        }
+    }
+}
+
+/// Activations quantised once into the format a weight type's dot product
+/// needs; a reusable buffer (quantising again reuses its memory).
+#[derive(Clone, Debug, Default)]
+pub struct QActs {
+    fmt: Option<ActFormat>,
+    n: usize,
+    k: usize,
+    q8_0: Vec<BlockQ8_0>,
+    q8_1: Vec<BlockQ8_1>,
+    q8k: Vec<BlockQ8K>,
+    f32: Vec<f32>,
+}
+
+impl QActs {
+    pub fn new() -> QActs {
+        QActs::default()
+    }
+
+    /// Quantise `n` rows of `k` f32 (`x.len() == n * k`) for weights of type
+    /// `wty`: Q8_0 (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1), Q8_K (K-quants) or a
+    /// plain f32 copy (F32, F16, BF16).
+    ///
+    /// Panics on caller bugs: an unsupported type, `k` not a whole number of
+    /// blocks, or a wrong length.
+    pub fn quantize(&mut self, wty: GgmlType, x: &[f32], n: usize, k: usize) {
+        let fmt = ActFormat::for_weights(wty).unwrap_or_else(|| panic!("no kernels for {wty} weights"));
+        assert_eq!(x.len(), n * k, "QActs::quantize: {} values for {n} rows of {k}", x.len());
+        assert!(k % fmt.block() == 0, "QActs::quantize: {k} is not a whole number of {wty} activation blocks");
+        (self.fmt, self.n, self.k) = (Some(fmt), n, k);
+        let nb = n * k / fmt.block();
+        match fmt {
+            ActFormat::Q8_0 => {
+                self.q8_0.resize(nb, BlockQ8_0::default());
+                quant::q8_0::quantize_row_q8_0(x, &mut self.q8_0);
+            }
+            ActFormat::Q8_1 => {
+                self.q8_1.resize(nb, BlockQ8_1::default());
+                quant::q8_0::quantize_row_q8_1(x, &mut self.q8_1);
+            }
+            ActFormat::Q8K => {
+                self.q8k.resize(nb, BlockQ8K::default());
+                quant::q8_k::quantize_row_q8_k(x, &mut self.q8k);
+            }
+            ActFormat::F32 => {
+                self.f32.clear();
+                self.f32.extend_from_slice(x);
+            }
+        }
+    }
+
+    /// Number of activation rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Elements per row.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+}
+
+/// `out[i*w.rows + r] = dot(w.row(r), x.row(i))` for all `n` activation rows;
+/// splits the work over the pool.
+///
+/// Panics only on caller bugs (mismatched `k`, short `out`, activations
+/// quantised for an incompatible type).
+pub fn matmul(pool: &ThreadPool, w: &QMatrix, x: &QActs, out: &mut [f32]) {
+    Kernels::selected().matmul(pool, w, x, out)
+}
+
+/// Same for a subset of activation rows (MoE prefill: the tokens routed to one
+/// expert): `out[j*w.rows + r] = dot(w.row(r), x.row(rows[j]))`.
+pub fn matmul_rows(pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: &[usize], out: &mut [f32]) {
+    Kernels::selected().matmul_rows(pool, w, x, rows, out)
+}
+
+/// Convenience: quantise `n` rows of `x` into a scratch buffer, then [`matmul`].
+pub fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
+    let mut acts = QActs::new();
+    acts.quantize(w.ty, x, n, w.cols);
+    matmul(pool, w, &acts, out)
+}
+
+/// Dequantise one row of any supported type into f32 (embedding lookup).
+/// `src` holds exactly `dst.len()` elements.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
+    use GgmlType as T;
+    let f: fn(&[u8], &mut [f32]) = match ty {
+        T::F32 => quant::float::dequantize_row_f32,
+        T::F16 => quant::float::dequantize_row_f16,
+        T::BF16 => quant::float::dequantize_row_bf16,
+        T::Q4_0 => quant::q4_0::dequantize_row,
+        T::Q4_1 => quant::q4_1::dequantize_row,
+        T::Q5_0 => quant::q5_0::dequantize_row,
+        T::Q5_1 => quant::q5_1::dequantize_row,
+        T::Q8_0 => quant::q8_0::dequantize_row,
+        T::Q2K => quant::q2_k::dequantize_row,
+        T::Q3K => quant::q3_k::dequantize_row,
+        T::Q4K => quant::q4_k::dequantize_row,
+        T::Q5K => quant::q5_k::dequantize_row,
+        T::Q6K => quant::q6_k::dequantize_row,
+        _ => panic!("dequantize_row: no kernels for {ty}"),
+    };
+    f(src, dst)
+}
+
+#[cfg(test)]
+mod tests;

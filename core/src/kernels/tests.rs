@@ -1,0 +1,286 @@
+//! Every SIMD path against its scalar twin, and the matmul driver against
+//! plain per-row dot products.
+//!
+//! Integer accumulations are exact in every path; only the order of the f32
+//! sums over blocks differs, so results must agree within 1e-5 of the sum of
+//! the magnitudes of the terms (`mag`), which is the relative tolerance that
+//! stays meaningful when a dot product cancels to near zero.
+
+use super::dispatch::{Kernels, RowDot};
+use super::testing::{random_weights, Rng};
+use super::*;
+use crate::threads::ThreadPool;
+use half::f16;
+
+const TYPES: [GgmlType; 13] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+
+fn paths() -> impl Iterator<Item = &'static Kernels> {
+    available_isas().into_iter().filter_map(Kernels::for_isa)
+}
+
+fn simd_paths() -> impl Iterator<Item = &'static Kernels> {
+    paths().filter(|k| k.isa() != Isa::Scalar)
+}
+
+fn scalar() -> &'static Kernels {
+    Kernels::for_isa(Isa::Scalar).expect("scalar path")
+}
+
+/// Columns for `nb` blocks of `ty` (floats get odd lengths to exercise tails).
+fn cols_for(ty: GgmlType, nb: usize) -> usize {
+    if ty.block_size() == 1 {
+        nb * 37
+    } else {
+        nb * ty.block_size()
+    }
+}
+
+/// `sum |w_i * x_i|` of one row, for tolerances.
+fn magnitude(ty: GgmlType, row: &[u8], x: &[f32]) -> f32 {
+    let mut wf = vec![0.0; x.len()];
+    dequantize_row(ty, row, &mut wf);
+    wf.iter().zip(x).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-20
+}
+
+fn close(got: f32, want: f32, mag: f32) -> bool {
+    (got - want).abs() <= 1e-5 * mag
+}
+
+/// One weight row dotted with activation row `j` on a path, through the table.
+fn dot_on(k: &Kernels, ty: GgmlType, row: &[u8], acts: &QActs, j: usize) -> f32 {
+    let kk = acts.k();
+    // SAFETY: `k` came from `for_isa`, so the CPU has its features.
+    unsafe {
+        match k.row_dot(ty).expect("supported") {
+            RowDot::Q8_0(f, _) => f(row, &acts.q8_0[j * kk / 32..(j + 1) * kk / 32]),
+            RowDot::Q8_1(f) => f(row, &acts.q8_1[j * kk / 32..(j + 1) * kk / 32]),
+            RowDot::Q8K(f, _) => f(row, &acts.q8k[j * kk / 256..(j + 1) * kk / 256]),
+            RowDot::F32(f) => f(row, &acts.f32[j * kk..(j + 1) * kk]),
+        }
+    }
+}
+
+#[test]
+fn show_isa() {
+    eprintln!("kernels: selected path {} (available: {:?})", isa(), available_isas());
+}
+
+#[test]
+fn simd_dots_equal_scalar_twins() {
+    let mut rng = Rng::new(11);
+    for k in simd_paths() {
+        for ty in TYPES {
+            for nb in [1, 2, 3, 5, 8, 13] {
+                let cols = cols_for(ty, nb);
+                let w = random_weights(ty, 3, cols, &mut rng);
+                let x = rng.vec(2 * cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, 2, cols);
+                let m = QMatrix::new(ty, &w, 3, cols).expect("matrix");
+                for r in 0..3 {
+                    for j in 0..2 {
+                        let want = dot_on(scalar(), ty, m.row(r), &acts, j);
+                        let got = dot_on(k, ty, m.row(r), &acts, j);
+                        let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
+                        assert!(close(got, want, mag), "{} {ty} nb={nb} row {r}: {got} vs scalar {want}", k.isa());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tiles_equal_scalar_twins() {
+    let mut rng = Rng::new(12);
+    for k in simd_paths() {
+        for ty in TYPES {
+            let Some(dot) = k.row_dot(ty) else { continue };
+            for nb in [1, 2, 3, 8] {
+                let cols = cols_for(ty, nb);
+                let w = random_weights(ty, 2, cols, &mut rng);
+                let m = QMatrix::new(ty, &w, 2, cols).expect("matrix");
+                let x = rng.vec(2 * cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, 2, cols);
+                // SAFETY: `k` came from `for_isa`.
+                let got = unsafe {
+                    match dot {
+                        RowDot::Q8_0(_, Some(t)) => {
+                            let nb = cols / 32;
+                            t(m.row(0), m.row(1), &acts.q8_0[..nb], &acts.q8_0[nb..])
+                        }
+                        RowDot::Q8K(_, Some(t)) => {
+                            let nb = cols / 256;
+                            t(m.row(0), m.row(1), &acts.q8k[..nb], &acts.q8k[nb..])
+                        }
+                        _ => continue,
+                    }
+                };
+                for (i, (r, j)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+                    let want = dot_on(scalar(), ty, m.row(r), &acts, j);
+                    let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
+                    assert!(close(got[i], want, mag), "{} {ty} tile ({r},{j}): {} vs {want}", k.isa(), got[i]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_equals_per_row_dots() {
+    let mut rng = Rng::new(13);
+    let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
+    for k in paths() {
+        for ty in TYPES {
+            // Odd row counts; one matrix large enough to be split over threads.
+            for (rows, nb) in [(1, 1), (7, 3), (33, 2), (130, 8)] {
+                let cols = cols_for(ty, nb);
+                let w = random_weights(ty, rows, cols, &mut rng);
+                let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+                for n in [1, 2, 3, 5, 9] {
+                    let x = rng.vec(n * cols, 1.0);
+                    let mut acts = QActs::new();
+                    acts.quantize(ty, &x, n, cols);
+                    let want: Vec<f32> = (0..n)
+                        .flat_map(|j| (0..rows).map(move |r| (r, j)))
+                        .map(|(r, j)| dot_on(k, ty, m.row(r), &acts, j))
+                        .collect();
+                    for pool in &pools {
+                        let mut out = vec![f32::NAN; n * rows];
+                        k.matmul(pool, &m, &acts, &mut out);
+                        for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                            let (j, r) = (i / rows, i % rows);
+                            let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
+                            assert!(
+                                close(g, w, mag),
+                                "{} {ty} {rows}x{cols} n={n} threads={}: out[{j}][{r}] = {g}, dot {w}",
+                                k.isa(),
+                                pool.n_threads()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_rows_picks_activation_rows() {
+    let mut rng = Rng::new(14);
+    let pool = ThreadPool::new(3);
+    for k in paths() {
+        for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::F16] {
+            let (rows, cols, n) = (65, cols_for(ty, 4), 7);
+            let w = random_weights(ty, rows, cols, &mut rng);
+            let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+            let x = rng.vec(n * cols, 1.0);
+            let mut acts = QActs::new();
+            acts.quantize(ty, &x, n, cols);
+            let mut all = vec![0.0; n * rows];
+            k.matmul(&pool, &m, &acts, &mut all);
+            let pick = [6, 0, 3, 3, 5];
+            let mut out = vec![f32::NAN; pick.len() * rows];
+            k.matmul_rows(&pool, &m, &acts, &pick, &mut out);
+            for (j, &i) in pick.iter().enumerate() {
+                for r in 0..rows {
+                    let mag = magnitude(ty, m.row(r), &x[i * cols..(i + 1) * cols]);
+                    assert!(close(out[j * rows + r], all[i * rows + r], mag), "{} {ty} pick {j} row {r}", k.isa());
+                }
+            }
+            // A slab of rows is a matrix of its own.
+            let slab = m.rows_slice(10, 20);
+            let mut part = vec![0.0; n * 20];
+            k.matmul(&pool, &slab, &acts, &mut part);
+            for j in 0..n {
+                for r in 0..20 {
+                    let mag = magnitude(ty, m.row(10 + r), &x[j * cols..(j + 1) * cols]);
+                    assert!(close(part[j * 20 + r], all[j * rows + 10 + r], mag), "{} {ty} slab", k.isa());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn top_level_api_runs_on_the_selected_path() {
+    let mut rng = Rng::new(15);
+    let pool = ThreadPool::new(2);
+    let (rows, cols) = (40, 512);
+    let w = random_weights(GgmlType::Q4K, rows, cols, &mut rng);
+    let m = QMatrix::new(GgmlType::Q4K, &w, rows, cols).expect("matrix");
+    let x = rng.vec(3 * cols, 1.0);
+    let mut a = vec![0.0; 3 * rows];
+    let mut b = vec![0.0; 3 * rows];
+    matmul_f32(&pool, &m, &x, 3, &mut a);
+    let mut acts = QActs::new();
+    acts.quantize(GgmlType::Q4K, &x, 3, cols);
+    assert_eq!((acts.n(), acts.k()), (3, cols));
+    Kernels::selected().matmul(&pool, &m, &acts, &mut b);
+    assert_eq!(a, b);
+    matmul_rows(&pool, &m, &acts, &[2], &mut b[..rows]);
+    assert_eq!(&b[..rows], &a[2 * rows..]);
+}
+
+#[test]
+fn matrix_shapes_are_checked() {
+    let data = vec![0u8; 2 * 144];
+    assert!(QMatrix::new(GgmlType::Q4K, &data, 2, 256).is_ok());
+    assert!(QMatrix::new(GgmlType::Q4K, &data, 2, 200).is_err());
+    assert!(QMatrix::new(GgmlType::Q4K, &data, 3, 256).is_err());
+    assert!(QMatrix::new(GgmlType::IQ2XXS, &data[..66], 1, 256).is_err());
+    assert!(supports(GgmlType::Q6K) && !supports(GgmlType::Q8K) && !supports(GgmlType::IQ4XS));
+}
+
+#[test]
+#[should_panic(expected = "activations quantised as")]
+fn mismatched_activations_panic() {
+    let data = vec![0u8; 144];
+    let m = QMatrix::new(GgmlType::Q4K, &data, 1, 256).expect("matrix");
+    let mut acts = QActs::new();
+    acts.quantize(GgmlType::Q8_0, &[0.5; 256], 1, 256);
+    matmul(&ThreadPool::new(1), &m, &acts, &mut [0.0]);
+}
+
+#[test]
+fn f32_helpers_equal_scalar_twins() {
+    let mut rng = Rng::new(16);
+    for k in simd_paths() {
+        for n in [1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 67, 130] {
+            let a = rng.vec(n, 1.0);
+            let b = rng.vec(n, 1.0);
+            let h: Vec<f16> = b.iter().map(|&v| f16::from_f32(v)).collect();
+            let mag: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-20;
+            // SAFETY: `k` came from `for_isa`.
+            unsafe {
+                let (g, w) = ((k.dot_f32)(&a, &b), (scalar().dot_f32)(&a, &b));
+                assert!(close(g, w, mag), "{} dot_f32 n={n}: {g} vs {w}", k.isa());
+                let (g, w) = ((k.dot_f16)(&a, &h), (scalar().dot_f16)(&a, &h));
+                assert!(close(g, w, mag), "{} dot_f16 n={n}: {g} vs {w}", k.isa());
+                let (mut o1, mut o2) = (b.clone(), b.clone());
+                (k.axpy_f32)(&mut o1, 0.37, &a);
+                (scalar().axpy_f32)(&mut o2, 0.37, &a);
+                assert!(o1.iter().zip(&o2).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs())), "axpy_f32 n={n}");
+                let (mut o1, mut o2) = (a.clone(), a.clone());
+                (k.axpy_f16)(&mut o1, -1.5, &h);
+                (scalar().axpy_f16)(&mut o2, -1.5, &h);
+                assert!(o1.iter().zip(&o2).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs())), "axpy_f16 n={n}");
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Q5_K: super-blocks of 256 weights in 8 groups of 32, 5 bits each.
+//!
+//! Nibbles, scales and mins as Q4_K; the fifth bit of value `64c + l` is bit
+//! `2c` of `qh[l]`, of value `64c + 32 + l` bit `2c + 1`.
+//! Value = `d * sc * q - dmin * m`.
+
+use super::{as_blocks, scales_mins_k4, BlockQ8K, F16Bytes, FileBlock, QK_K};
+use std::mem::size_of;
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub struct BlockQ5K {
+    pub d: F16Bytes,
+    pub dmin: F16Bytes,
+    pub scales: [u8; 12],
+    pub qh: [u8; QK_K / 8],
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ5K>() == 176);
+// SAFETY: repr(C), byte arrays only: alignment 1, no padding, any bit pattern.
+unsafe impl FileBlock for BlockQ5K {}
+
+/// The 256 unsigned 5-bit values of a super-block, in element order.
+#[inline(always)]
+fn unpack(b: &BlockQ5K) -> [u8; QK_K] {
+    let mut v = [0u8; QK_K];
+    for c in 0..4 {
+        for l in 0..32 {
+            let h = b.qh[l] >> (2 * c);
+            v[64 * c + l] = (b.qs[32 * c + l] & 0xF) | ((h & 1) << 4);
+            v[64 * c + 32 + l] = (b.qs[32 * c + l] >> 4) | ((h & 2) << 3);
+        }
+    }
+    v
+}
+
+pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    let blocks = as_blocks::<BlockQ5K>(src);
+    assert_eq!(dst.len(), blocks.len() * QK_K);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
+        let (sc, m) = scales_mins_k4(&b.scales);
+        let q = unpack(b);
+        for g in 0..8 {
+            let (dl, ml) = (d * sc[g] as f32, min * m[g] as f32);
+            for l in 32 * g..32 * g + 32 {
+                y[l] = dl * q[l] as f32 - ml;
+            }
+        }
+    }
+}
+
+/// Dot product of one Q5_K row with Q8_K activations.
+pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let blocks = as_blocks::<BlockQ5K>(w);
+    assert_eq!(blocks.len(), a.len());
+    let mut sum = 0.0f32;
+    for (x, y) in blocks.iter().zip(a) {
+        let (sc, m) = scales_mins_k4(&x.scales);
+        let q = unpack(x);
+        let mut isum = 0i32;
+        let mut summs = 0i32;
+        for g in 0..8 {
+            let dot: i32 = (32 * g..32 * g + 32).map(|l| q[l] as i32 * y.qs[l] as i32).sum();
+            isum += sc[g] as i32 * dot;
+            summs += m[g] as i32 * (y.bsums[2 * g] as i32 + y.bsums[2 * g + 1] as i32);
+        }
+        sum += x.d.to_f32() * y.d * isum as f32 - x.dmin.to_f32() * y.d * summs as f32;
+    }
+    sum
+}

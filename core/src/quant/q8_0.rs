@@ -1,0 +1,94 @@
+//! Q8_0 and Q8_1: blocks of 32 signed bytes with one f16 scale.
+//!
+//! Q8_0 is both a weight format and the activation format the legacy weight
+//! formats (Q4_0, Q5_0, Q8_0) are dotted with. Q8_1 adds `s = d * sum(qs)`, so
+//! that formats with a per-block minimum (Q4_1, Q5_1) can fold the minimum in
+//! without touching the activations again. Value `i` of a block is `d * qs[i]`.
+
+use super::{as_blocks, F16Bytes, FileBlock};
+use std::mem::size_of;
+
+pub const QK8_0: usize = 32;
+
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    pub d: F16Bytes,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() == 34);
+// SAFETY: repr(C), byte arrays only: alignment 1, no padding, any bit pattern.
+unsafe impl FileBlock for BlockQ8_0 {}
+
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    pub d: F16Bytes,
+    /// `d * sum(qs)`, rounded to f16 (with `d` before its own rounding).
+    pub s: F16Bytes,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(size_of::<BlockQ8_1>() == 36);
+// SAFETY: as for BlockQ8_0.
+unsafe impl FileBlock for BlockQ8_1 {}
+
+/// The scale of a block of 32 values, as `quantize_row_q8_0_ref`: `amax / 127`,
+/// and its inverse (0 for an all-zero block).
+#[inline]
+fn block_scale(x: &[f32]) -> (f32, f32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// Quantise `x` (a multiple of 32 long) into `y`, bit-identical to llama.cpp's
+/// `quantize_row_q8_0_ref` (round half away from zero).
+pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+    assert_eq!(x.len(), y.len() * QK8_0, "Q8_0: {} values for {} blocks", x.len(), y.len());
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let (d, id) = block_scale(xb);
+        yb.d = F16Bytes::from_f32(d);
+        for (q, &v) in yb.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+        }
+    }
+}
+
+/// Quantise `x` into Q8_1 blocks, bit-identical to `quantize_row_q8_1_ref`.
+pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
+    assert_eq!(x.len(), y.len() * QK8_0, "Q8_1: {} values for {} blocks", x.len(), y.len());
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let (d, id) = block_scale(xb);
+        yb.d = F16Bytes::from_f32(d);
+        let mut sum = 0i32;
+        for (q, &v) in yb.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        yb.s = F16Bytes::from_f32(sum as f32 * d);
+    }
+}
+
+pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
+    let blocks = as_blocks::<BlockQ8_0>(src);
+    assert_eq!(dst.len(), blocks.len() * QK8_0);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK8_0)) {
+        let d = b.d.to_f32();
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = q as f32 * d;
+        }
+    }
+}
+
+/// Dot product of one Q8_0 row with Q8_0 activations: per block, an exact
+/// integer sum scaled by both block scales.
+pub fn vec_dot(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    let blocks = as_blocks::<BlockQ8_0>(w);
+    assert_eq!(blocks.len(), a.len());
+    let mut sum = 0.0f32;
+    for (x, y) in blocks.iter().zip(a) {
+        let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
+        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+    }
+    sum
+}
