@@ -98,6 +98,11 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// The `bos_token` and `eos_token` texts the template sees.
+    pub fn special_texts(&self) -> (&str, &str) {
+        (&self.bos, &self.eos)
+    }
+
     /// Render plain text messages. `extra` adds or overrides template
     /// variables (`tools`, `enable_thinking`, `date_string`, ...).
     pub fn render(
