@@ -13,26 +13,38 @@ const HELP: &str = "\
 usage: pocket tokenize --model FILE [options] TEXT
        pocket tokenize --model FILE --bench FILE [--runs N] [--no-special]
 
-Tokenizes TEXT (taken verbatim) with the model's tokenizer. As llama-tokenize,
-BOS is added when the model asks for it and special tokens in the text
-(<|im_start|>, <start_of_turn>) are parsed; each token prints as
-`    ID -> 'piece'`.
+Tokenizes TEXT with the model's tokenizer. The defaults are llama-tokenize's:
+escapes such as \\n in the text are processed, BOS is added when the model asks
+for it, and special tokens in the text (<|im_start|>, <start_of_turn>) are
+parsed; each token prints as `    ID -> 'piece'`.
 
 options:
   --json          print {\"ids\": [...], \"pieces\": [...]} instead
   --ids           print the ids only, as [1, 2, 3]
   --no-bos        do not add BOS (or EOS) even if the model asks for it
   --no-special    tokenize special-token text as plain text
-  --file PATH     read the text from a file (verbatim) instead of TEXT
+  --file PATH     read the text from a file instead of TEXT
   --stdin         read the text from standard input
-  --escape        process \\n \\t \\\\ \\\" \\' \\xHH escapes in the text first
+  --no-escape     take the text verbatim (by default, as llama-tokenize,
+                  \\n \\r \\t \\' \\\" \\\\ \\xHH escapes are processed)
   --show-count    print the number of tokens at the end
   --bench PATH    encode the file repeatedly and print MB/s (--runs N, default 10)
 ";
 
 const SPEC: Spec = Spec {
     values: &["--model", "-m", "--file", "-f", "--bench", "--runs"],
-    switches: &["--json", "--ids", "--no-bos", "--no-special", "--stdin", "--escape", "--show-count", "--help", "-h"],
+    switches: &[
+        "--json",
+        "--ids",
+        "--no-bos",
+        "--no-special",
+        "--stdin",
+        "--escape",
+        "--no-escape",
+        "--show-count",
+        "--help",
+        "-h",
+    ],
 };
 
 pub fn run(argv: &[String]) -> Result<(), String> {
@@ -62,7 +74,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             _ => return Err("give the text as one argument (quote it)".into()),
         }
     };
-    if a.switch("--escape") {
+    if !a.switch("--no-escape") {
         text = process_escapes(&text);
     }
 
@@ -119,38 +131,40 @@ fn bench(tok: &Tokenizer, path: &str, runs: usize, parse_special: bool) -> Resul
     Ok(())
 }
 
-/// llama.cpp's `string_process_escapes`.
+/// llama.cpp's `string_process_escapes`: `\n \r \t \' \" \\ \xHH`; other
+/// backslashes stay. Bytes that do not form UTF-8 become U+FFFD.
 fn process_escapes(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' || i + 1 >= b.len() {
+            out.push(b[i]);
+            i += 1;
             continue;
         }
-        match chars.next() {
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some('t') => out.push('\t'),
-            Some('\'') => out.push('\''),
-            Some('"') => out.push('"'),
-            Some('\\') => out.push('\\'),
-            Some('x') => {
-                let hex: String = (0..2).filter_map(|_| chars.next_if(char::is_ascii_hexdigit)).collect();
-                match u8::from_str_radix(&hex, 16) {
-                    Ok(b) if b < 0x80 => out.push(b as char),
-                    _ => {
-                        out.push_str("\\x");
-                        out.push_str(&hex);
-                    }
-                }
+        i += 1;
+        match b[i] {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            c @ (b'\'' | b'"' | b'\\') => out.push(c),
+            b'x' if i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("0");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+                i += 2;
             }
-            Some(other) => {
-                out.push('\\');
-                out.push(other);
-            }
-            None => out.push('\\'),
+            c => out.extend_from_slice(&[b'\\', c]),
         }
+        i += 1;
     }
-    out
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn escapes_as_llama_cpp() {
+        assert_eq!(super::process_escapes(r"a\nb\t\\\x41\q\"), "a\nb\t\\A\\q\\");
+    }
 }

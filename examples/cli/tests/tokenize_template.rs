@@ -48,6 +48,13 @@ fn tokenize_defaults_follow_llama_tokenize() {
 }
 
 #[test]
+fn tokenize_processes_escapes_unless_told_not_to() {
+    let qwen = vocab("qwen2");
+    assert_eq!(ok(&["tokenize", "--model", &qwen, "--ids", r"a\nb"]), "[64, 198, 65]\n");
+    assert_ne!(ok(&["tokenize", "--model", &qwen, "--ids", "--no-escape", r"a\nb"]), "[64, 198, 65]\n");
+}
+
+#[test]
 fn tokenize_errors_are_one_line() {
     let out = pocket(&["tokenize", "--model", "/nonexistent.gguf", "x"]);
     assert!(!out.status.success());
