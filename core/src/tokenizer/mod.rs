@@ -11,6 +11,7 @@
 //! [`decode`].
 
 mod bpe;
+mod cache;
 mod decode;
 mod pretokenize;
 mod special;
@@ -34,7 +35,7 @@ use vocab::{attr, Vocab};
 /// The tokenization algorithm and its model-specific state.
 enum Model {
     Bpe { pre: PreTokenizer, bpe: BpeModel, nfc: bool },
-    Spm { byte_ids: [Option<u32>; 256] },
+    Spm(spm::SpmModel),
 }
 
 /// A tokenizer loaded from a GGUF file. Immutable and `Send + Sync`: share
@@ -73,7 +74,7 @@ impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.model {
             Model::Bpe { pre, .. } => format!("BPE ({pre:?})"),
-            Model::Spm { .. } => "SPM".to_string(),
+            Model::Spm(_) => "SPM".to_string(),
         };
         f.debug_struct("Tokenizer").field("model", &kind).field("n_vocab", &self.n_vocab()).finish()
     }
@@ -93,7 +94,7 @@ impl Tokenizer {
         let (model, mut ids, mut add_bos, mut add_space_prefix, clean_spaces) = match model_name {
             "llama" => {
                 let ids = SpecialIds { bos: Some(1), eos: Some(2), unk: Some(0), ..SpecialIds::default() };
-                (Model::Spm { byte_ids: spm::byte_tokens(&vocab) }, ids, true, true, false)
+                (Model::Spm(spm::SpmModel::new(&vocab)), ids, true, true, false)
             }
             "gpt2" => {
                 let pre_name = pre_name.unwrap_or("default");
@@ -142,7 +143,7 @@ impl Tokenizer {
             // are trained without a dummy prefix, and Hugging Face tokenizes
             // them without one; llama.cpp's converter only records this for
             // Gemma architectures.
-            None if matches!(model, Model::Spm { .. }) && ids.bos == Some(2) && ids.eos == Some(1) => {
+            None if matches!(model, Model::Spm(_)) && ids.bos == Some(2) && ids.eos == Some(1) => {
                 add_space_prefix = false
             }
             None => {}
@@ -160,9 +161,7 @@ impl Tokenizer {
         let special = SpecialTokens::new(&vocab);
         if name.contains("phi-3") || name.contains("phi3") {
             special.set_attr_all(&mut vocab, attr::RSTRIP);
-            for t in ["</s>"] {
-                set_attr_by_text(&mut vocab, t, attr::RSTRIP, true);
-            }
+            set_attr_by_text(&mut vocab, "</s>", attr::RSTRIP, true);
             for t in ["<unk>", "<s>", "<|endoftext|>"] {
                 set_attr_by_text(&mut vocab, t, attr::RSTRIP, false);
             }
@@ -187,6 +186,7 @@ impl Tokenizer {
             Model::Bpe { pre, bpe, nfc } => {
                 let mut words = Vec::new();
                 let mut scratch = bpe::Scratch::default();
+                let mut cache = cache::WordCache::default();
                 for f in fragments {
                     match f {
                         Fragment::Token(id) => out.push(id),
@@ -200,15 +200,20 @@ impl Tokenizer {
                             words.clear();
                             pre.split(piece, 0, &mut words);
                             for &(s, e) in &words {
-                                bpe.encode_word(&self.vocab, &piece.as_bytes()[s..e], &mut scratch, &mut out);
+                                let word = &piece.as_bytes()[s..e];
+                                if !cache.lookup(word, &mut out) {
+                                    let start = out.len();
+                                    bpe.encode_word(&self.vocab, word, &mut scratch, &mut out);
+                                    cache.insert(word, &out[start..]);
+                                }
                             }
                         }
                     }
                 }
             }
-            Model::Spm { byte_ids } => {
+            Model::Spm(spm) => {
                 let mut scratch = spm::Scratch::default();
-                let mut escaped = Vec::new();
+                let mut escaped = String::new();
                 // A space goes in front of the text, and again after each
                 // special token, when the model adds a prefix space.
                 let mut prev_special = true;
@@ -221,10 +226,10 @@ impl Tokenizer {
                         Fragment::Text(a, b) => {
                             escaped.clear();
                             if self.add_space_prefix && prev_special {
-                                escaped.extend_from_slice("▁".as_bytes());
+                                escaped.push('▁');
                             }
-                            escape_spaces(&text.as_bytes()[a..b], &mut escaped);
-                            spm::encode(&self.vocab, byte_ids, &escaped, &mut scratch, &mut out)?;
+                            escape_spaces(&text[a..b], &mut escaped);
+                            spm.encode(&self.vocab, &escaped, &mut scratch, &mut out)?;
                             prev_special = false;
                         }
                     }
@@ -315,14 +320,14 @@ impl Tokenizer {
 }
 
 /// SentencePiece's whitespace escape: ' ' -> '▁'.
-fn escape_spaces(text: &[u8], out: &mut Vec<u8>) {
-    for &b in text {
-        if b == b' ' {
-            out.extend_from_slice("▁".as_bytes());
-        } else {
-            out.push(b);
-        }
+fn escape_spaces(text: &str, out: &mut String) {
+    let mut rest = text;
+    while let Some(p) = rest.find(' ') {
+        out.push_str(&rest[..p]);
+        out.push('▁');
+        rest = &rest[p + 1..];
     }
+    out.push_str(rest);
 }
 
 fn set_attr_by_text(vocab: &mut Vocab, text: &str, bits: u16, on: bool) {

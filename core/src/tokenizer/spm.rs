@@ -5,11 +5,15 @@
 //! as no token fall back to `<0xXX>` byte tokens.
 //!
 //! The merge loop follows llama.cpp's `llm_tokenizer_spm_session` step by
-//! step: there is no pre-tokenization, the whole fragment is one sequence.
+//! step. llama.cpp merges over the whole fragment at once; we cut it before
+//! each `▁` that no token can join to the character before it (no token
+//! contains that character followed by `▁`): no merge can cross such a cut,
+//! so the pieces merge exactly as the whole would, with small heaps.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
+use super::cache::WordCache;
 use super::unicode::utf8_len;
 use super::vocab::Vocab;
 use crate::{Error, Result};
@@ -59,15 +63,64 @@ impl Ord for Bigram {
 pub(crate) struct Scratch {
     syms: Vec<Sym>,
     heap: BinaryHeap<Bigram>,
+    cache: WordCache,
 }
 
-/// The byte-fallback token of each byte: `<0xXX>`, else the one-byte text.
-pub(crate) fn byte_tokens(vocab: &Vocab) -> [Option<u32>; 256] {
-    std::array::from_fn(|b| vocab.find(format!("<0x{b:02X}>").as_bytes()).or_else(|| vocab.find(&[b as u8])))
+/// What SentencePiece encoding needs beside the vocabulary.
+pub(crate) struct SpmModel {
+    /// The byte-fallback token of each byte: `<0xXX>`, else the one-byte text.
+    byte_ids: [Option<u32>; 256],
+    /// Characters that some token contains right before a `▁` (sorted).
+    joins_space: Vec<char>,
 }
 
-/// Append the tokens of `text`, whose spaces are already escaped as `▁`.
-pub(crate) fn encode(
+impl SpmModel {
+    pub fn new(vocab: &Vocab) -> SpmModel {
+        let byte_ids =
+            std::array::from_fn(|b| vocab.find(format!("<0x{b:02X}>").as_bytes()).or_else(|| vocab.find(&[b as u8])));
+        let mut joins_space = Vec::new();
+        for id in 0..vocab.len() as u32 {
+            let text = String::from_utf8_lossy(vocab.text(id));
+            let mut prev = None;
+            for c in text.chars() {
+                if c == '▁' {
+                    joins_space.extend(prev);
+                }
+                prev = Some(c);
+            }
+        }
+        joins_space.sort_unstable();
+        joins_space.dedup();
+        SpmModel { byte_ids, joins_space }
+    }
+
+    /// Append the tokens of `text`, whose spaces are already escaped as `▁`.
+    pub fn encode(&self, vocab: &Vocab, text: &str, scratch: &mut Scratch, out: &mut Vec<u32>) -> Result<()> {
+        let mut start = 0;
+        let mut prev: Option<char> = None;
+        for (i, c) in text.char_indices() {
+            if c == '▁' && i > start && prev.is_some_and(|p| self.joins_space.binary_search(&p).is_err()) {
+                self.encode_cached(vocab, &text.as_bytes()[start..i], scratch, out)?;
+                start = i;
+            }
+            prev = Some(c);
+        }
+        self.encode_cached(vocab, &text.as_bytes()[start..], scratch, out)
+    }
+
+    fn encode_cached(&self, vocab: &Vocab, piece: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) -> Result<()> {
+        if scratch.cache.lookup(piece, out) {
+            return Ok(());
+        }
+        let start = out.len();
+        encode_piece(vocab, &self.byte_ids, piece, scratch, out)?;
+        scratch.cache.insert(piece, &out[start..]);
+        Ok(())
+    }
+}
+
+/// llama.cpp's SentencePiece merge loop over one piece of text.
+fn encode_piece(
     vocab: &Vocab,
     byte_ids: &[Option<u32>; 256],
     text: &[u8],

@@ -139,10 +139,12 @@ fn per_token<T>(key: Key, n: usize, v: Option<Vec<T>>) -> Result<Vec<T>> {
 }
 
 /// Open-addressing hash index from text to id; the texts stay with the caller.
+/// Each slot keeps 32 bits of the hash beside the id, so a probe that misses
+/// rarely touches the texts.
 #[derive(Default)]
 pub(crate) struct StrTable {
-    /// `id + 1` per slot, 0 for empty. Length is a power of two.
-    slots: Vec<u32>,
+    /// `tag << 32 | (id + 1)` per slot, 0 for empty. Length is a power of two.
+    slots: Vec<u64>,
     mask: usize,
 }
 
@@ -154,11 +156,13 @@ impl StrTable {
         let mut t = StrTable { slots: vec![0; cap], mask: cap - 1 };
         for id in 0..n {
             let text = text_of(id);
-            let mut i = hash(text) as usize & t.mask;
+            let h = hash(text);
+            let tag = h >> 32;
+            let mut i = h as usize & t.mask;
             loop {
                 let s = t.slots[i];
-                if s == 0 || text_of(s as usize - 1) == text {
-                    t.slots[i] = id as u32 + 1;
+                if s == 0 || (s >> 32 == tag && text_of((s as u32 - 1) as usize) == text) {
+                    t.slots[i] = tag << 32 | (id as u64 + 1);
                     break;
                 }
                 i = (i + 1) & t.mask;
@@ -172,14 +176,19 @@ impl StrTable {
         if self.slots.is_empty() {
             return None;
         }
-        let mut i = hash(text) as usize & self.mask;
+        let h = hash(text);
+        let tag = h >> 32;
+        let mut i = h as usize & self.mask;
         loop {
             let s = self.slots[i];
             if s == 0 {
                 return None;
             }
-            if text_of(s - 1) == text {
-                return Some(s - 1);
+            if s >> 32 == tag {
+                let id = s as u32 - 1;
+                if text_of(id) == text {
+                    return Some(id);
+                }
             }
             i = (i + 1) & self.mask;
         }
