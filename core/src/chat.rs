@@ -84,7 +84,9 @@ impl ChatTemplate {
         env.set_fuel(Some(FUEL));
         env.set_recursion_limit(RECURSION_LIMIT);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(hf::formatter);
         env.add_filter("tojson", hf::tojson);
+        env.add_filter("string", |v: Value| Value::from(hf::py_str(&v)));
         env.add_function("strftime_now", hf::strftime_now);
         env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))

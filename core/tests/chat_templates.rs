@@ -98,6 +98,28 @@ fn tojson_follows_python_json_dumps() {
 }
 
 #[test]
+fn values_print_as_python_does() {
+    let t = ChatTemplate::from_source(
+        "{{ n }} {{ t }} {{ f }} {{ x }} {{ l }} {{ m }} {{ t | string }} {{ 2.0 }} {{ u }}|",
+        "",
+        "",
+    )
+    .unwrap();
+    let extra = [
+        ("n".to_string(), json!(null)),
+        ("t".into(), json!(true)),
+        ("f".into(), json!(false)),
+        ("x".into(), json!("it's")),
+        ("l".into(), json!(["a", 1, null, "it's"])),
+        ("m".into(), json!({"k": [true]})),
+    ];
+    assert_eq!(
+        t.render(&[], false, &extra).unwrap(),
+        "None True False it's ['a', 1, None, \"it's\"] {'k': [True]} True 2.0 |"
+    );
+}
+
+#[test]
 fn rendering_is_bounded() {
     // An endless loop runs out of fuel; a huge output hits the size cap.
     let t = ChatTemplate::from_source("{% for i in range(100000000) %}{% endfor %}", "", "").unwrap();

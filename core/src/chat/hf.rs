@@ -267,3 +267,93 @@ mod tests {
         assert_eq!(python_float(123456.75), "123456.75");
     }
 }
+
+/// Jinja2 prints values with Python's `str()`: `None`, `True`, `['a', 1]`.
+/// Used for `{{ ... }}` output and the `string` filter.
+pub fn py_str(v: &Value) -> String {
+    match v.kind() {
+        ValueKind::Undefined => String::new(),
+        ValueKind::String | ValueKind::Plain => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+        _ => py_repr(v, 0),
+    }
+}
+
+/// Python's `repr()` of a template value.
+fn py_repr(v: &Value, depth: usize) -> String {
+    if depth > MAX_DEPTH {
+        return "...".into();
+    }
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => "None".into(),
+        ValueKind::Bool => (if v.is_true() { "True" } else { "False" }).into(),
+        ValueKind::Number => match v.as_i64() {
+            Some(i) if v.is_integer() => i.to_string(),
+            _ => {
+                let f = python_float(f64::try_from(v.clone()).unwrap_or(f64::NAN));
+                match f.as_str() {
+                    "NaN" => "nan".into(),
+                    "Infinity" => "inf".into(),
+                    "-Infinity" => "-inf".into(),
+                    _ => f,
+                }
+            }
+        },
+        ValueKind::String | ValueKind::Plain => py_quote(v.as_str().unwrap_or_default()),
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<String> =
+                v.try_iter().map(|it| it.map(|x| py_repr(&x, depth + 1)).collect()).unwrap_or_default();
+            format!("[{}]", items.join(", "))
+        }
+        ValueKind::Map => {
+            let items: Vec<String> = v
+                .try_iter()
+                .map(|it| {
+                    it.map(|k| {
+                        format!(
+                            "{}: {}",
+                            py_repr(&k, depth + 1),
+                            py_repr(&v.get_item(&k).unwrap_or_default(), depth + 1)
+                        )
+                    })
+                    .collect()
+                })
+                .unwrap_or_default();
+            format!("{{{}}}", items.join(", "))
+        }
+        _ => v.to_string(),
+    }
+}
+
+/// A Python string literal as `repr()` writes it.
+fn py_quote(s: &str) -> String {
+    let q = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(q);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == q => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7F => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(q);
+    out
+}
+
+/// The `{{ ... }}` formatter: Python's `str()` for everything but strings,
+/// which print as they are (no HTML escaping).
+pub fn formatter(out: &mut minijinja::Output, state: &minijinja::State, v: &Value) -> Result<(), Error> {
+    match v.kind() {
+        ValueKind::String | ValueKind::Undefined => minijinja::escape_formatter(out, state, v),
+        _ => out.write_str(&py_str(v)).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string())),
+    }
+}
