@@ -247,27 +247,6 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates() {
-        assert_eq!(strftime("%d %b %Y", 1_721_952_000), "26 Jul 2024");
-        assert_eq!(strftime("%A %B %j %H:%M:%S %p %%", 0), "Thursday January 001 00:00:00 AM %");
-        assert_eq!(strftime("%F", 951_782_400), "2000-02-29");
-    }
-
-    #[test]
-    fn floats_print_as_python() {
-        assert_eq!(python_float(1.0), "1.0");
-        assert_eq!(python_float(0.5), "0.5");
-        assert_eq!(python_float(1e16), "1e+16");
-        assert_eq!(python_float(1.5e-7), "1.5e-07");
-        assert_eq!(python_float(123456.75), "123456.75");
-    }
-}
-
 /// Jinja2 prints values with Python's `str()`: `None`, `True`, `['a', 1]`.
 /// Used for `{{ ... }}` output and the `string` filter.
 pub fn py_str(v: &Value) -> String {
@@ -355,5 +334,26 @@ pub fn formatter(out: &mut minijinja::Output, state: &minijinja::State, v: &Valu
     match v.kind() {
         ValueKind::String | ValueKind::Undefined => minijinja::escape_formatter(out, state, v),
         _ => out.write_str(&py_str(v)).map_err(|e| Error::new(ErrorKind::WriteFailure, e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(strftime("%d %b %Y", 1_721_952_000), "26 Jul 2024");
+        assert_eq!(strftime("%A %B %j %H:%M:%S %p %%", 0), "Thursday January 001 00:00:00 AM %");
+        assert_eq!(strftime("%F", 951_782_400), "2000-02-29");
+    }
+
+    #[test]
+    fn floats_print_as_python() {
+        assert_eq!(python_float(1.0), "1.0");
+        assert_eq!(python_float(0.5), "0.5");
+        assert_eq!(python_float(1e16), "1e+16");
+        assert_eq!(python_float(1.5e-7), "1.5e-07");
+        assert_eq!(python_float(123456.75), "123456.75");
     }
 }

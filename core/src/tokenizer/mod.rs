@@ -35,8 +35,8 @@ use vocab::{attr, Vocab};
 
 /// The tokenization algorithm and its model-specific state.
 enum Model {
-    Bpe { pre: PreTokenizer, bpe: BpeModel, nfc: bool },
-    Spm(spm::SpmModel),
+    Bpe { pre: PreTokenizer, bpe: Box<BpeModel>, nfc: bool },
+    Spm(Box<spm::SpmModel>),
 }
 
 /// A tokenizer loaded from a GGUF file. Immutable and `Send + Sync`: share
@@ -95,7 +95,7 @@ impl Tokenizer {
         let (model, mut ids, mut add_bos, mut add_space_prefix, clean_spaces) = match model_name {
             "llama" => {
                 let ids = SpecialIds { bos: Some(1), eos: Some(2), unk: Some(0), ..SpecialIds::default() };
-                (Model::Spm(spm::SpmModel::new(&vocab)), ids, true, true, false)
+                (Model::Spm(Box::new(spm::SpmModel::new(&vocab))), ids, true, true, false)
             }
             "gpt2" => {
                 let pre_name = pre_name.unwrap_or("default");
@@ -108,7 +108,7 @@ impl Tokenizer {
                     expected: "array of strings",
                     found: merges.element_type().name(),
                 })?;
-                let bpe = BpeModel::new(&vocab, merges, cfg.ignore_merges);
+                let bpe = Box::new(BpeModel::new(&vocab, merges, cfg.ignore_merges));
                 let ids = SpecialIds { bos: Some(11), eos: Some(11), ..SpecialIds::default() };
                 (Model::Bpe { pre: cfg.pre, bpe, nfc: cfg.nfc }, ids, cfg.add_bos, false, cfg.clean_spaces)
             }

@@ -222,7 +222,7 @@ fn split_gpt2(s: Cursor, out: &mut Vec<(usize, usize)>) {
         let mut f2 = if space { s.flags(next) } else { f };
         // ' ?\p{L}+', ' ?\p{N}+' and ' ?[^\s\p{L}\p{N}]+'
         let classes: [fn(Flags) -> bool; 3] = [Flags::is_letter, Flags::is_number, |f| {
-            !(f.is_whitespace() || f.is_letter() || f.is_number()) && !f.is_outside()
+            !(f.is_whitespace() || f.is_letter() || f.is_number() || f.is_outside())
         }];
         if let Some(class) = classes.iter().find(|c| c(f2)) {
             if space {
