@@ -146,3 +146,16 @@ fn gemma_3_270m() {
     let t = common::fixtures().join("tokenizer");
     check(&model, &t.join("gemma-3-270m.inp"), &t.join("gemma-3-270m.out"));
 }
+
+#[test]
+fn gemma_3_270m_chat_tokens() {
+    let Some(model) = gemma_or_skip("gemma_3_270m_chat_tokens") else { return };
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&model).unwrap()).unwrap();
+    assert_eq!((tok.bos(), tok.add_bos(), tok.add_space_prefix()), (Some(2), true, false));
+    // The same ids as llama-tokenize gives for this prompt.
+    let ids = tok.encode("<start_of_turn>user\nHi<end_of_turn>", true, true).unwrap();
+    assert_eq!(ids, [2, 105, 2364, 107, 10979, 106]);
+    assert!(tok.is_end_of_generation(106) && tok.is_end_of_generation(1));
+    assert!(!tok.is_end_of_generation(105));
+    assert_eq!(tok.decode(&ids, false), "user\nHi");
+}
