@@ -12,7 +12,9 @@ pub mod chat;
 pub mod error;
 pub mod gguf;
 pub mod kernels;
+pub mod model;
 pub mod quant;
+pub mod sampler;
 pub mod threads;
 pub mod tokenizer;
 

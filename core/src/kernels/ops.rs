@@ -31,6 +31,26 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// In-place [`rms_norm`].
+pub fn rms_norm_inplace(x: &mut [f32], weight: Option<&[f32]>, eps: f32) {
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
+    match weight {
+        Some(w) => {
+            assert_eq!(w.len(), x.len(), "rms_norm: weight length");
+            x.iter_mut().zip(w).for_each(|(v, &g)| *v = (*v * scale) * g);
+        }
+        None => x.iter_mut().for_each(|v| *v *= scale),
+    }
+}
+
+/// The logistic function `1 / (1 + e^-x)`.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
 /// In-place softmax; the normaliser is summed in f64, as ggml does.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));

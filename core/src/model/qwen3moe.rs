@@ -75,10 +75,10 @@ impl Hparams {
 // ---- tensors -----------------------------------------------------------------------
 
 struct Layer {
-    attn_norm: Vec<f32>,  // [n_embd]
-    attn: AttnWeights,    // q [n_head*hd, n_embd], k/v [n_kv*hd, n_embd], o [n_embd, n_head*hd]
-    ffn_norm: Vec<f32>,   // [n_embd]
-    moe: Moe,             // router [n_expert, n_embd]; experts [n_expert][n_ff_exp, n_embd] / [n_embd, n_ff_exp]
+    attn_norm: Vec<f32>, // [n_embd]
+    attn: AttnWeights,   // q [n_head*hd, n_embd], k/v [n_kv*hd, n_embd], o [n_embd, n_head*hd]
+    ffn_norm: Vec<f32>,  // [n_embd]
+    moe: Moe,            // router [n_expert, n_embd]; experts [n_expert][n_ff_exp, n_embd] / [n_embd, n_ff_exp]
 }
 
 pub struct Qwen3Moe {
