@@ -7,6 +7,8 @@ mod args;
 mod inspect;
 mod logits;
 mod npy;
+mod template;
+mod tokenize;
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -23,6 +25,10 @@ commands:
   inspect FILE [--json] [--tensors]   what a GGUF file holds
   logits --model F --tokens 1,2,3 (--out F.npy | --top K [--json]) [--kv f32|f16] [--threads N]
                                       teacher-forced logits of every position
+  tokenize --model F [--json] [--no-bos] [--no-special] TEXT
+                                      token ids of a text (--help for more)
+  template (--model F | --template F.jinja) --messages JSON [--add-generation-prompt] [--var K=V]
+                                      render a chat prompt exactly
   help                                this text
 ";
 
@@ -56,6 +62,8 @@ fn run(argv: &[String]) -> Result<(), String> {
     match cmd.as_str() {
         "inspect" => inspect::run(rest),
         "logits" => logits::run(rest),
+        "tokenize" => tokenize::run(rest),
+        "template" => template::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
