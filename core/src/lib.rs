@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod model;
 pub mod quant;
 pub mod sampler;
+pub mod session;
 pub mod threads;
 pub mod tokenizer;
 

@@ -124,6 +124,9 @@ pub fn forward(
         if !w.gated {
             ops::rope(qt, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
         }
+        for h in 0..p.n_head {
+            cache.round_query(&mut qt[h * q_stride..h * q_stride + hd]);
+        }
         let kt = &mut k[t * kv_k..(t + 1) * kv_k];
         if let Some(nw) = &w.k_norm {
             kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));

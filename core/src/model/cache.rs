@@ -77,6 +77,8 @@ impl Buf {
         }
     }
 
+    /// q · row. With an f16 cache, q arrives already rounded to f16 (see
+    /// [`KvCache::k_dot`]).
     #[inline]
     fn dot(&self, at: usize, q: &[f32]) -> f32 {
         match self {
@@ -89,7 +91,8 @@ impl Buf {
     fn axpy(&self, at: usize, a: f32, out: &mut [f32]) {
         match self {
             Buf::F32(v) => ops::axpy_f32(out, a, &v[at..at + out.len()]),
-            Buf::F16(v) => ops::axpy_f16(out, a, &v[at..at + out.len()]),
+            // The weight is rounded to f16 like the values it scales.
+            Buf::F16(v) => ops::axpy_f16(out, f16::from_f32(a).to_f32(), &v[at..at + out.len()]),
         }
     }
 }
@@ -130,6 +133,14 @@ impl KvCache {
     pub fn store(&mut self, kv_head: usize, pos: usize, k: &[f32], v: &[f32]) {
         self.k.store((kv_head * self.capacity + pos) * self.head_dim_k, &k[..self.head_dim_k]);
         self.v.store((kv_head * self.capacity + pos) * self.head_dim_v, &v[..self.head_dim_v]);
+    }
+
+    /// Round a query to the cache's precision before it meets the keys (an
+    /// f16 cache multiplies f16 by f16, as llama.cpp's f16 cache does).
+    pub fn round_query(&self, q: &mut [f32]) {
+        if self.ty == KvType::F16 {
+            q.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+        }
     }
 
     /// q · key(kv_head, pos).

@@ -24,8 +24,10 @@ pub use cache::{KvCache, KvType, Logits};
 pub use deltanet::DeltaState;
 pub use ffn::Routing;
 
+use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
+use crate::tokenizer::Tokenizer;
 use crate::threads::ThreadPool;
 use scratch::Scratch;
 
@@ -192,11 +194,14 @@ pub trait Network: Send + Sync {
     }
 }
 
-/// A loaded model: the mapped file and its network.
+/// A loaded model: the mapped file, its network, tokenizer and chat template.
 pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
     summary: Summary,
+    tokenizer: Tokenizer,
+    /// The file's template (ChatML when it has none), or why it does not compile.
+    template: std::result::Result<ChatTemplate, String>,
 }
 
 impl Model {
@@ -215,7 +220,18 @@ impl Model {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(llama::Llama::load(&file, arch)?),
             Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(&file)?),
         };
-        Ok(Model { file: Arc::new(file), net, summary })
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
+        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template; an error when the file's template does not compile.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.template.as_ref().map_err(|e| Error::Template { reason: e.clone() })
     }
 
     pub fn file(&self) -> &GgufFile {

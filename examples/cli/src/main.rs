@@ -4,9 +4,13 @@
 //! status; nothing here panics on bad input.
 
 mod args;
+mod bench;
+mod fingerprint;
 mod inspect;
 mod logits;
 mod npy;
+mod perplexity;
+mod run;
 mod template;
 mod tokenize;
 
@@ -29,6 +33,14 @@ commands:
                                       token ids of a text (--help for more)
   template (--model F | --template F.jinja) --messages JSON [--add-generation-prompt] [--var K=V]
                                       render a chat prompt exactly
+  run --model F --prompt TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
+      [--repeat-penalty R] [--seed S] [--threads N] [--json]
+                                      complete a prompt, streaming the text
+  chat --model F [--system TEXT]      interactive chat with the model's template
+  bench --model F [-p 128] [-n 32] [--threads N] [--draws 5] [--json]
+                                      prefill and decode speed, fixed protocol
+  perplexity --model F --file TEXT [--ctx 128] [--json] [--save-logits F] [--kl-base F]
+                                      perplexity as llama-perplexity computes it
   help                                this text
 ";
 
@@ -64,6 +76,10 @@ fn run(argv: &[String]) -> Result<(), String> {
         "logits" => logits::run(rest),
         "tokenize" => tokenize::run(rest),
         "template" => template::run(rest),
+        "run" => run::run(rest),
+        "chat" => run::chat(rest),
+        "bench" => bench::run(rest),
+        "perplexity" => perplexity::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())
