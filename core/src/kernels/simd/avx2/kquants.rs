@@ -1,0 +1,208 @@
+//! AVX2 dot products of the K-quants (Q2_K..Q6_K) with Q8_K activations.
+//!
+//! The common shape: unpack 32 weights into unsigned bytes, `vpmaddubsw` them
+//! with 32 activations into 16 i16 pair sums, and multiply-add those with the
+//! group scales (as i16) into 8 i32 lanes. Offsets and minimums are folded in
+//! once per super-block through the activation group sums (`bsums`): e.g.
+//! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
+
+use super::{dot_i16, fp16, hsum_ps, hsum_ps128, load32, paths};
+use crate::quant::q3_k::unpack_scales;
+use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use std::arch::x86_64::*;
+
+paths! {
+    q2_k = dot_q2_k(BlockQ8K);
+    q3_k = dot_q3_k(BlockQ8K);
+    q4_k = dot_q4_k(BlockQ8K);
+    q5_k = dot_q5_k(BlockQ8K);
+    q6_k = dot_q6_k(BlockQ8K);
+}
+
+/// Activations `32r..32r + 32` of a Q8_K block.
+#[inline(always)]
+unsafe fn acts(y: &BlockQ8K, r: usize) -> __m256i {
+    load32(y.qs.as_ptr().add(32 * r).cast())
+}
+
+/// The 16 group sums of a Q8_K block, as i16.
+#[inline(always)]
+unsafe fn bsums(y: &BlockQ8K) -> __m256i {
+    _mm256_loadu_si256(y.bsums.as_ptr().cast())
+}
+
+/// For groups of 16 (scales `sc`: 16 i8 in a 128-bit register), the i16
+/// scales of register `r` (groups `2r` and `2r + 1`): eight copies of each.
+#[inline(always)]
+unsafe fn scale_pair16(sc: __m128i, r: usize) -> __m256i {
+    let (lo, hi) = ((2 * r) as i64 * 0x0101_0101_0101_0101, (2 * r + 1) as i64 * 0x0101_0101_0101_0101);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(hi, lo)))
+}
+
+/// For groups of 32 (8 i16 scales duplicated in both lanes), scale `g` in every i16 lane.
+#[inline(always)]
+unsafe fn scale32(sc: __m256i, g: usize) -> __m256i {
+    _mm256_shuffle_epi8(sc, _mm256_set1_epi16((0x0100 + 0x0202 * g) as i16))
+}
+
+/// `v >> shift` per byte, keeping `mask` (shifting 16-bit lanes is exact for
+/// the bits a mask below `0xFF >> shift` keeps).
+#[inline(always)]
+unsafe fn bits(v: __m256i, shift: i32, mask: i8) -> __m256i {
+    let shifted = match shift {
+        0 => v,
+        1 => _mm256_srli_epi16(v, 1),
+        2 => _mm256_srli_epi16(v, 2),
+        3 => _mm256_srli_epi16(v, 3),
+        4 => _mm256_srli_epi16(v, 4),
+        5 => _mm256_srli_epi16(v, 5),
+        6 => _mm256_srli_epi16(v, 6),
+        _ => _mm256_srli_epi16(v, 7),
+    };
+    _mm256_and_si256(shifted, _mm256_set1_epi8(mask))
+}
+
+#[inline(always)]
+unsafe fn dot_q2_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let x = as_blocks::<BlockQ2K>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (xb, yb) in x.iter().zip(a) {
+        let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        let mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
+        // Minimums meet the activation group sums.
+        let summ = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), bsums(yb));
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in 0..4 {
+                let r = 4 * h + j;
+                // 2-bit pair j of each byte -> 0..3
+                let u = bits(q, 2 * j as i32, 3);
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_pair16(sc, r));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.dmin)), _mm256_cvtepi32_ps(summ), acc_m);
+    }
+    hsum_ps(_mm256_sub_ps(acc, acc_m))
+}
+
+#[inline(always)]
+unsafe fn dot_q3_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let x = as_blocks::<BlockQ3K>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let mut acc = _mm256_setzero_ps();
+    for (xb, yb) in x.iter().zip(a) {
+        let scales = unpack_scales(&xb.scales);
+        let sc = _mm_loadu_si128(scales.as_ptr().cast());
+        let hm = load32(xb.hmask.as_ptr());
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in 0..4 {
+                let r = 4 * h + j;
+                // low 2 bits | high bit << 2: q + 4, in 0..8
+                let high = bits(hm, r as i32, 1);
+                let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), _mm256_slli_epi16(high, 2));
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_pair16(sc, r));
+            }
+        }
+        // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bsums(yb));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 2));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[inline(always)]
+unsafe fn dot_q4_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let x = as_blocks::<BlockQ4K>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    for (xb, yb) in x.iter().zip(a) {
+        let (scales, mins) = scales_mins_k4(&xb.scales);
+        let summ = mins_dot_bsums(mins, yb);
+        let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(scales.as_ptr().cast())));
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = load32(xb.qs.as_ptr().add(32 * c));
+            // low nibbles: values 64c..64c+32, high nibbles: the next 32
+            let (lo, hi) = (bits(q, 0, 0x0F), bits(q, 4, 0x0F));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale32(sc, 2 * c));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale32(sc, 2 * c + 1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(yb.d * fp16(xb.dmin)), _mm_cvtepi32_ps(summ), acc_m);
+    }
+    hsum_ps(acc) - hsum_ps128(acc_m)
+}
+
+#[inline(always)]
+unsafe fn dot_q5_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let x = as_blocks::<BlockQ5K>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    for (xb, yb) in x.iter().zip(a) {
+        let (scales, mins) = scales_mins_k4(&xb.scales);
+        let summ = mins_dot_bsums(mins, yb);
+        let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(scales.as_ptr().cast())));
+        let qh = load32(xb.qh.as_ptr());
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let q = load32(xb.qs.as_ptr().add(32 * c));
+            // nibble | fifth bit (bit 2c for the low nibbles, 2c+1 for the high) << 4
+            let lo = _mm256_or_si256(bits(q, 0, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32, 1), 4));
+            let hi = _mm256_or_si256(bits(q, 4, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32 + 1, 1), 4));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale32(sc, 2 * c));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale32(sc, 2 * c + 1));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(yb.d * fp16(xb.dmin)), _mm_cvtepi32_ps(summ), acc_m);
+    }
+    hsum_ps(acc) - hsum_ps128(acc_m)
+}
+
+/// `sum_g min_g * (bsum_2g + bsum_2g+1)` for the 8 groups of 32, in 4 i32 lanes.
+#[inline(always)]
+unsafe fn mins_dot_bsums(mins: [u8; 8], y: &BlockQ8K) -> __m128i {
+    let b = bsums(y);
+    // Adjacent pairs of the 16 group sums of 16 -> 8 sums of 32.
+    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast())), pairs)
+}
+
+#[inline(always)]
+unsafe fn dot_q6_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    let x = as_blocks::<BlockQ6K>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let mut acc = _mm256_setzero_ps();
+    for (xb, yb) in x.iter().zip(a) {
+        let sc = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let qh = load32(xb.qh.as_ptr().add(32 * h));
+            let ql0 = load32(xb.ql.as_ptr().add(64 * h));
+            let ql1 = load32(xb.ql.as_ptr().add(64 * h + 32));
+            let m30 = _mm256_set1_epi8(0x30);
+            // nibble | 2 high bits << 4: q + 32, in 0..64
+            let u = [
+                _mm256_or_si256(bits(ql0, 0, 0x0F), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                _mm256_or_si256(bits(ql1, 0, 0x0F), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                _mm256_or_si256(bits(ql0, 4, 0x0F), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(bits(ql1, 4, 0x0F), bits(qh, 2, 0x30)),
+            ];
+            for (t, ut) in u.into_iter().enumerate() {
+                let r = 4 * h + t;
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(ut, acts(yb, r)), scale_pair16(sc, r));
+            }
+        }
+        // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bsums(yb));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}

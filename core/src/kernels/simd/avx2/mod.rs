@@ -1,0 +1,165 @@
+//! x86-64 AVX2 + FMA + F16C kernels, and their AVX-VNNI / AVX-512-VNNI twins.
+//!
+//! Each kernel body is written once, `#[inline(always)]` and generic over
+//! `V`, the way int8 products are summed:
+//! - [`MADD`]: `vpmaddubsw` (u8 x i8 -> i16 pairs) then `vpmaddwd` (-> i32);
+//! - [`VEX`]: AVX-VNNI `vpdpbusd` / `vpdpwssd`, fused multiply-accumulate;
+//! - [`EVEX`]: the same instructions in their AVX-512 VNNI + VL encoding.
+//!
+//! The [`paths!`] macro instantiates every body three times inside
+//! `#[target_feature]` wrappers, so the instructions of each path are only
+//! ever executed on a CPU that reported them. None of the sums can saturate:
+//! unsigned operands stay below 64 and activations within +-127, so every
+//! path computes exactly the scalar twin's integers.
+
+mod float;
+mod kquants;
+mod legacy;
+
+use crate::kernels::dispatch::{Isa, Kernels};
+use crate::quant::F16Bytes;
+use std::arch::x86_64::*;
+
+pub(super) const MADD: u8 = 0;
+pub(super) const VEX: u8 = 1;
+pub(super) const EVEX: u8 = 2;
+
+/// The AVX2 tables this CPU supports, lowest first.
+pub(crate) fn detected() -> Vec<Kernels> {
+    let mut out = Vec::new();
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return out;
+    }
+    out.push(table!(avx2, Isa::Avx2));
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        out.push(table!(avx512vnni, Isa::Avx512Vnni));
+    }
+    if is_x86_feature_detected!("avxvnni") {
+        // The VEX encoding is shorter than EVEX and runs on either port set.
+        out.push(table!(avxvnni, Isa::AvxVnni));
+    }
+    out
+}
+
+/// A kernel table from the wrappers in module `$m` of every kernel file.
+macro_rules! table {
+    ($m:ident, $isa:expr) => {
+        Kernels {
+            isa: $isa,
+            q4_0: legacy::$m::q4_0,
+            q5_0: legacy::$m::q5_0,
+            q8_0: legacy::$m::q8_0,
+            q4_1: legacy::$m::q4_1,
+            q5_1: legacy::$m::q5_1,
+            q2_k: kquants::$m::q2_k,
+            q3_k: kquants::$m::q3_k,
+            q4_k: kquants::$m::q4_k,
+            q5_k: kquants::$m::q5_k,
+            q6_k: kquants::$m::q6_k,
+            f32: float::avx2::f32,
+            f16: float::avx2::f16,
+            bf16: float::avx2::bf16,
+            tile_q4_0: None,
+            tile_q8_0: None,
+            tile_q4_k: None,
+            tile_q6_k: None,
+            dot_f32: float::avx2::dot_f32,
+            dot_f16: float::avx2::dot_f16,
+            axpy_f32: float::avx2::axpy_f32,
+            axpy_f16: float::avx2::axpy_f16,
+        }
+    };
+}
+use table;
+
+/// Instantiate kernel bodies `$body::<V>` as `#[target_feature]` functions
+/// `$name` in modules `avx2`, `avxvnni` and `avx512vnni`.
+macro_rules! paths {
+    ($($name:ident = $body:ident ($act:ty);)*) => {
+        pub(crate) mod avx2 {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = "avx2,fma,f16c")]
+                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<{ super::super::MADD }>(w, a)
+                }
+            )*
+        }
+        pub(crate) mod avxvnni {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<{ super::super::VEX }>(w, a)
+                }
+            )*
+        }
+        pub(crate) mod avx512vnni {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<{ super::super::EVEX }>(w, a)
+                }
+            )*
+        }
+    };
+}
+use paths;
+
+// ---- shared helpers (inlined into the target_feature wrappers) ----------
+
+/// f16 -> f32 with F16C.
+#[inline(always)]
+pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(h.0) as i32)))
+}
+
+/// 32 bytes from `p`, any alignment.
+#[inline(always)]
+pub(super) unsafe fn load32(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+/// Sum of the 8 lanes.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
+    hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)))
+}
+
+/// Sum of the 4 lanes.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `acc + (sums of 4 adjacent u8(u) * i8(s) products)` in i32 lanes.
+#[inline(always)]
+pub(super) unsafe fn dot_u8i8<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    match V {
+        VEX => _mm256_dpbusd_avx_epi32(acc, u, s),
+        EVEX => _mm256_dpbusd_epi32(acc, u, s),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))),
+    }
+}
+
+/// `acc + (sums of 2 adjacent i16(a) * i16(b) products)` in i32 lanes.
+#[inline(always)]
+pub(super) unsafe fn dot_i16<const V: u8>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    match V {
+        VEX => _mm256_dpwssd_avx_epi32(acc, a, b),
+        EVEX => _mm256_dpwssd_epi32(acc, a, b),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
+    }
+}
+
+/// Signed i8 x i8 dot product of 32 bytes, in i32 lanes: move the sign of `x`
+/// onto `y` so that the unsigned x signed instructions apply.
+#[inline(always)]
+pub(super) unsafe fn dot_i8<const V: u8>(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
+    dot_u8i8::<V>(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
