@@ -47,9 +47,12 @@ pub(crate) mod avx2 {
     pub(crate) unsafe fn f32(w: &[u8], x: &[f32]) -> f32 {
         debug_assert_eq!(w.len(), 4 * x.len());
         let p = w.as_ptr();
-        dot_with(x.len(), x, |i| _mm256_loadu_ps(p.add(4 * i).cast()), |j| {
-            f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]])
-        })
+        dot_with(
+            x.len(),
+            x,
+            |i| _mm256_loadu_ps(p.add(4 * i).cast()),
+            |j| f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]]),
+        )
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -63,9 +66,12 @@ pub(crate) mod avx2 {
     pub(crate) unsafe fn bf16(w: &[u8], x: &[f32]) -> f32 {
         debug_assert_eq!(w.len(), 2 * x.len());
         let p = w.as_ptr();
-        dot_with(x.len(), x, |i| load_bf16(p.add(2 * i)), |j| {
-            f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16)
-        })
+        dot_with(
+            x.len(),
+            x,
+            |i| load_bf16(p.add(2 * i)),
+            |j| f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16),
+        )
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

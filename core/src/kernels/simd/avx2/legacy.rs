@@ -43,8 +43,10 @@ unsafe fn dot_q8_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut pairs = x.chunks_exact(2).zip(a.chunks_exact(2));
     for (xp, yp) in &mut pairs {
-        let s0 = dot_i8::<V>(_mm256_setzero_si256(), load32(xp[0].qs.as_ptr().cast()), load32(yp[0].qs.as_ptr().cast()));
-        let s1 = dot_i8::<V>(_mm256_setzero_si256(), load32(xp[1].qs.as_ptr().cast()), load32(yp[1].qs.as_ptr().cast()));
+        let s0 =
+            dot_i8::<V>(_mm256_setzero_si256(), load32(xp[0].qs.as_ptr().cast()), load32(yp[0].qs.as_ptr().cast()));
+        let s1 =
+            dot_i8::<V>(_mm256_setzero_si256(), load32(xp[1].qs.as_ptr().cast()), load32(yp[1].qs.as_ptr().cast()));
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(xp[0].d) * fp16(yp[0].d)), _mm256_cvtepi32_ps(s0), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(xp[1].d) * fp16(yp[1].d)), _mm256_cvtepi32_ps(s1), acc1);
     }
