@@ -145,8 +145,8 @@ pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
 /// the angle built by repeated multiplication as ggml does. Normal mode
 /// rotates adjacent pairs `(2i, 2i+1)`; NeoX mode pairs `(i, i + n_rot/2)`.
 pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base: f32, freq_scale: f32, neox: bool) {
-    assert!(head_dim > 0 && x.len() % head_dim == 0, "rope: {} values in heads of {head_dim}", x.len());
-    assert!(n_rot <= head_dim && n_rot % 2 == 0, "rope: n_rot {n_rot} for head_dim {head_dim}");
+    assert!(head_dim > 0 && x.len().is_multiple_of(head_dim), "rope: {} values in heads of {head_dim}", x.len());
+    assert!(n_rot <= head_dim && n_rot.is_multiple_of(2), "rope: n_rot {n_rot} for head_dim {head_dim}");
     let half = n_rot / 2;
     let mut cache = [(0.0f32, 0.0f32); 256];
     let mut big = Vec::new();

@@ -68,7 +68,7 @@ pub unsafe trait FileBlock: Copy + 'static {}
 #[inline]
 pub fn as_blocks<B: FileBlock>(bytes: &[u8]) -> &[B] {
     let size = std::mem::size_of::<B>();
-    assert!(bytes.len() % size == 0, "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
     debug_assert_eq!(std::mem::align_of::<B>(), 1);
     // SAFETY: `B: FileBlock` has alignment 1, no padding and no invalid bit
     // patterns; the length is a whole number of blocks inside `bytes`.
@@ -216,7 +216,7 @@ impl GgmlType {
     /// number of blocks or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
