@@ -7,9 +7,11 @@
 //! an out-of-bounds read.
 
 mod keys;
+mod summary;
 mod parse;
 mod source;
 mod value;
+mod write;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -17,7 +19,9 @@ use std::path::Path;
 pub use keys::{Arch, Key, TensorKind, TensorName};
 pub use parse::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NESTING};
 pub use source::{AccessPattern, Source};
+pub use summary::{Summary, TypeTotals};
 pub use value::{Array, StringArray, Value, ValueType};
+pub use write::{GgufWriter, TensorSpec};
 
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;

@@ -152,6 +152,16 @@ impl StringArray {
     }
 }
 
+impl<'a> FromIterator<&'a str> for StringArray {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(iter: I) -> Self {
+        let mut out = StringArray::default();
+        for s in iter {
+            out.push(s);
+        }
+        out
+    }
+}
+
 impl Value {
     pub fn value_type(&self) -> ValueType {
         match self {

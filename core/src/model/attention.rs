@@ -1,0 +1,177 @@
+//! Causal self-attention over the KV cache: grouped-query heads, RoPE,
+//! optional QK-norm, biases, an output gate, and sliding windows.
+
+use super::cache::KvCache;
+use super::scratch::{split, take, Scratch, SharedMut};
+use super::weights::{Loader, Matrix};
+use crate::error::Result;
+use crate::gguf::TensorKind;
+use crate::kernels::{self, ops};
+use crate::threads::ThreadPool;
+
+/// How positions rotate queries and keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    /// Dimensions rotated at the start of each head (partial rotary when < head_dim).
+    pub n_rot: usize,
+    pub base: f32,
+    /// 1 / linear scaling factor.
+    pub scale: f32,
+    /// NeoX pairs (i, i + n_rot/2) rather than adjacent pairs (2i, 2i+1).
+    pub neox: bool,
+}
+
+/// Shape and behaviour of one attention layer.
+#[derive(Clone, Debug)]
+pub struct AttnParams {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub rope: Rope,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    /// Attend only to the last `window` positions (including the current one).
+    pub window: Option<usize>,
+    /// Epsilon of the per-head QK RMSNorm.
+    pub eps: f32,
+}
+
+/// Weights of one attention layer. Shapes: q `[n_head*hd (x2 if gated), n_embd]`,
+/// k/v `[n_kv_head*hd, n_embd]`, o `[n_embd, n_head*hd_v]`.
+pub struct AttnWeights {
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    pub o: Matrix,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
+    /// q carries a per-head output gate after each head's query
+    /// (`[q_h | gate_h]` per head): the output is `att * sigmoid(gate)`.
+    pub gated: bool,
+}
+
+impl AttnWeights {
+    /// Load the standard tensors of layer `il`.
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: &AttnParams, gated: bool) -> Result<AttnWeights> {
+        let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
+        let kv_k = p.n_kv_head * p.head_dim;
+        let kv_v = p.n_kv_head * p.head_dim_v;
+        Ok(AttnWeights {
+            q: ld.matrix(TensorKind::AttnQ, il, q_rows, n_embd)?,
+            k: ld.matrix(TensorKind::AttnK, il, kv_k, n_embd)?,
+            v: ld.matrix(TensorKind::AttnV, il, kv_v, n_embd)?,
+            o: ld.matrix(TensorKind::AttnOut, il, n_embd, p.n_head * p.head_dim_v)?,
+            q_norm: ld.vector_opt(TensorKind::AttnQNorm, il, p.head_dim)?,
+            k_norm: ld.vector_opt(TensorKind::AttnKNorm, il, p.head_dim)?,
+            q_bias: ld.bias_opt(TensorKind::AttnQ, il, q_rows)?,
+            k_bias: ld.bias_opt(TensorKind::AttnK, il, kv_k)?,
+            v_bias: ld.bias_opt(TensorKind::AttnV, il, kv_v)?,
+            gated,
+        })
+    }
+}
+
+/// Run attention for `n` tokens at positions `pos0..pos0+n` whose normalised
+/// inputs are `s.xn` (`[n][n_embd]`); the projected output lands in `s.out`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    file: &[u8],
+    pool: &ThreadPool,
+    p: &AttnParams,
+    w: &AttnWeights,
+    cache: &mut KvCache,
+    pos0: usize,
+    n: usize,
+    n_embd: usize,
+    s: &mut Scratch,
+) {
+    let (hd, hdv) = (p.head_dim, p.head_dim_v);
+    let q_rows = w.q.rows;
+    let (kv_k, kv_v) = (p.n_kv_head * hd, p.n_kv_head * hdv);
+
+    // Projections: q (and its gate), k, v = W · xn.
+    let xn = &s.xn[..n * n_embd];
+    let q = take(&mut s.q, n * q_rows);
+    let k = take(&mut s.k, n * kv_k);
+    let v = take(&mut s.v, n * kv_v);
+    project(pool, file, &w.q, &mut s.acts, xn, n, q);
+    project(pool, file, &w.k, &mut s.acts, xn, n, k);
+    project(pool, file, &w.v, &mut s.acts, xn, n, v);
+    for (bias, out, width) in [(&w.q_bias, &mut *q, q_rows), (&w.k_bias, &mut *k, kv_k), (&w.v_bias, &mut *v, kv_v)] {
+        if let Some(b) = bias {
+            out.chunks_exact_mut(width).for_each(|row| ops::add(row, b));
+        }
+    }
+
+    // Per head: QK-norm, then RoPE at the token's position; keys and values go to the cache.
+    let q_stride = if w.gated { 2 * hd } else { hd };
+    for t in 0..n {
+        let pos = pos0 + t;
+        for h in 0..p.n_head {
+            let qh = &mut q[t * q_rows + h * q_stride..][..hd];
+            if let Some(nw) = &w.q_norm {
+                ops::rms_norm_inplace(qh, Some(nw), p.eps);
+            }
+            ops::rope(qh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
+        }
+        for h in 0..p.n_kv_head {
+            let kh = &mut k[t * kv_k + h * hd..][..hd];
+            if let Some(nw) = &w.k_norm {
+                ops::rms_norm_inplace(kh, Some(nw), p.eps);
+            }
+            ops::rope(kh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
+            cache.store(h, pos, kh, &v[t * kv_v + h * hdv..][..hdv]);
+        }
+    }
+
+    // softmax(scale · q·K) · V for every (token, head), split over threads.
+    let att = take(&mut s.att, n * p.n_head * hdv);
+    let cap = cache.capacity;
+    let scores = take(&mut s.scores, pool.n_threads() * cap);
+    let (att_out, score_buf) = (SharedMut::new(att), SharedMut::new(scores));
+    let group = p.n_head / p.n_kv_head;
+    let cache = &*cache;
+    let q = &*q;
+    pool.run(&|ith, nth| {
+        let (a, b) = split(n * p.n_head, ith, nth);
+        // SAFETY: each thread owns its rows of `att` and its stripe of `scores`.
+        let sc = unsafe { score_buf.slice(ith * cap, cap) };
+        for item in a..b {
+            let (t, h) = (item / p.n_head, item % p.n_head);
+            let pos = pos0 + t;
+            let lo = p.window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
+            let kvh = h / group;
+            let qh = &q[t * q_rows + h * q_stride..][..hd];
+            let sc = &mut sc[..pos + 1 - lo];
+            for (j, s) in sc.iter_mut().enumerate() {
+                *s = cache.k_dot(kvh, lo + j, qh) * p.scale;
+            }
+            ops::softmax(sc);
+            let out = unsafe { att_out.slice(item * hdv, hdv) };
+            out.fill(0.0);
+            for (j, &wgt) in sc.iter().enumerate() {
+                cache.v_axpy(kvh, lo + j, wgt, out);
+            }
+            if w.gated {
+                let gate = &q[t * q_rows + h * q_stride + hd..][..hd];
+                for (o, &g) in out.iter_mut().zip(gate) {
+                    *o *= ops::sigmoid(g);
+                }
+            }
+        }
+    });
+
+    // Output projection.
+    let out = take(&mut s.out, n * n_embd);
+    project(pool, file, &w.o, &mut s.acts2, &s.att[..n * p.n_head * hdv], n, out);
+}
+
+/// out = W · x for `n` rows of x.
+pub fn project(pool: &ThreadPool, file: &[u8], w: &Matrix, acts: &mut kernels::QActs, x: &[f32], n: usize, out: &mut [f32]) {
+    acts.quantize(w.ty, x, n, w.cols);
+    kernels::matmul(pool, &w.view(file), acts, out);
+}

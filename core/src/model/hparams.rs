@@ -1,0 +1,103 @@
+//! Reading hyper-parameters through the key table, with typed errors.
+
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Key};
+
+/// Metadata of one architecture: keys resolve with its prefix.
+pub struct Meta<'a> {
+    pub file: &'a GgufFile,
+    pub arch: &'a str,
+}
+
+/// Hyper-parameters larger than this are rejected as corrupt (no real model
+/// comes near; it keeps products of them far from overflow).
+const MAX_DIM: usize = 1 << 24;
+
+impl<'a> Meta<'a> {
+    pub fn new(file: &'a GgufFile, arch: &'a str) -> Self {
+        Meta { file, arch }
+    }
+
+    pub fn key(&self, k: Key) -> String {
+        k.for_arch(self.arch)
+    }
+
+    fn bad(&self, k: Key, reason: impl Into<String>) -> Error {
+        Error::InvalidHyperparameter { key: self.key(k), reason: reason.into() }
+    }
+
+    /// A required positive integer.
+    pub fn usize(&self, k: Key) -> Result<usize> {
+        let name = self.key(k);
+        let v = self.file.get_u64(&name)?.ok_or(Error::MissingKey(name))?;
+        self.check(k, v)
+    }
+
+    /// An optional non-negative integer with a default.
+    pub fn usize_or(&self, k: Key, default: usize) -> Result<usize> {
+        match self.file.get_u64(&self.key(k))? {
+            None => Ok(default),
+            Some(v) => self.check(k, v),
+        }
+    }
+
+    fn check(&self, k: Key, v: u64) -> Result<usize> {
+        if v as usize > MAX_DIM || v > MAX_DIM as u64 {
+            return Err(self.bad(k, format!("{v} is out of range")));
+        }
+        Ok(v as usize)
+    }
+
+    /// A required positive integer that must also be non-zero.
+    pub fn nonzero(&self, k: Key) -> Result<usize> {
+        let v = self.usize(k)?;
+        if v == 0 {
+            return Err(self.bad(k, "must be positive"));
+        }
+        Ok(v)
+    }
+
+    pub fn f32_or(&self, k: Key, default: f32) -> Result<f32> {
+        let v = self.file.get_f32(&self.key(k))?.unwrap_or(default);
+        if !v.is_finite() {
+            return Err(self.bad(k, format!("{v} is not finite")));
+        }
+        Ok(v)
+    }
+
+    pub fn bool_or(&self, k: Key, default: bool) -> Result<bool> {
+        Ok(self.file.get_bool(&self.key(k))?.unwrap_or(default))
+    }
+
+    pub fn str_or(&self, k: Key, default: &'a str) -> Result<&'a str> {
+        Ok(self.file.get_str(&self.key(k))?.unwrap_or(default))
+    }
+
+    /// An integer array, if present.
+    pub fn ints(&self, k: Key) -> Result<Option<Vec<i64>>> {
+        let name = self.key(k);
+        match self.file.get_array(&name)? {
+            None => Ok(None),
+            Some(a) => a.to_i64_vec().map(Some).ok_or_else(|| self.bad(k, "expected an integer array")),
+        }
+    }
+
+    /// A bool array, if present.
+    pub fn bools(&self, k: Key) -> Result<Option<Vec<bool>>> {
+        let name = self.key(k);
+        match self.file.get_array(&name)? {
+            None => Ok(None),
+            Some(crate::gguf::Array::Bool(v)) => Ok(Some(v.clone())),
+            Some(_) => Err(self.bad(k, "expected a bool array")),
+        }
+    }
+
+    /// Require `cond`, else an error naming the key.
+    pub fn ensure(&self, k: Key, cond: bool, reason: impl Into<String>) -> Result<()> {
+        if cond {
+            Ok(())
+        } else {
+            Err(self.bad(k, reason))
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Buffers a forward pass reuses from token to token (no allocation per
+//! token once they have grown to the batch size), and a raw view for threads
+//! that write disjoint parts of one buffer.
+
+use crate::kernels::QActs;
+
+/// Growable f32 buffers, one per role in the forward pass.
+#[derive(Default)]
+pub struct Scratch {
+    /// Residual stream `[n_tokens][n_embd]`.
+    pub x: Vec<f32>,
+    /// Normalised input of the current block.
+    pub xn: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// Attention output before the output projection.
+    pub att: Vec<f32>,
+    /// Output of a block before it joins the residual.
+    pub out: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub router: Vec<f32>,
+    pub moe: Vec<f32>,
+    pub tmp: Vec<f32>,
+    /// Per-thread attention scores, `n_threads * capacity`.
+    pub scores: Vec<f32>,
+    /// Quantised activations, shared by the matrices that read the same input.
+    pub acts: QActs,
+    pub acts2: QActs,
+}
+
+/// Resize `v` to `n` (zero-filled when growing) and return it.
+#[inline]
+pub fn take(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() != n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// A shared mutable slice for pool threads that each write a disjoint range.
+#[derive(Clone, Copy)]
+pub struct SharedMut {
+    ptr: *mut f32,
+    len: usize,
+}
+
+// SAFETY: users only create disjoint sub-slices from different threads.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    pub fn new(s: &mut [f32]) -> Self {
+        SharedMut { ptr: s.as_mut_ptr(), len: s.len() }
+    }
+
+    /// A sub-slice.
+    ///
+    /// # Safety
+    /// No two live slices obtained from the same `SharedMut` may overlap, and
+    /// the original slice must outlive them.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(start + len <= self.len, "SharedMut range out of bounds");
+        std::slice::from_raw_parts_mut(self.ptr.add(start), len)
+    }
+}
+
+/// The share `[start, end)` of `n` items that thread `ith` of `nth` handles.
+#[inline]
+pub fn split(n: usize, ith: usize, nth: usize) -> (usize, usize) {
+    let per = n.div_ceil(nth);
+    let start = (ith * per).min(n);
+    (start, (start + per).min(n))
+}

@@ -1,0 +1,179 @@
+//! Looking up a model's tensors by kind and layer, checking shape and type,
+//! and turning them into kernel views over the mapped file.
+//!
+//! Large matrices stay in the mapping and are described by byte ranges;
+//! small vectors (norms, biases, scalars) are copied to f32 at load.
+
+use crate::error::{Error, Result};
+use crate::gguf::{AccessPattern, GgufFile, TensorInfo, TensorKind};
+use crate::kernels::{self, QMatrix};
+use crate::quant::GgmlType;
+
+/// A 2-D weight matrix in the mapped file: `rows` outputs of `cols` inputs.
+#[derive(Clone, Debug)]
+pub struct Matrix {
+    pub name: String,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    /// Absolute byte offset in the file.
+    offset: usize,
+    len: usize,
+}
+
+impl Matrix {
+    /// The kernel view over the file's bytes.
+    #[inline]
+    pub fn view<'a>(&self, file: &'a [u8]) -> QMatrix<'a> {
+        QMatrix { ty: self.ty, data: &file[self.offset..self.offset + self.len], rows: self.rows, cols: self.cols }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.len
+    }
+
+    /// One row (e.g. a token's embedding) dequantised into `out`.
+    pub fn row_f32(&self, file: &[u8], row: usize, out: &mut [f32]) {
+        let rb = self.len / self.rows;
+        let start = self.offset + row * rb;
+        kernels::dequantize_row(self.ty, &file[start..start + rb], &mut out[..self.cols]);
+    }
+}
+
+/// A stack of expert matrices (`ffn_*_exps`: one `rows x cols` slab per expert).
+#[derive(Clone, Debug)]
+pub struct Experts {
+    pub all: Matrix,
+    pub n_expert: usize,
+    /// Rows of one expert's slab.
+    pub rows: usize,
+}
+
+impl Experts {
+    /// Expert `e`'s slab. Only routed experts are ever sliced, so only their
+    /// bytes are read.
+    #[inline]
+    pub fn slab<'a>(&self, file: &'a [u8], e: usize) -> QMatrix<'a> {
+        self.all.view(file).rows_slice(e * self.rows, self.rows)
+    }
+
+    /// Byte range of expert `e` in the file (tests use it to poison slabs).
+    pub fn slab_range(&self, e: usize) -> std::ops::Range<usize> {
+        let per = self.all.len / self.n_expert;
+        self.all.offset + e * per..self.all.offset + (e + 1) * per
+    }
+}
+
+/// Tensor lookup with typed errors naming the tensor.
+pub struct Loader<'a> {
+    pub file: &'a GgufFile,
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(file: &'a GgufFile) -> Self {
+        Loader { file }
+    }
+
+    fn info(&self, name: &str) -> Result<&'a TensorInfo> {
+        self.file.tensor(name).ok_or_else(|| Error::MissingTensor(name.to_string()))
+    }
+
+    pub fn has(&self, kind: TensorKind, layer: usize) -> bool {
+        self.file.tensor(&kind.weight(layer)).is_some()
+    }
+
+    fn check_shape(t: &TensorInfo, expected: &[u64]) -> Result<()> {
+        if t.shape() != expected {
+            return Err(Error::TensorShape {
+                tensor: t.name.clone(),
+                expected: expected.to_vec(),
+                found: t.shape().to_vec(),
+            });
+        }
+        Ok(())
+    }
+
+    fn computable(t: &TensorInfo) -> Result<()> {
+        if !kernels::supports(t.ty) {
+            return Err(Error::UnsupportedTensorType { tensor: t.name.clone(), ty: t.ty.name().to_string() });
+        }
+        Ok(())
+    }
+
+    fn matrix_of(&self, t: &TensorInfo, rows: usize, cols: usize) -> Matrix {
+        Matrix {
+            name: t.name.clone(),
+            ty: t.ty,
+            rows,
+            cols,
+            offset: (self.file.data_offset() + t.offset) as usize,
+            len: t.size as usize,
+        }
+    }
+
+    /// A `rows x cols` matrix (stored as ggml shape `[cols, rows]`).
+    pub fn matrix(&self, kind: TensorKind, layer: usize, rows: usize, cols: usize) -> Result<Matrix> {
+        let t = self.info(&kind.weight(layer))?;
+        Self::check_shape(t, &[cols as u64, rows as u64])?;
+        Self::computable(t)?;
+        Ok(self.matrix_of(t, rows, cols))
+    }
+
+    /// Like [`matrix`](Self::matrix) but absent is `None`.
+    pub fn matrix_opt(&self, kind: TensorKind, layer: usize, rows: usize, cols: usize) -> Result<Option<Matrix>> {
+        if self.has(kind, layer) {
+            self.matrix(kind, layer, rows, cols).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Stacked experts, ggml shape `[cols, rows, n_expert]`.
+    pub fn experts(&self, kind: TensorKind, layer: usize, n_expert: usize, rows: usize, cols: usize) -> Result<Experts> {
+        let t = self.info(&kind.weight(layer))?;
+        Self::check_shape(t, &[cols as u64, rows as u64, n_expert as u64])?;
+        Self::computable(t)?;
+        self.file.advise(t, AccessPattern::Random);
+        Ok(Experts { all: self.matrix_of(t, rows * n_expert, cols), n_expert, rows })
+    }
+
+    /// A small tensor of `n` elements (any shape with that many elements whose
+    /// first dims match `shape`), copied to f32.
+    pub fn vector_shaped(&self, name: &str, shape: &[u64]) -> Result<Vec<f32>> {
+        let t = self.info(name)?;
+        Self::check_shape(t, shape)?;
+        Self::computable(t)?;
+        let n = t.n_elements() as usize;
+        let mut out = vec![0f32; n];
+        let data = self.file.tensor_data(t);
+        let rb = t.row_bytes();
+        let row = t.dims[0] as usize;
+        for (i, chunk) in out.chunks_mut(row).enumerate() {
+            kernels::dequantize_row(t.ty, &data[i * rb..(i + 1) * rb], chunk);
+        }
+        Ok(out)
+    }
+
+    /// A 1-D weight vector of length `n`.
+    pub fn vector(&self, kind: TensorKind, layer: usize, n: usize) -> Result<Vec<f32>> {
+        self.vector_shaped(&kind.weight(layer), &[n as u64])
+    }
+
+    pub fn vector_opt(&self, kind: TensorKind, layer: usize, n: usize) -> Result<Option<Vec<f32>>> {
+        if self.has(kind, layer) {
+            self.vector(kind, layer, n).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// A 1-D bias vector of length `n`, if present.
+    pub fn bias_opt(&self, kind: TensorKind, layer: usize, n: usize) -> Result<Option<Vec<f32>>> {
+        let name = kind.bias(layer);
+        if self.file.tensor(&name).is_some() {
+            self.vector_shaped(&name, &[n as u64]).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}

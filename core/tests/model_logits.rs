@@ -1,0 +1,233 @@
+//! The forward pass against the references: transformers (F32 files),
+//! llama.cpp (every file), decode == prefill, and the real Gemma 3 270M.
+
+mod common;
+
+use std::path::Path;
+
+use common::arrays::{argmax, kl, max_abs_diff, median, read_npy, read_npz};
+use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::threads::ThreadPool;
+
+/// Architectures this test file covers (qwen35moe has its own).
+const ARCHES: &[&str] = &["qwen3moe-tiny", "gemma3-tiny", "mixtral-tiny"];
+
+fn pool() -> ThreadPool {
+    ThreadPool::new(2)
+}
+
+/// Teacher-forced logits of every position, evaluated as one batch.
+fn batch_logits(model: &Model, tokens: &[u32], kv: KvType) -> Vec<f32> {
+    let mut st = model.new_state(tokens.len() + 8, kv).unwrap();
+    model.forward(&pool(), &mut st, tokens, Logits::All).unwrap();
+    assert_eq!(st.logit_rows(), tokens.len());
+    st.logits().to_vec()
+}
+
+fn prompt(model: &serde_json::Value) -> Vec<u32> {
+    model["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect()
+}
+
+fn models() -> Vec<serde_json::Value> {
+    let m = common::manifest();
+    m["models"].as_array().unwrap().iter().filter(|m| ARCHES.contains(&m["name"].as_str().unwrap())).cloned().collect()
+}
+
+#[test]
+fn f32_files_match_transformers() {
+    let dir = common::fixtures();
+    let mut checked = 0;
+    for m in models() {
+        let name = m["name"].as_str().unwrap();
+        let Some(f32_file) = m["files"].as_array().unwrap().iter().find(|f| f["type"] == "F32") else { continue };
+        let model = Model::load(dir.join(f32_file["gguf"].as_str().unwrap())).unwrap();
+        let tokens = prompt(&m);
+        let ours = batch_logits(&model, &tokens, KvType::F32);
+        let hf = read_npy(&dir.join(m["hf_logits"].as_str().unwrap()));
+        assert_eq!(hf.shape, [tokens.len(), model.n_vocab()]);
+        let tol = if name.starts_with("gemma3") { 1e-3 } else { 1e-4 };
+        let d = max_abs_diff(&ours, &hf.f32);
+        eprintln!("{name} F32 vs transformers: max |Δ| = {d:.3e} (tolerance {tol:.0e})");
+        assert!(d <= tol, "{name}: max |Δ| {d} > {tol}");
+        checked += 1;
+    }
+    assert_eq!(checked, 2);
+}
+
+#[test]
+fn every_file_matches_llama_cpp() {
+    let dir = common::fixtures();
+    let mut checked = 0;
+    for m in models() {
+        let tokens = prompt(&m);
+        for f in m["files"].as_array().unwrap() {
+            let file = f["gguf"].as_str().unwrap();
+            let model = Model::load(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let ours = batch_logits(&model, &tokens, KvType::F32);
+            let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
+            let v = model.n_vocab();
+            let (mut kls, mut top1) = (Vec::new(), 0);
+            for (a, b) in reference.f32.chunks_exact(v).zip(ours.chunks_exact(v)) {
+                kls.push(kl(a, b));
+                top1 += (argmax(a) == argmax(b)) as usize;
+            }
+            let med = median(kls.clone());
+            let d = max_abs_diff(&ours, &reference.f32);
+            eprintln!(
+                "{file}: median KL {med:.2e}, max KL {:.2e}, top-1 {top1}/16, max |Δ| {d:.3e}",
+                kls.iter().cloned().fold(0.0, f64::max)
+            );
+            assert!(med <= 5e-3, "{file}: median KL {med}");
+            assert!(top1 >= 12, "{file}: top-1 agreement {top1}/16");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 11);
+}
+
+#[test]
+fn decoding_one_token_at_a_time_equals_the_batch() {
+    let dir = common::fixtures();
+    for m in models() {
+        let tokens = prompt(&m);
+        for f in m["files"].as_array().unwrap() {
+            let file = f["gguf"].as_str().unwrap();
+            let model = Model::load(dir.join(file)).unwrap();
+            let batch = batch_logits(&model, &tokens, KvType::F32);
+            let mut st = model.new_state(tokens.len(), KvType::F32).unwrap();
+            let p = pool();
+            let v = model.n_vocab();
+            let mut worst = 0f32;
+            for (i, &t) in tokens.iter().enumerate() {
+                model.forward(&p, &mut st, &[t], Logits::Last).unwrap();
+                worst = worst.max(max_abs_diff(st.logits(), &batch[i * v..(i + 1) * v]));
+            }
+            eprintln!("{file}: decode vs batch max |Δ| = {worst:.3e}");
+            if f["type"] == "F32" {
+                assert!(worst <= 1e-4, "{file}: {worst}");
+            } else {
+                assert!(worst <= 5e-2, "{file}: {worst}");
+            }
+        }
+    }
+}
+
+#[test]
+fn f16_cache_stays_close_to_f32() {
+    let dir = common::fixtures();
+    let m = &models()[0];
+    let tokens = prompt(m);
+    let model = Model::load(dir.join(m["files"][0]["gguf"].as_str().unwrap())).unwrap();
+    let a = batch_logits(&model, &tokens, KvType::F32);
+    let b = batch_logits(&model, &tokens, KvType::F16);
+    let d = max_abs_diff(&a, &b);
+    assert!(d < 2e-2, "f16 cache drift {d}");
+}
+
+/// Runs a routed-expert model twice: the second time with every expert the
+/// first run did not route to overwritten with NaN. Identical logits prove
+/// that unrouted expert bytes are never read.
+#[test]
+fn unrouted_experts_are_never_read() {
+    let dir = common::fixtures();
+    let src = dir.join("models/qwen3moe-tiny-F32.gguf");
+    let model = Model::load(&src).unwrap();
+    let tokens = [785u32, 2062, 2174];
+    let mut st = model.new_state(8, KvType::F32).unwrap();
+    st.trace = Some(Vec::new());
+    model.forward(&pool(), &mut st, &tokens, Logits::All).unwrap();
+    let first = st.logits().to_vec();
+    let trace = st.trace.take().unwrap();
+    assert_eq!(trace.len(), 2, "one routing per MoE layer");
+
+    let mut bytes = std::fs::read(&src).unwrap();
+    let mut poisoned = 0;
+    // Every layer of this model is MoE: trace[i] is layer i's routing.
+    for (layer, slabs) in model.expert_slabs() {
+        let used: std::collections::HashSet<u32> = trace[layer].experts.iter().copied().collect();
+        for (e, r) in slabs.iter().enumerate() {
+            if !used.contains(&(e as u32)) {
+                for w in bytes[r.clone()].chunks_exact_mut(4) {
+                    w.copy_from_slice(&f32::NAN.to_le_bytes());
+                }
+                poisoned += 1;
+            }
+        }
+    }
+    assert!(poisoned > 0, "nothing to poison: every expert was routed");
+    let tmp = std::env::temp_dir().join(format!("pocket-poisoned-{}.gguf", std::process::id()));
+    std::fs::write(&tmp, &bytes).unwrap();
+    let model2 = Model::load(&tmp).unwrap();
+    let mut st2 = model2.new_state(8, KvType::F32).unwrap();
+    model2.forward(&pool(), &mut st2, &tokens, Logits::All).unwrap();
+    std::fs::remove_file(&tmp).ok();
+    assert!(st2.logits().iter().all(|v| v.is_finite()));
+    assert_eq!(first, st2.logits(), "poisoning unrouted experts changed the output");
+    eprintln!("poisoned {poisoned} unrouted expert slabs; logits unchanged");
+}
+
+fn gemma() -> Option<std::path::PathBuf> {
+    let p = common::gemma_270m();
+    if p.is_none() {
+        assert!(std::env::var_os("POCKET_REQUIRE_GEMMA").is_none(), "POCKET_REQUIRE_GEMMA is set but the model is absent");
+        eprintln!("skipped: Gemma 3 270M not found (set POCKET_GEMMA)");
+    }
+    p
+}
+
+#[test]
+fn gemma_270m_agrees_with_llama_cpp() {
+    let Some(path) = gemma() else { return };
+    let manifest = common::manifest();
+    let real = &manifest["real_model"];
+    let run = real["runs"].as_array().unwrap().iter().find(|r| r["tag"] == "llama_faoff").unwrap();
+    let tokens: Vec<u32> = run["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let model = Model::load(&path).unwrap();
+    let ours = batch_logits(&model, &tokens, KvType::F32);
+    let top = read_npz(&common::fixtures().join(run["top64"].as_str().unwrap()));
+    let (ids, logits) = (&top["ids"], &top["logits"]);
+    let v = model.n_vocab();
+    let mut agree = 0;
+    let mut worst = 0f32;
+    for p in 0..tokens.len() {
+        let row = &ours[p * v..(p + 1) * v];
+        agree += (argmax(row) as i32 == ids.i32[p * 64]) as usize;
+        for j in 0..64 {
+            let id = ids.i32[p * 64 + j] as usize;
+            worst = worst.max((row[id] - logits.f32[p * 64 + j]).abs());
+        }
+    }
+    eprintln!("gemma-3-270m: top-1 agreement {agree}/16, max |Δ| over llama's top-64 = {worst:.3}");
+    assert!(agree >= 15, "top-1 agreement {agree}/16");
+
+    // Greedy continuation of "The capital of France is".
+    let cap = &real["capital_prompt"];
+    let prompt: Vec<u32> = cap["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let expected: Vec<u32> =
+        cap["llama_greedy16"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let mut st = model.new_state(64, KvType::F32).unwrap();
+    let p = pool();
+    model.forward(&p, &mut st, &prompt, Logits::Last).unwrap();
+    let mut got = Vec::new();
+    for _ in 0..expected.len() {
+        let next = argmax(st.logits()) as u32;
+        got.push(next);
+        model.forward(&p, &mut st, &[next], Logits::Last).unwrap();
+    }
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let dir = common::fixtures();
+    let model = Model::load(dir.join("models/gemma3-tiny-Q8_0.gguf")).unwrap();
+    let mut st = model.new_state(4, KvType::F16).unwrap();
+    let p = pool();
+    assert!(matches!(model.forward(&p, &mut st, &[], Logits::All), Err(pocket_core::Error::InvalidArgument(_))));
+    assert!(matches!(model.forward(&p, &mut st, &[5000], Logits::All), Err(pocket_core::Error::InvalidArgument(_))));
+    assert!(matches!(model.forward(&p, &mut st, &[1, 2, 3, 4, 5], Logits::All), Err(pocket_core::Error::ContextFull { .. })));
+    assert!(Path::new(&dir).exists());
+    // Unsupported architecture: a vocab-only file names its architecture.
+    let err = Model::load(dir.join("tokenizer/ggml-vocab-phi-3.gguf")).err().expect("vocab-only file loads no model");
+    eprintln!("vocab-only: {err}");
+}

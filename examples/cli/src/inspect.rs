@@ -1,0 +1,128 @@
+//! `pocket inspect FILE [--json] [--tensors]`: what a GGUF file holds.
+
+use std::time::Instant;
+
+use pocket_core::gguf::{GgufFile, Summary};
+use serde_json::{json, Map, Value};
+
+use crate::args::{Args, Spec};
+
+const SPEC: Spec = Spec { values: &[], switches: &["--json", "--tensors"] };
+
+pub fn run(argv: &[String]) -> Result<(), String> {
+    let args = Args::parse(argv, &SPEC)?;
+    let [path] = args.positional() else {
+        return Err("usage: pocket inspect FILE [--json] [--tensors]".into());
+    };
+    let t0 = Instant::now();
+    let g = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let open_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let s = Summary::of(&g).map_err(|e| format!("{path}: {e}"))?;
+    if args.switch("--json") {
+        let mut v = summary_json(&s);
+        v["open_ms"] = json!(open_ms);
+        if args.switch("--tensors") {
+            v["tensors"] = g
+                .tensors()
+                .iter()
+                .map(|t| {
+                    json!({"name": t.name, "type": t.ty.name(), "shape": t.shape(), "bytes": t.size,
+                           "offset": g.data_offset() + t.offset})
+                })
+                .collect();
+        }
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    } else {
+        print_human(&s, open_ms);
+        if args.switch("--tensors") {
+            println!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
+            for t in g.tensors() {
+                let shape = t.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
+                println!(
+                    "{:<40} {:<8} {:<24} {:>14} {:>14}",
+                    t.name,
+                    t.ty.name(),
+                    shape,
+                    t.size,
+                    g.data_offset() + t.offset
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn summary_json(s: &Summary) -> Value {
+    let types: Map<String, Value> = s
+        .tensor_types
+        .iter()
+        .map(|(ty, t)| (ty.name().to_string(), json!({"count": t.count, "bytes": t.bytes})))
+        .collect();
+    json!({
+        "architecture": s.architecture,
+        "name": s.name,
+        "gguf_version": s.version,
+        "file_bytes": s.file_bytes,
+        "tensor_count": s.tensor_count,
+        "parameter_count": s.parameter_count,
+        "quantization": s.quantization,
+        "tensor_types": types,
+        "block_count": s.block_count,
+        "context_length": s.context_length,
+        "vocab_size": s.vocab_size,
+        "embedding_length": s.embedding_length,
+        "expert_count": s.expert_count,
+        "expert_used_count": s.expert_used_count,
+        "expert_bytes": s.expert_bytes,
+        "has_chat_template": s.has_chat_template,
+        "bytes_per_token_estimate": s.bytes_per_token_estimate,
+    })
+}
+
+fn print_human(s: &Summary, open_ms: f64) {
+    let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+    println!("architecture      {}", s.architecture);
+    println!("name              {}", s.name.as_deref().unwrap_or("-"));
+    println!("file              {} (GGUF v{}, opened in {open_ms:.1} ms)", human_bytes(s.file_bytes), s.version);
+    println!("parameters        {} ({})", s.parameter_count, human_count(s.parameter_count));
+    println!("quantization      {}", s.quantization);
+    println!("tensors           {}", s.tensor_count);
+    println!("layers            {}", opt(s.block_count));
+    println!("context length    {}", opt(s.context_length));
+    println!("vocab size        {}", opt(s.vocab_size));
+    println!("embedding length  {}", opt(s.embedding_length));
+    match (s.expert_count, s.expert_used_count) {
+        (Some(n), Some(k)) => println!("experts           {k} of {n} per token ({} of expert weights)", human_bytes(s.expert_bytes)),
+        _ => println!("experts           - (dense)"),
+    }
+    println!("chat template     {}", if s.has_chat_template { "yes" } else { "no" });
+    println!("bytes/token (est) {}", human_bytes(s.bytes_per_token_estimate));
+    println!("\n{:<8} {:>7} {:>12}", "type", "tensors", "bytes");
+    for (ty, t) in &s.tensor_types {
+        println!("{:<8} {:>7} {:>12}", ty.name(), t.count, human_bytes(t.bytes));
+    }
+}
+
+fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {} ({b} bytes)", UNITS[u])
+    }
+}
+
+fn human_count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000_000 => format!("{:.2} B", n as f64 / 1e9),
+        n if n >= 1_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{:.1} K", n as f64 / 1e3),
+        n => n.to_string(),
+    }
+}
