@@ -398,7 +398,9 @@ fn overlapping_tensors() {
     let mut r = Raw::header(3, 2, 0);
     r.tensor("a.weight", &[16], 0, 0).tensor("b.weight", &[16], 0, 32).data(128);
     match r.open() {
-        Err(Error::TensorOverlap { first, second }) => assert_eq!((first.as_str(), second.as_str()), ("a.weight", "b.weight")),
+        Err(Error::TensorOverlap { first, second }) => {
+            assert_eq!((first.as_str(), second.as_str()), ("a.weight", "b.weight"))
+        }
         other => panic!("{other:?}"),
     }
 }

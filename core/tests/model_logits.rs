@@ -169,7 +169,10 @@ fn unrouted_experts_are_never_read() {
 fn gemma() -> Option<std::path::PathBuf> {
     let p = common::gemma_270m();
     if p.is_none() {
-        assert!(std::env::var_os("POCKET_REQUIRE_GEMMA").is_none(), "POCKET_REQUIRE_GEMMA is set but the model is absent");
+        assert!(
+            std::env::var_os("POCKET_REQUIRE_GEMMA").is_none(),
+            "POCKET_REQUIRE_GEMMA is set but the model is absent"
+        );
         eprintln!("skipped: Gemma 3 270M not found (set POCKET_GEMMA)");
     }
     p
@@ -225,7 +228,10 @@ fn bad_inputs_are_errors() {
     let p = pool();
     assert!(matches!(model.forward(&p, &mut st, &[], Logits::All), Err(pocket_core::Error::InvalidArgument(_))));
     assert!(matches!(model.forward(&p, &mut st, &[5000], Logits::All), Err(pocket_core::Error::InvalidArgument(_))));
-    assert!(matches!(model.forward(&p, &mut st, &[1, 2, 3, 4, 5], Logits::All), Err(pocket_core::Error::ContextFull { .. })));
+    assert!(matches!(
+        model.forward(&p, &mut st, &[1, 2, 3, 4, 5], Logits::All),
+        Err(pocket_core::Error::ContextFull { .. })
+    ));
     assert!(Path::new(&dir).exists());
     // Unsupported architecture: a vocab-only file names its architecture.
     let err = Model::load(dir.join("tokenizer/ggml-vocab-phi-3.gguf")).err().expect("vocab-only file loads no model");

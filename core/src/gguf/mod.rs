@@ -7,9 +7,9 @@
 //! an out-of-bounds read.
 
 mod keys;
-mod summary;
 mod parse;
 mod source;
+mod summary;
 mod value;
 mod write;
 

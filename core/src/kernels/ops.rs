@@ -9,13 +9,17 @@
 use super::dispatch::Kernels;
 use half::f16;
 
-/// `out = x / sqrt(mean(x^2) + eps)`, times `weight` if given. Squares are
-/// summed in f64, as ggml does.
-pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
-    assert_eq!(out.len(), x.len(), "rms_norm: output length");
+/// `1 / sqrt(mean(x^2) + eps)`, with the squares summed in f64 as ggml does.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
     let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    1.0 / (mean + eps).sqrt()
+}
+
+/// `out = x / sqrt(mean(x^2) + eps)`, times `weight` if given.
+pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
+    assert_eq!(out.len(), x.len(), "rms_norm: output length");
+    let scale = rms_scale(x, eps);
     match weight {
         Some(w) => {
             assert_eq!(w.len(), x.len(), "rms_norm: weight length");
@@ -31,6 +35,18 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
     }
 }
 
+/// [`rms_norm`] in place (per-head norms of Q and K).
+pub fn rms_norm_inplace(x: &mut [f32], weight: Option<&[f32]>, eps: f32) {
+    let scale = rms_scale(x, eps);
+    match weight {
+        Some(w) => {
+            assert_eq!(w.len(), x.len(), "rms_norm: weight length");
+            x.iter_mut().zip(w).for_each(|(v, &g)| *v = (*v * scale) * g);
+        }
+        None => x.iter_mut().for_each(|v| *v *= scale),
+    }
+}
+
 /// In-place softmax; the normaliser is summed in f64, as ggml does.
 pub fn softmax(x: &mut [f32]) {
     let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
@@ -41,6 +57,12 @@ pub fn softmax(x: &mut [f32]) {
     }
     let inv = (1.0 / sum) as f32;
     scale(x, inv);
+}
+
+/// `1 / (1 + e^-x)` (router gates, attention output gates).
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 #[inline]

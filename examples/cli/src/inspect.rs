@@ -92,7 +92,9 @@ fn print_human(s: &Summary, open_ms: f64) {
     println!("vocab size        {}", opt(s.vocab_size));
     println!("embedding length  {}", opt(s.embedding_length));
     match (s.expert_count, s.expert_used_count) {
-        (Some(n), Some(k)) => println!("experts           {k} of {n} per token ({} of expert weights)", human_bytes(s.expert_bytes)),
+        (Some(n), Some(k)) => {
+            println!("experts           {k} of {n} per token ({} of expert weights)", human_bytes(s.expert_bytes))
+        }
         _ => println!("experts           - (dense)"),
     }
     println!("chat template     {}", if s.has_chat_template { "yes" } else { "no" });

@@ -37,7 +37,8 @@ pub fn run(argv: &[String]) -> Result<(), String> {
 
     if let Some(out) = out {
         let f = File::create(out).map_err(|e| format!("{out}: {e}"))?;
-        crate::npy::write_f32(BufWriter::new(f), &[tokens.len(), n_vocab], logits).map_err(|e| format!("{out}: {e}"))?;
+        crate::npy::write_f32(BufWriter::new(f), &[tokens.len(), n_vocab], logits)
+            .map_err(|e| format!("{out}: {e}"))?;
     }
     if let Some(k) = top {
         let k = k.min(n_vocab);
