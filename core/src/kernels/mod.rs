@@ -7,6 +7,7 @@
 //! every product then runs on int8 dot products. The instruction-set path is
 //! chosen once at start-up ([`isa`]); see [`dispatch`] for forcing one.
 
+pub mod bench;
 mod dispatch;
 mod matmul;
 pub mod ops;

@@ -4,6 +4,7 @@
 //! status; nothing here panics on bad input.
 
 mod args;
+mod bench_kernels;
 mod inspect;
 mod logits;
 mod npy;
@@ -23,6 +24,7 @@ commands:
   inspect FILE [--json] [--tensors]   what a GGUF file holds
   logits --model F --tokens 1,2,3 (--out F.npy | --top K [--json]) [--kv f32|f16] [--threads N]
                                       teacher-forced logits of every position
+  bench-kernels [--threads N] [--json] matvec GB/s per weight format and kernel path
   help                                this text
 ";
 
@@ -55,6 +57,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     let rest = &argv[1..];
     match cmd.as_str() {
         "inspect" => inspect::run(rest),
+        "bench-kernels" => bench_kernels::run(rest),
         "logits" => logits::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
