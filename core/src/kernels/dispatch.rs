@@ -137,7 +137,10 @@ impl Kernels {
     /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.
     pub fn selected() -> &'static Kernels {
         let all = available();
-        &all[*SELECTED.get_or_init(|| select(all))]
+        &all[*SELECTED.get_or_init(|| {
+            let isas: Vec<Isa> = all.iter().map(|k| k.isa).collect();
+            select(&isas, std::env::var("POCKET_ISA").ok().as_deref())
+        })]
     }
 
     /// The path `isa`, if this CPU (and this build's architecture) has it.
@@ -183,20 +186,19 @@ fn available() -> &'static [Kernels] {
     })
 }
 
-fn select(all: &[Kernels]) -> usize {
-    let best = all.len() - 1;
-    let Ok(want) = std::env::var("POCKET_ISA") else { return best };
-    match Isa::from_name(&want) {
-        Some(isa) => match all.iter().position(|k| k.isa == isa) {
-            Some(i) => i,
-            None => {
-                log::warn!("POCKET_ISA={want}: this CPU lacks it; using {}", all[best].isa);
-                best
-            }
-        },
+/// Index in `available` of the path to use: the best, or `want` (the value of
+/// `POCKET_ISA`) when the CPU has it; otherwise a warning and the best.
+fn select(available: &[Isa], want: Option<&str>) -> usize {
+    let best = available.len() - 1;
+    let Some(want) = want else { return best };
+    match Isa::from_name(want) {
+        Some(isa) => available.iter().position(|&a| a == isa).unwrap_or_else(|| {
+            log::warn!("POCKET_ISA={want}: this CPU lacks it; using {}", available[best]);
+            best
+        }),
         None => {
             let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
-            log::warn!("POCKET_ISA={want} is not one of {}; using {}", names.join("|"), all[best].isa);
+            log::warn!("POCKET_ISA={want} is not one of {}; using {}", names.join("|"), available[best]);
             best
         }
     }
@@ -210,4 +212,26 @@ pub fn isa() -> Isa {
 /// Every path this CPU can run, scalar first.
 pub fn available_isas() -> Vec<Isa> {
     available().iter().map(|k| k.isa).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pocket_isa_forces_an_available_path_only() {
+        let avail = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni];
+        assert_eq!(select(&avail, None), 2);
+        assert_eq!(select(&avail, Some("scalar")), 0);
+        assert_eq!(select(&avail, Some("AVX2")), 1);
+        assert_eq!(select(&avail, Some("i8mm")), 2, "missing path: the best instead");
+        assert_eq!(select(&avail, Some("sse9")), 2, "unknown name: the best instead");
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+            assert_eq!(isa.to_string(), isa.name());
+        }
+        // Every path this CPU reports has a table, scalar first.
+        assert_eq!(available_isas()[0], Isa::Scalar);
+        assert!(available_isas().iter().all(|&i| Kernels::for_isa(i).is_some_and(|k| k.isa() == i)));
+    }
 }
