@@ -31,18 +31,19 @@ unsafe fn bsums(y: &BlockQ8K) -> __m256i {
     _mm256_loadu_si256(y.bsums.as_ptr().cast())
 }
 
-/// For groups of 16 (scales `sc`: 16 i8 in a 128-bit register), the i16
-/// scales of register `r` (groups `2r` and `2r + 1`): eight copies of each.
+/// For groups of 16: the 16 i8 scales `sc` widened to i16, even groups in the
+/// low 128-bit half and odd groups in the high half, so that [`scale_i16`]
+/// serves register `r` (groups `2r`, `2r + 1`) with one in-lane shuffle.
 #[inline(always)]
-unsafe fn scale_pair16(sc: __m128i, r: usize) -> __m256i {
-    let (lo, hi) = ((2 * r) as i64 * 0x0101_0101_0101_0101, (2 * r + 1) as i64 * 0x0101_0101_0101_0101);
-    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, _mm_set_epi64x(hi, lo)))
+unsafe fn scales_even_odd(sc: __m128i) -> __m256i {
+    let order = _mm_set_epi8(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, order))
 }
 
-/// For groups of 32 (8 i16 scales duplicated in both lanes), scale `g` in every i16 lane.
+/// i16 lane `i` of each 128-bit half, broadcast over that half.
 #[inline(always)]
-unsafe fn scale32(sc: __m256i, g: usize) -> __m256i {
-    _mm256_shuffle_epi8(sc, _mm256_set1_epi16((0x0100 + 0x0202 * g) as i16))
+unsafe fn scale_i16(sc: __m256i, i: usize) -> __m256i {
+    _mm256_shuffle_epi8(sc, _mm256_set1_epi16((0x0100 + 0x0202 * i) as i16))
 }
 
 /// `v >> shift` per byte, keeping `mask` (shifting 16-bit lanes is exact for
@@ -73,6 +74,7 @@ unsafe fn dot_q2_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
         let mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F));
         // Minimums meet the activation group sums.
         let summ = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), bsums(yb));
+        let sc = scales_even_odd(sc);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             let q = load32(xb.qs.as_ptr().add(32 * h));
@@ -80,7 +82,7 @@ unsafe fn dot_q2_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
                 let r = 4 * h + j;
                 // 2-bit pair j of each byte -> 0..3
                 let u = bits(q, 2 * j as i32, 3);
-                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_pair16(sc, r));
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_i16(sc, r));
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
@@ -96,7 +98,8 @@ unsafe fn dot_q3_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(a) {
         let scales = unpack_scales(&xb.scales);
-        let sc = _mm_loadu_si128(scales.as_ptr().cast());
+        let sc8 = _mm_loadu_si128(scales.as_ptr().cast());
+        let sc = scales_even_odd(sc8);
         let hm = load32(xb.hmask.as_ptr());
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
@@ -106,11 +109,11 @@ unsafe fn dot_q3_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
                 // low 2 bits | high bit << 2: q + 4, in 0..8
                 let high = bits(hm, r as i32, 1);
                 let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), _mm256_slli_epi16(high, 2));
-                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_pair16(sc, r));
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u, acts(yb, r)), scale_i16(sc, r));
             }
         }
         // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
-        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bsums(yb));
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums(yb));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 2));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -131,8 +134,8 @@ unsafe fn dot_q4_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
             let q = load32(xb.qs.as_ptr().add(32 * c));
             // low nibbles: values 64c..64c+32, high nibbles: the next 32
             let (lo, hi) = (bits(q, 0, 0x0F), bits(q, 4, 0x0F));
-            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale32(sc, 2 * c));
-            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale32(sc, 2 * c + 1));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale_i16(sc, 2 * c));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale_i16(sc, 2 * c + 1));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(yb.d * fp16(xb.dmin)), _mm_cvtepi32_ps(summ), acc_m);
@@ -156,8 +159,8 @@ unsafe fn dot_q5_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
             // nibble | fifth bit (bit 2c for the low nibbles, 2c+1 for the high) << 4
             let lo = _mm256_or_si256(bits(q, 0, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32, 1), 4));
             let hi = _mm256_or_si256(bits(q, 4, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32 + 1, 1), 4));
-            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale32(sc, 2 * c));
-            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale32(sc, 2 * c + 1));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(lo, acts(yb, 2 * c)), scale_i16(sc, 2 * c));
+            sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(hi, acts(yb, 2 * c + 1)), scale_i16(sc, 2 * c + 1));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(yb.d * fp16(xb.dmin)), _mm_cvtepi32_ps(summ), acc_m);
@@ -180,7 +183,8 @@ unsafe fn dot_q6_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
     debug_assert_eq!(x.len(), a.len());
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(a) {
-        let sc = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc8 = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc = scales_even_odd(sc8);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             let qh = load32(xb.qh.as_ptr().add(32 * h));
@@ -196,11 +200,11 @@ unsafe fn dot_q6_k<const V: u8>(w: &[u8], a: &[BlockQ8K]) -> f32 {
             ];
             for (t, ut) in u.into_iter().enumerate() {
                 let r = 4 * h + t;
-                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(ut, acts(yb, r)), scale_pair16(sc, r));
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(ut, acts(yb, r)), scale_i16(sc, r));
             }
         }
         // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
-        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bsums(yb));
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), bsums(yb));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(offset, 5));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * fp16(xb.d)), _mm256_cvtepi32_ps(sumi), acc);
     }
