@@ -24,6 +24,5 @@ run() {
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures 2>&1 | grep -E "^test result|FAILED|error"
 }
 
-cargo build -q -p pocket-core --target "$TARGET" --tests
 run max
 run cortex-a53

@@ -2,17 +2,19 @@
 //! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
 //! blocks per iteration keep two FMA chains in flight.
 
-use super::{dot_i8, dot_u8i8, fp16, hsum_ps, load32, paths};
+use super::{dot_u8i8, fp16, hsum_ps, load32, paths};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use std::arch::x86_64::*;
 
 paths! {
-    q4_0 = dot_q4_0(BlockQ8_0);
-    q4_1 = dot_q4_1(BlockQ8_1);
-    q5_0 = dot_q5_0(BlockQ8_0);
-    q5_1 = dot_q5_1(BlockQ8_1);
-    q8_0 = dot_q8_0(BlockQ8_0);
+    q4_0, q4_0_x4 = dot_q4_0(BlockQ8_0);
+    q4_1, q4_1_x4 = dot_q4_1(BlockQ8_1);
+    q5_0, q5_0_x4 = dot_q5_0(BlockQ8_0);
+    q5_1, q5_1_x4 = dot_q5_1(BlockQ8_1);
+    q8_0, q8_0_x4 = dot_q8_0(BlockQ8_0);
 }
+
+type F16 = crate::quant::F16Bytes;
 
 /// 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..16) then high ones.
 #[inline(always)]
@@ -36,59 +38,55 @@ unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
 }
 
+/// Run `step(i, acc)` over blocks `0..nb`, alternating two accumulator sets so
+/// that two FMA chains are in flight; returns their lane sums.
 #[inline(always)]
-unsafe fn dot_q8_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
-    let x = as_blocks::<BlockQ8_0>(w);
-    debug_assert_eq!(x.len(), a.len());
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut pairs = x.chunks_exact(2).zip(a.chunks_exact(2));
-    for (xp, yp) in &mut pairs {
-        let s0 =
-            dot_i8::<V>(_mm256_setzero_si256(), load32(xp[0].qs.as_ptr().cast()), load32(yp[0].qs.as_ptr().cast()));
-        let s1 =
-            dot_i8::<V>(_mm256_setzero_si256(), load32(xp[1].qs.as_ptr().cast()), load32(yp[1].qs.as_ptr().cast()));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(xp[0].d) * fp16(yp[0].d)), _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(xp[1].d) * fp16(yp[1].d)), _mm256_cvtepi32_ps(s1), acc1);
+unsafe fn two_chains<const N: usize>(nb: usize, mut step: impl FnMut(usize, &mut [__m256; N])) -> [f32; N] {
+    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+    let mut i = 0;
+    while i + 1 < nb {
+        step(i, &mut acc0);
+        step(i + 1, &mut acc1);
+        i += 2;
     }
-    if x.len() % 2 == 1 {
-        let (xb, yb) = (&x[x.len() - 1], &a[a.len() - 1]);
-        let s = dot_i8::<V>(_mm256_setzero_si256(), load32(xb.qs.as_ptr().cast()), load32(yb.qs.as_ptr().cast()));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(xb.d) * fp16(yb.d)), _mm256_cvtepi32_ps(s), acc0);
+    if i < nb {
+        step(i, &mut acc0);
     }
-    hsum_ps(_mm256_add_ps(acc0, acc1))
+    std::array::from_fn(|n| hsum_ps(_mm256_add_ps(acc0[n], acc1[n])))
 }
 
-/// Shared loop of the formats with a single scale per block and Q8_0
-/// activations: `signed(block)` yields the 32 signed values of a weight block.
+/// Shared body of the formats with one scale per block and Q8_0 activations:
+/// `signed(block)` yields the 32 signed values of a weight block.
 #[inline(always)]
-unsafe fn dot_signed<B, const V: u8>(
+unsafe fn dot_signed<B, const V: u8, const N: usize>(
     x: &[B],
-    a: &[BlockQ8_0],
+    a: [&[BlockQ8_0]; N],
     scale: impl Fn(&B) -> F16,
     signed: impl Fn(&B) -> __m256i,
-) -> f32 {
-    debug_assert_eq!(x.len(), a.len());
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut pairs = x.chunks_exact(2).zip(a.chunks_exact(2));
-    for (xp, yp) in &mut pairs {
-        let s0 = dot_i8::<V>(_mm256_setzero_si256(), signed(&xp[0]), load32(yp[0].qs.as_ptr().cast()));
-        let s1 = dot_i8::<V>(_mm256_setzero_si256(), signed(&xp[1]), load32(yp[1].qs.as_ptr().cast()));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(scale(&xp[0])) * fp16(yp[0].d)), _mm256_cvtepi32_ps(s0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(scale(&xp[1])) * fp16(yp[1].d)), _mm256_cvtepi32_ps(s1), acc1);
-    }
-    if x.len() % 2 == 1 {
-        let (xb, yb) = (&x[x.len() - 1], &a[a.len() - 1]);
-        let s = dot_i8::<V>(_mm256_setzero_si256(), signed(xb), load32(yb.qs.as_ptr().cast()));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(fp16(scale(xb)) * fp16(yb.d)), _mm256_cvtepi32_ps(s), acc0);
-    }
-    hsum_ps(_mm256_add_ps(acc0, acc1))
+) -> [f32; N] {
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    two_chains::<N>(x.len(), |i, acc| {
+        let xs = signed(&x[i]);
+        // |x| as unsigned, and the sign of x moved onto each activation row.
+        let ax = _mm256_sign_epi8(xs, xs);
+        let d = fp16(scale(&x[i]));
+        for n in 0..N {
+            let y = &a[n][i];
+            let sy = _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), xs);
+            let s = dot_u8i8::<V>(_mm256_setzero_si256(), ax, sy);
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+        }
+    })
 }
 
-type F16 = crate::quant::F16Bytes;
+#[inline(always)]
+unsafe fn dot_q8_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ8_0, V, N>(as_blocks(w), a, |b| b.d, |b| load32(b.qs.as_ptr().cast()))
+}
 
 #[inline(always)]
-unsafe fn dot_q4_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
-    dot_signed::<BlockQ4_0, V>(
+unsafe fn dot_q4_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ4_0, V, N>(
         as_blocks(w),
         a,
         |b| b.d,
@@ -98,8 +96,8 @@ unsafe fn dot_q4_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn dot_q5_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
-    dot_signed::<BlockQ5_0, V>(
+unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ5_0, V, N>(
         as_blocks(w),
         a,
         |b| b.d,
@@ -108,36 +106,40 @@ unsafe fn dot_q5_0<const V: u8>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
     )
 }
 
-/// Shared loop of the formats with a scale and a minimum per block (Q8_1
+/// Shared body of the formats with a scale and a minimum per block (Q8_1
 /// activations): `unsigned(block)` yields the 32 unsigned values.
 #[inline(always)]
-unsafe fn dot_unsigned<B, const V: u8>(
+unsafe fn dot_unsigned<B, const V: u8, const N: usize>(
     x: &[B],
-    a: &[BlockQ8_1],
+    a: [&[BlockQ8_1]; N],
     dm: impl Fn(&B) -> (F16, F16),
     unsigned: impl Fn(&B) -> __m256i,
-) -> f32 {
-    debug_assert_eq!(x.len(), a.len());
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = 0.0f32;
-    for (xb, yb) in x.iter().zip(a) {
-        let (d, m) = dm(xb);
-        let s = dot_u8i8::<V>(_mm256_setzero_si256(), unsigned(xb), load32(yb.qs.as_ptr().cast()));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(fp16(d) * fp16(yb.d)), _mm256_cvtepi32_ps(s), acc);
-        // The minimum meets the activation sum, precomputed in the Q8_1 block.
-        acc_m += fp16(m) * fp16(yb.s);
-    }
-    hsum_ps(acc) + acc_m
+) -> [f32; N] {
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc_m = [0.0f32; N];
+    let sums = two_chains::<N>(x.len(), |i, acc| {
+        let (d, m) = dm(&x[i]);
+        let (d, m) = (fp16(d), fp16(m));
+        let u = unsigned(&x[i]);
+        for n in 0..N {
+            let y = &a[n][i];
+            let s = dot_u8i8::<V>(_mm256_setzero_si256(), u, load32(y.qs.as_ptr().cast()));
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+            // The minimum meets the activation sum, precomputed in the Q8_1 block.
+            acc_m[n] += m * fp16(y.s);
+        }
+    });
+    std::array::from_fn(|n| sums[n] + acc_m[n])
 }
 
 #[inline(always)]
-unsafe fn dot_q4_1<const V: u8>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
-    dot_unsigned::<BlockQ4_1, V>(as_blocks(w), a, |b| (b.d, b.m), |b| nibbles(&b.qs))
+unsafe fn dot_q4_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+    dot_unsigned::<BlockQ4_1, V, N>(as_blocks(w), a, |b| (b.d, b.m), |b| nibbles(&b.qs))
 }
 
 #[inline(always)]
-unsafe fn dot_q5_1<const V: u8>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
-    dot_unsigned::<BlockQ5_1, V>(
+unsafe fn dot_q5_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+    dot_unsigned::<BlockQ5_1, V, N>(
         as_blocks(w),
         a,
         |b| (b.d, b.m),

@@ -16,7 +16,7 @@ mod float;
 mod kquants;
 mod legacy;
 
-use crate::kernels::dispatch::{Isa, Kernels};
+use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::x86_64::*;
 
@@ -46,23 +46,19 @@ macro_rules! table {
     ($m:ident, $isa:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: legacy::$m::q4_0,
-            q5_0: legacy::$m::q5_0,
-            q8_0: legacy::$m::q8_0,
-            q4_1: legacy::$m::q4_1,
-            q5_1: legacy::$m::q5_1,
-            q2_k: kquants::$m::q2_k,
-            q3_k: kquants::$m::q3_k,
-            q4_k: kquants::$m::q4_k,
-            q5_k: kquants::$m::q5_k,
-            q6_k: kquants::$m::q6_k,
-            f32: float::avx2::f32,
-            f16: float::avx2::f16,
-            bf16: float::avx2::bf16,
-            tile_q4_0: None,
-            tile_q8_0: None,
-            tile_q4_k: None,
-            tile_q6_k: None,
+            q4_0: Dot { one: legacy::$m::q4_0, multi: Multi::Acts4(legacy::$m::q4_0_x4) },
+            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::Acts4(legacy::$m::q5_0_x4) },
+            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::Acts4(legacy::$m::q8_0_x4) },
+            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::Acts4(legacy::$m::q4_1_x4) },
+            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::Acts4(legacy::$m::q5_1_x4) },
+            q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::Acts4(kquants::$m::q2_k_x4) },
+            q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::Acts4(kquants::$m::q3_k_x4) },
+            q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::Acts4(kquants::$m::q4_k_x4) },
+            q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::Acts4(kquants::$m::q5_k_x4) },
+            q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::Acts4(kquants::$m::q6_k_x4) },
+            f32: Dot::one(float::avx2::f32),
+            f16: Dot::one(float::avx2::f16),
+            bf16: Dot::one(float::avx2::bf16),
             dot_f32: float::avx2::dot_f32,
             dot_f16: float::avx2::dot_f16,
             axpy_f32: float::avx2::axpy_f32,
@@ -72,37 +68,27 @@ macro_rules! table {
 }
 use table;
 
-/// Instantiate kernel bodies `$body::<V>` as `#[target_feature]` functions
-/// `$name` in modules `avx2`, `avxvnni` and `avx512vnni`.
+/// Instantiate kernel bodies `$body::<V, N>` as `#[target_feature]` functions
+/// in modules `avx2`, `avxvnni` and `avx512vnni`: `$one` (one activation row)
+/// and `$four` (four activation rows per pass over the weights).
 macro_rules! paths {
-    ($($name:ident = $body:ident ($act:ty);)*) => {
-        pub(crate) mod avx2 {
+    ($($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
+        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($one, $four = $body($act);)*);
+        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($one, $four = $body($act);)*);
+        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($one, $four = $body($act);)*);
+    };
+    (@isa $m:ident, $features:literal, $v:ident; $($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
+        pub(crate) mod $m {
             #[allow(unused_imports)]
             use crate::quant::*;
             $(
-                #[target_feature(enable = "avx2,fma,f16c")]
-                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<{ super::super::MADD }>(w, a)
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $one(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<{ super::super::$v }, 1>(w, [a])[0]
                 }
-            )*
-        }
-        pub(crate) mod avxvnni {
-            #[allow(unused_imports)]
-            use crate::quant::*;
-            $(
-                #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<{ super::super::VEX }>(w, a)
-                }
-            )*
-        }
-        pub(crate) mod avx512vnni {
-            #[allow(unused_imports)]
-            use crate::quant::*;
-            $(
-                #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
-                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<{ super::super::EVEX }>(w, a)
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $four(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
+                    super::$body::<{ super::super::$v }, 4>(w, a)
                 }
             )*
         }
@@ -155,11 +141,4 @@ pub(super) unsafe fn dot_i16<const V: u8>(acc: __m256i, a: __m256i, b: __m256i) 
         EVEX => _mm256_dpwssd_epi32(acc, a, b),
         _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
     }
-}
-
-/// Signed i8 x i8 dot product of 32 bytes, in i32 lanes: move the sign of `x`
-/// onto `y` so that the unsigned x signed instructions apply.
-#[inline(always)]
-pub(super) unsafe fn dot_i8<const V: u8>(acc: __m256i, x: __m256i, y: __m256i) -> __m256i {
-    dot_u8i8::<V>(acc, _mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
 }

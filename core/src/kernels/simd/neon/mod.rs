@@ -14,7 +14,7 @@ mod i8mm;
 mod kquants;
 mod legacy;
 
-use crate::kernels::dispatch::{Isa, Kernels};
+use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::aarch64::*;
 use std::arch::{asm, is_aarch64_feature_detected};
@@ -25,19 +25,19 @@ pub(crate) fn detected() -> Vec<Kernels> {
     if !is_aarch64_feature_detected!("neon") {
         return out;
     }
-    out.push(table!(neon, Isa::Neon, None, None, None, None));
+    out.push(table!(neon, Isa::Neon, Multi::None, Multi::None, Multi::None, Multi::None));
     if !is_aarch64_feature_detected!("dotprod") {
         return out;
     }
-    out.push(table!(dotprod, Isa::Dotprod, None, None, None, None));
+    out.push(table!(dotprod, Isa::Dotprod, Multi::None, Multi::None, Multi::None, Multi::None));
     if is_aarch64_feature_detected!("i8mm") {
         out.push(table!(
             dotprod,
             Isa::I8mm,
-            Some(i8mm::tile_q4_0),
-            Some(i8mm::tile_q8_0),
-            Some(i8mm::tile_q4_k),
-            Some(i8mm::tile_q6_k)
+            Multi::Tile2x2(i8mm::tile_q4_0),
+            Multi::Tile2x2(i8mm::tile_q8_0),
+            Multi::Tile2x2(i8mm::tile_q4_k),
+            Multi::Tile2x2(i8mm::tile_q6_k)
         ));
     }
     out
@@ -48,23 +48,19 @@ macro_rules! table {
     ($m:ident, $isa:expr, $t40:expr, $t80:expr, $t4k:expr, $t6k:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: legacy::$m::q4_0,
-            q5_0: legacy::$m::q5_0,
-            q8_0: legacy::$m::q8_0,
-            q4_1: legacy::$m::q4_1,
-            q5_1: legacy::$m::q5_1,
-            q2_k: kquants::$m::q2_k,
-            q3_k: kquants::$m::q3_k,
-            q4_k: kquants::$m::q4_k,
-            q5_k: kquants::$m::q5_k,
-            q6_k: kquants::$m::q6_k,
-            f32: float::f32,
-            f16: float::f16,
-            bf16: float::bf16,
-            tile_q4_0: $t40,
-            tile_q8_0: $t80,
-            tile_q4_k: $t4k,
-            tile_q6_k: $t6k,
+            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40 },
+            q5_0: Dot::one(legacy::$m::q5_0),
+            q8_0: Dot { one: legacy::$m::q8_0, multi: $t80 },
+            q4_1: Dot::one(legacy::$m::q4_1),
+            q5_1: Dot::one(legacy::$m::q5_1),
+            q2_k: Dot::one(kquants::$m::q2_k),
+            q3_k: Dot::one(kquants::$m::q3_k),
+            q4_k: Dot { one: kquants::$m::q4_k, multi: $t4k },
+            q5_k: Dot::one(kquants::$m::q5_k),
+            q6_k: Dot { one: kquants::$m::q6_k, multi: $t6k },
+            f32: Dot::one(float::f32),
+            f16: Dot::one(float::f16),
+            bf16: Dot::one(float::bf16),
             dot_f32: float::dot_f32,
             dot_f16: float::dot_f16,
             axpy_f32: float::axpy_f32,
