@@ -1,6 +1,8 @@
 //! AVX2 kernels over plain floats: F32/F16/BF16 weight rows against f32
 //! activations, and the dot/axpy pair of attention. Four accumulators of 8
-//! lanes hide the FMA latency; tails run scalar.
+//! lanes hide the FMA latency; tails run scalar. The loader closures are
+//! defined inside the `#[target_feature]` functions, so they inherit the
+//! features and their intrinsics inline.
 
 pub(crate) mod avx2 {
     use super::super::hsum_ps;

@@ -66,6 +66,16 @@ unsafe fn bits(v: __m256i, shift: i32, mask: i8) -> __m256i {
     _mm256_and_si256(shifted, _mm256_set1_epi8(mask))
 }
 
+/// The lane sums of `N` accumulators (a loop, not a closure: see legacy.rs).
+#[inline(always)]
+unsafe fn hsums<const N: usize>(acc: [__m256; N]) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    for n in 0..N {
+        out[n] = hsum_ps(acc[n]);
+    }
+    out
+}
+
 /// `acc + d * sumi - dmin * summ`, lane-wise, as f32.
 #[inline(always)]
 unsafe fn scale_acc(acc: __m256, d: f32, sumi: __m256i, dmin: f32, summ: __m256i) -> __m256 {
@@ -102,7 +112,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
         }
     }
-    acc.map(|v| hsum_ps(v))
+    hsums(acc)
 }
 
 #[inline(always)]
@@ -138,7 +148,7 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
         }
     }
-    acc.map(|v| hsum_ps(v))
+    hsums(acc)
 }
 
 /// The 8 (scale, min) pairs of a Q4_K/Q5_K block: scales as i16 in both
@@ -185,7 +195,7 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
         }
     }
-    acc.map(|v| hsum_ps(v))
+    hsums(acc)
 }
 
 #[inline(always)]
@@ -215,7 +225,7 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
         }
     }
-    acc.map(|v| hsum_ps(v))
+    hsums(acc)
 }
 
 #[inline(always)]
@@ -256,5 +266,5 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
         }
     }
-    acc.map(|v| hsum_ps(v))
+    hsums(acc)
 }
