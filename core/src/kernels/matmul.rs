@@ -48,12 +48,12 @@ impl Kernels {
         }
         let plan = Plan::new(pool.n_threads(), w, n);
         let out = Out(out.as_mut_ptr());
-        let k = x.k;
+        let (k, row_bytes) = (x.k, w.row_bytes());
         match self.row_dot(w.ty).expect("a supported type has kernels") {
-            RowDot::Q8_0(dot) => plan.run(pool, &Job { w, acts: &x.q8_0, per_row: k / 32, rows, dot, out }),
-            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, acts: &x.q8_1, per_row: k / 32, rows, dot, out }),
-            RowDot::Q8K(dot) => plan.run(pool, &Job { w, acts: &x.q8k, per_row: k / 256, rows, dot, out }),
-            RowDot::F32(dot) => plan.run(pool, &Job { w, acts: &x.f32, per_row: k, rows, dot, out }),
+            RowDot::Q8_0(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, out }),
+            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, out }),
+            RowDot::Q8K(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out }),
+            RowDot::F32(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out }),
         }
     }
 }
@@ -69,6 +69,9 @@ unsafe impl Send for Out {}
 /// One matmul: weights, activations of block type `B`, kernels, output.
 struct Job<'a, B: 'static> {
     w: &'a QMatrix<'a>,
+    /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
+    /// type up).
+    row_bytes: usize,
     acts: &'a [B],
     /// Blocks (or f32 values) per activation row.
     per_row: usize,
@@ -78,6 +81,12 @@ struct Job<'a, B: 'static> {
 }
 
 impl<B: 'static> Job<'_, B> {
+    /// Weight row `r`.
+    #[inline]
+    fn wrow(&self, r: usize) -> &[u8] {
+        &self.w.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
     /// Activation row `j` of this product (`rows[j]` of the buffer, if given).
     fn act(&self, j: usize) -> &[B] {
         let i = self.rows.map_or(j, |r| r[j]);
@@ -92,7 +101,7 @@ impl<B: 'static> Job<'_, B> {
 
     /// Weight rows `r0..r1` times activation rows `j0..j1`.
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
-        let (w, one) = (self.w, self.dot.one);
+        let one = self.dot.one;
         // SAFETY (every kernel call below): the table holds only kernels this
         // CPU has; row and activation lengths match (checked in `run`).
         for jb in (j0..j1).step_by(ACT_GROUP) {
@@ -105,7 +114,7 @@ impl<B: 'static> Job<'_, B> {
                         let (a0, a1) = (self.act(j), self.act(j + 1));
                         let mut r = r0;
                         while r + 1 < r1 {
-                            let t = unsafe { tile(w.row(r), w.row(r + 1), a0, a1) };
+                            let t = unsafe { tile(self.wrow(r), self.wrow(r + 1), a0, a1) };
                             self.store(j, r, t[0]);
                             self.store(j + 1, r, t[1]);
                             self.store(j, r + 1, t[2]);
@@ -113,8 +122,8 @@ impl<B: 'static> Job<'_, B> {
                             r += 2;
                         }
                         if r < r1 {
-                            self.store(j, r, unsafe { one(w.row(r), a0) });
-                            self.store(j + 1, r, unsafe { one(w.row(r), a1) });
+                            self.store(j, r, unsafe { one(self.wrow(r), a0) });
+                            self.store(j + 1, r, unsafe { one(self.wrow(r), a1) });
                         }
                         j += 2;
                     }
@@ -124,7 +133,7 @@ impl<B: 'static> Job<'_, B> {
                     while j + 3 < je {
                         let a = [self.act(j), self.act(j + 1), self.act(j + 2), self.act(j + 3)];
                         for r in r0..r1 {
-                            let v = unsafe { four(w.row(r), a) };
+                            let v = unsafe { four(self.wrow(r), a) };
                             for (i, &vi) in v.iter().enumerate() {
                                 self.store(j + i, r, vi);
                             }
@@ -135,7 +144,7 @@ impl<B: 'static> Job<'_, B> {
                 Multi::None => {}
             }
             for r in r0..r1 {
-                let row = w.row(r);
+                let row = self.wrow(r);
                 for jj in j..je {
                     self.store(jj, r, unsafe { one(row, self.act(jj)) });
                 }
