@@ -161,7 +161,8 @@ impl Session {
                 return Err(Error::InvalidArgument(format!("{sink} sink tokens do not fit a context of {n_ctx}")));
             }
         }
-        let threads = if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
+        let threads =
+            if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
         let state = model.new_state(n_ctx, opts.kv_type)?;
         Ok(Session {
             pool: ThreadPool::new(threads),
@@ -261,7 +262,8 @@ impl Session {
         if prompt.len() >= n_ctx && self.opts.context_policy == ContextPolicy::Error {
             return Err(Error::ContextFull { n_ctx });
         }
-        let mut sampler = Sampler::new(SamplerConfig { seed: opts.seed.unwrap_or(self.opts.seed), ..opts.sampler.clone() });
+        let mut sampler =
+            Sampler::new(SamplerConfig { seed: opts.seed.unwrap_or(self.opts.seed), ..opts.sampler.clone() });
 
         // ---- prefill: only what the cache does not already hold ----
         let reuse = self.rewind_to_prefix(&prompt)?;

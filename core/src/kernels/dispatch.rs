@@ -59,47 +59,80 @@ impl fmt::Display for Isa {
 }
 
 // Kernel signatures. Each takes one weight row as bytes (a whole number of
-// blocks) and the matching activation row; callers check the lengths once per
-// matrix. They are `unsafe fn` because SIMD paths need their CPU features: the
-// table holds only paths the CPU was found to have.
-pub(crate) type DotQ8_0 = unsafe fn(&[u8], &[BlockQ8_0]) -> f32;
-pub(crate) type DotQ8_1 = unsafe fn(&[u8], &[BlockQ8_1]) -> f32;
-pub(crate) type DotQ8K = unsafe fn(&[u8], &[BlockQ8K]) -> f32;
-pub(crate) type DotF32 = unsafe fn(&[u8], &[f32]) -> f32;
+// blocks) and the matching activation row(s); callers check the lengths once
+// per matrix. They are `unsafe fn` because SIMD paths need their CPU features:
+// a table holds only paths the CPU was found to have.
 
-/// A 2x2 tile: two weight rows dotted with two activation rows at once
-/// (`smmla`), returning `[w0.a0, w0.a1, w1.a0, w1.a1]`.
-pub(crate) type Tile<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
+/// The dot product kernels of one weight type with activations of block type `B`.
+pub(crate) struct Dot<B: 'static> {
+    /// One weight row with one activation row.
+    pub(crate) one: unsafe fn(&[u8], &[B]) -> f32,
+    /// Several products per pass over the weights (prefill), if the path has them.
+    pub(crate) multi: Multi<B>,
+}
 
-/// The dot product kernels for one weight type, by activation format.
+impl<B> Clone for Dot<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Dot<B> {}
+
+impl<B> Dot<B> {
+    pub(crate) const fn one(f: unsafe fn(&[u8], &[B]) -> f32) -> Dot<B> {
+        Dot { one: f, multi: Multi::None }
+    }
+}
+
+/// Two weight rows with two activation rows.
+pub(crate) type Tile2x2<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
+/// One weight row with four activation rows.
+pub(crate) type Acts4<B> = unsafe fn(&[u8], [&[B]; 4]) -> [f32; 4];
+
+/// Kernels that compute several dot products per pass over the weights.
+pub(crate) enum Multi<B: 'static> {
+    None,
+    /// Two weight rows with two activation rows (`smmla`):
+    /// `[w0.a0, w0.a1, w1.a0, w1.a1]`.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    Tile2x2(Tile2x2<B>),
+    /// One weight row with four activation rows: each unpacked weight
+    /// register serves four tokens.
+    Acts4(Acts4<B>),
+}
+
+impl<B> Clone for Multi<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Multi<B> {}
+
+/// The kernels for one weight type, by activation format.
 #[derive(Clone, Copy)]
 pub(crate) enum RowDot {
-    Q8_0(DotQ8_0, Option<Tile<BlockQ8_0>>),
-    Q8_1(DotQ8_1),
-    Q8K(DotQ8K, Option<Tile<BlockQ8K>>),
-    F32(DotF32),
+    Q8_0(Dot<BlockQ8_0>),
+    Q8_1(Dot<BlockQ8_1>),
+    Q8K(Dot<BlockQ8K>),
+    F32(Dot<f32>),
 }
 
 /// One instruction-set path: a table of kernels.
 pub struct Kernels {
     pub(crate) isa: Isa,
-    pub(crate) q4_0: DotQ8_0,
-    pub(crate) q5_0: DotQ8_0,
-    pub(crate) q8_0: DotQ8_0,
-    pub(crate) q4_1: DotQ8_1,
-    pub(crate) q5_1: DotQ8_1,
-    pub(crate) q2_k: DotQ8K,
-    pub(crate) q3_k: DotQ8K,
-    pub(crate) q4_k: DotQ8K,
-    pub(crate) q5_k: DotQ8K,
-    pub(crate) q6_k: DotQ8K,
-    pub(crate) f32: DotF32,
-    pub(crate) f16: DotF32,
-    pub(crate) bf16: DotF32,
-    pub(crate) tile_q4_0: Option<Tile<BlockQ8_0>>,
-    pub(crate) tile_q8_0: Option<Tile<BlockQ8_0>>,
-    pub(crate) tile_q4_k: Option<Tile<BlockQ8K>>,
-    pub(crate) tile_q6_k: Option<Tile<BlockQ8K>>,
+    pub(crate) q4_0: Dot<BlockQ8_0>,
+    pub(crate) q5_0: Dot<BlockQ8_0>,
+    pub(crate) q8_0: Dot<BlockQ8_0>,
+    pub(crate) q4_1: Dot<BlockQ8_1>,
+    pub(crate) q5_1: Dot<BlockQ8_1>,
+    pub(crate) q2_k: Dot<BlockQ8K>,
+    pub(crate) q3_k: Dot<BlockQ8K>,
+    pub(crate) q4_k: Dot<BlockQ8K>,
+    pub(crate) q5_k: Dot<BlockQ8K>,
+    pub(crate) q6_k: Dot<BlockQ8K>,
+    pub(crate) f32: Dot<f32>,
+    pub(crate) f16: Dot<f32>,
+    pub(crate) bf16: Dot<f32>,
     // f32 helpers (attention, norms)
     pub(crate) dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
     pub(crate) dot_f16: unsafe fn(&[f32], &[f16]) -> f32,
@@ -111,23 +144,19 @@ impl Kernels {
     /// The portable reference path.
     pub(crate) const SCALAR: Kernels = Kernels {
         isa: Isa::Scalar,
-        q4_0: quant::q4_0::vec_dot,
-        q5_0: quant::q5_0::vec_dot,
-        q8_0: quant::q8_0::vec_dot,
-        q4_1: quant::q4_1::vec_dot,
-        q5_1: quant::q5_1::vec_dot,
-        q2_k: quant::q2_k::vec_dot,
-        q3_k: quant::q3_k::vec_dot,
-        q4_k: quant::q4_k::vec_dot,
-        q5_k: quant::q5_k::vec_dot,
-        q6_k: quant::q6_k::vec_dot,
-        f32: quant::float::vec_dot_f32,
-        f16: quant::float::vec_dot_f16,
-        bf16: quant::float::vec_dot_bf16,
-        tile_q4_0: None,
-        tile_q8_0: None,
-        tile_q4_k: None,
-        tile_q6_k: None,
+        q4_0: Dot::one(quant::q4_0::vec_dot),
+        q5_0: Dot::one(quant::q5_0::vec_dot),
+        q8_0: Dot::one(quant::q8_0::vec_dot),
+        q4_1: Dot::one(quant::q4_1::vec_dot),
+        q5_1: Dot::one(quant::q5_1::vec_dot),
+        q2_k: Dot::one(quant::q2_k::vec_dot),
+        q3_k: Dot::one(quant::q3_k::vec_dot),
+        q4_k: Dot::one(quant::q4_k::vec_dot),
+        q5_k: Dot::one(quant::q5_k::vec_dot),
+        q6_k: Dot::one(quant::q6_k::vec_dot),
+        f32: Dot::one(quant::float::vec_dot_f32),
+        f16: Dot::one(quant::float::vec_dot_f16),
+        bf16: Dot::one(quant::float::vec_dot_bf16),
         dot_f32: super::ops::scalar::dot_f32,
         dot_f16: super::ops::scalar::dot_f16,
         axpy_f32: super::ops::scalar::axpy_f32,
@@ -137,7 +166,10 @@ impl Kernels {
     /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.
     pub fn selected() -> &'static Kernels {
         let all = available();
-        &all[*SELECTED.get_or_init(|| select(all))]
+        &all[*SELECTED.get_or_init(|| {
+            let isas: Vec<Isa> = all.iter().map(|k| k.isa).collect();
+            select(&isas, std::env::var("POCKET_ISA").ok().as_deref())
+        })]
     }
 
     /// The path `isa`, if this CPU (and this build's architecture) has it.
@@ -153,16 +185,16 @@ impl Kernels {
     pub(crate) fn row_dot(&self, ty: GgmlType) -> Option<RowDot> {
         use GgmlType as T;
         Some(match ty {
-            T::Q4_0 => RowDot::Q8_0(self.q4_0, self.tile_q4_0),
-            T::Q5_0 => RowDot::Q8_0(self.q5_0, None),
-            T::Q8_0 => RowDot::Q8_0(self.q8_0, self.tile_q8_0),
+            T::Q4_0 => RowDot::Q8_0(self.q4_0),
+            T::Q5_0 => RowDot::Q8_0(self.q5_0),
+            T::Q8_0 => RowDot::Q8_0(self.q8_0),
             T::Q4_1 => RowDot::Q8_1(self.q4_1),
             T::Q5_1 => RowDot::Q8_1(self.q5_1),
-            T::Q2K => RowDot::Q8K(self.q2_k, None),
-            T::Q3K => RowDot::Q8K(self.q3_k, None),
-            T::Q4K => RowDot::Q8K(self.q4_k, self.tile_q4_k),
-            T::Q5K => RowDot::Q8K(self.q5_k, None),
-            T::Q6K => RowDot::Q8K(self.q6_k, self.tile_q6_k),
+            T::Q2K => RowDot::Q8K(self.q2_k),
+            T::Q3K => RowDot::Q8K(self.q3_k),
+            T::Q4K => RowDot::Q8K(self.q4_k),
+            T::Q5K => RowDot::Q8K(self.q5_k),
+            T::Q6K => RowDot::Q8K(self.q6_k),
             T::F32 => RowDot::F32(self.f32),
             T::F16 => RowDot::F32(self.f16),
             T::BF16 => RowDot::F32(self.bf16),
@@ -183,20 +215,19 @@ fn available() -> &'static [Kernels] {
     })
 }
 
-fn select(all: &[Kernels]) -> usize {
-    let best = all.len() - 1;
-    let Ok(want) = std::env::var("POCKET_ISA") else { return best };
-    match Isa::from_name(&want) {
-        Some(isa) => match all.iter().position(|k| k.isa == isa) {
-            Some(i) => i,
-            None => {
-                log::warn!("POCKET_ISA={want}: this CPU lacks it; using {}", all[best].isa);
-                best
-            }
-        },
+/// Index in `available` of the path to use: the best, or `want` (the value of
+/// `POCKET_ISA`) when the CPU has it; otherwise a warning and the best.
+fn select(available: &[Isa], want: Option<&str>) -> usize {
+    let best = available.len() - 1;
+    let Some(want) = want else { return best };
+    match Isa::from_name(want) {
+        Some(isa) => available.iter().position(|&a| a == isa).unwrap_or_else(|| {
+            log::warn!("POCKET_ISA={want}: this CPU lacks it; using {}", available[best]);
+            best
+        }),
         None => {
             let names: Vec<&str> = Isa::ALL.iter().map(|i| i.name()).collect();
-            log::warn!("POCKET_ISA={want} is not one of {}; using {}", names.join("|"), all[best].isa);
+            log::warn!("POCKET_ISA={want} is not one of {}; using {}", names.join("|"), available[best]);
             best
         }
     }
@@ -210,4 +241,26 @@ pub fn isa() -> Isa {
 /// Every path this CPU can run, scalar first.
 pub fn available_isas() -> Vec<Isa> {
     available().iter().map(|k| k.isa).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pocket_isa_forces_an_available_path_only() {
+        let avail = [Isa::Scalar, Isa::Avx2, Isa::AvxVnni];
+        assert_eq!(select(&avail, None), 2);
+        assert_eq!(select(&avail, Some("scalar")), 0);
+        assert_eq!(select(&avail, Some("AVX2")), 1);
+        assert_eq!(select(&avail, Some("i8mm")), 2, "missing path: the best instead");
+        assert_eq!(select(&avail, Some("sse9")), 2, "unknown name: the best instead");
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+            assert_eq!(isa.to_string(), isa.name());
+        }
+        // Every path this CPU reports has a table, scalar first.
+        assert_eq!(available_isas()[0], Isa::Scalar);
+        assert!(available_isas().iter().all(|&i| Kernels::for_isa(i).is_some_and(|k| k.isa() == i)));
+    }
 }

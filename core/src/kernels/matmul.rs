@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::dispatch::{Kernels, RowDot, Tile};
+use super::dispatch::{Dot, Kernels, Multi, RowDot};
 use super::{ActFormat, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,12 +48,12 @@ impl Kernels {
         }
         let plan = Plan::new(pool.n_threads(), w, n);
         let out = Out(out.as_mut_ptr());
-        let k = x.k;
+        let (k, row_bytes) = (x.k, w.row_bytes());
         match self.row_dot(w.ty).expect("a supported type has kernels") {
-            RowDot::Q8_0(dot, tile) => plan.run(pool, &Job { w, acts: &x.q8_0, per_row: k / 32, rows, dot, tile, out }),
-            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, acts: &x.q8_1, per_row: k / 32, rows, dot, tile: None, out }),
-            RowDot::Q8K(dot, tile) => plan.run(pool, &Job { w, acts: &x.q8k, per_row: k / 256, rows, dot, tile, out }),
-            RowDot::F32(dot) => plan.run(pool, &Job { w, acts: &x.f32, per_row: k, rows, dot, tile: None, out }),
+            RowDot::Q8_0(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, out }),
+            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, out }),
+            RowDot::Q8K(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out }),
+            RowDot::F32(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out }),
         }
     }
 }
@@ -67,18 +67,26 @@ unsafe impl Sync for Out {}
 unsafe impl Send for Out {}
 
 /// One matmul: weights, activations of block type `B`, kernels, output.
-struct Job<'a, B> {
+struct Job<'a, B: 'static> {
     w: &'a QMatrix<'a>,
+    /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
+    /// type up).
+    row_bytes: usize,
     acts: &'a [B],
     /// Blocks (or f32 values) per activation row.
     per_row: usize,
     rows: Option<&'a [usize]>,
-    dot: unsafe fn(&[u8], &[B]) -> f32,
-    tile: Option<Tile<B>>,
+    dot: Dot<B>,
     out: Out,
 }
 
-impl<B> Job<'_, B> {
+impl<B: 'static> Job<'_, B> {
+    /// Weight row `r`.
+    #[inline]
+    fn wrow(&self, r: usize) -> &[u8] {
+        &self.w.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
     /// Activation row `j` of this product (`rows[j]` of the buffer, if given).
     fn act(&self, j: usize) -> &[B] {
         let i = self.rows.map_or(j, |r| r[j]);
@@ -93,40 +101,52 @@ impl<B> Job<'_, B> {
 
     /// Weight rows `r0..r1` times activation rows `j0..j1`.
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
-        let w = self.w;
+        let one = self.dot.one;
+        // SAFETY (every kernel call below): the table holds only kernels this
+        // CPU has; row and activation lengths match (checked in `run`).
         for jb in (j0..j1).step_by(ACT_GROUP) {
             let je = (jb + ACT_GROUP).min(j1);
             let mut j = jb;
-            if let Some(tile) = self.tile {
-                // Pairs of activation rows against pairs of weight rows.
-                while j + 1 < je {
-                    let (a0, a1) = (self.act(j), self.act(j + 1));
-                    let mut r = r0;
-                    while r + 1 < r1 {
-                        // SAFETY: the table holds only kernels this CPU has; row
-                        // and activation lengths match (checked in `run`).
-                        let t = unsafe { tile(w.row(r), w.row(r + 1), a0, a1) };
-                        self.store(j, r, t[0]);
-                        self.store(j + 1, r, t[1]);
-                        self.store(j, r + 1, t[2]);
-                        self.store(j + 1, r + 1, t[3]);
-                        r += 2;
-                    }
-                    if r < r1 {
-                        // SAFETY: as above.
-                        unsafe {
-                            self.store(j, r, (self.dot)(w.row(r), a0));
-                            self.store(j + 1, r, (self.dot)(w.row(r), a1));
+            match self.dot.multi {
+                Multi::Tile2x2(tile) => {
+                    // Pairs of activation rows against pairs of weight rows.
+                    while j + 1 < je {
+                        let (a0, a1) = (self.act(j), self.act(j + 1));
+                        let mut r = r0;
+                        while r + 1 < r1 {
+                            let t = unsafe { tile(self.wrow(r), self.wrow(r + 1), a0, a1) };
+                            self.store(j, r, t[0]);
+                            self.store(j + 1, r, t[1]);
+                            self.store(j, r + 1, t[2]);
+                            self.store(j + 1, r + 1, t[3]);
+                            r += 2;
                         }
+                        if r < r1 {
+                            self.store(j, r, unsafe { one(self.wrow(r), a0) });
+                            self.store(j + 1, r, unsafe { one(self.wrow(r), a1) });
+                        }
+                        j += 2;
                     }
-                    j += 2;
                 }
+                Multi::Acts4(four) => {
+                    // Each weight row against four activation rows.
+                    while j + 3 < je {
+                        let a = [self.act(j), self.act(j + 1), self.act(j + 2), self.act(j + 3)];
+                        for r in r0..r1 {
+                            let v = unsafe { four(self.wrow(r), a) };
+                            for (i, &vi) in v.iter().enumerate() {
+                                self.store(j + i, r, vi);
+                            }
+                        }
+                        j += 4;
+                    }
+                }
+                Multi::None => {}
             }
             for r in r0..r1 {
-                let row = w.row(r);
+                let row = self.wrow(r);
                 for jj in j..je {
-                    // SAFETY: as above.
-                    self.store(jj, r, unsafe { (self.dot)(row, self.act(jj)) });
+                    self.store(jj, r, unsafe { one(row, self.act(jj)) });
                 }
             }
         }
@@ -148,7 +168,8 @@ impl Plan {
         let threads = if work < SMALL_WORK { 1 } else { n_threads };
         let want_tiles = threads * TILES_PER_THREAD;
         // Rows per tile: a cache-sized chunk, fewer if that leaves threads idle;
-        // even, so that 2x2 kernels rarely meet a lone row.
+        // even, so that 2x2 kernels rarely meet a lone row (activation rows go by
+        // fours, which suits both multi-row kernels).
         let by_cache = (TILE_WEIGHT_BYTES / w.row_bytes().max(1)).max(2);
         let by_balance = w.rows.div_ceil(want_tiles).max(1);
         let rows_per_tile = round_even(by_cache.min(by_balance)).min(w.rows).max(1);
@@ -156,11 +177,11 @@ impl Plan {
         // Split activation rows too when there are few weight rows (a router
         // over a long prompt).
         let act_tiles = if row_tiles >= want_tiles { 1 } else { want_tiles.div_ceil(row_tiles).min(n) };
-        let acts_per_tile = round_even(n.div_ceil(act_tiles)).min(n).max(1);
+        let acts_per_tile = n.div_ceil(act_tiles).next_multiple_of(4).min(n).max(1);
         Plan { threads, n_rows: w.rows, rows_per_tile, n, acts_per_tile }
     }
 
-    fn run<B: Sync>(&self, pool: &ThreadPool, job: &Job<'_, B>) {
+    fn run<B: Sync + 'static>(&self, pool: &ThreadPool, job: &Job<'_, B>) {
         let row_tiles = self.n_rows.div_ceil(self.rows_per_tile);
         let act_tiles = self.n.div_ceil(self.acts_per_tile);
         let n_tiles = row_tiles * act_tiles;

@@ -7,6 +7,7 @@
 //! every product then runs on int8 dot products. The instruction-set path is
 //! chosen once at start-up ([`isa`]); see [`dispatch`] for forcing one.
 
+pub mod bench;
 mod dispatch;
 mod matmul;
 pub mod ops;
@@ -128,7 +129,7 @@ impl QActs {
     pub fn quantize(&mut self, wty: GgmlType, x: &[f32], n: usize, k: usize) {
         let fmt = ActFormat::for_weights(wty).unwrap_or_else(|| panic!("no kernels for {wty} weights"));
         assert_eq!(x.len(), n * k, "QActs::quantize: {} values for {n} rows of {k}", x.len());
-        assert!(k % fmt.block() == 0, "QActs::quantize: {k} is not a whole number of {wty} activation blocks");
+        assert!(k.is_multiple_of(fmt.block()), "QActs::quantize: {k} is not a whole number of {wty} activation blocks");
         (self.fmt, self.n, self.k) = (Some(fmt), n, k);
         let nb = n * k / fmt.block();
         match fmt {

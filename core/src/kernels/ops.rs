@@ -9,13 +9,17 @@
 use super::dispatch::Kernels;
 use half::f16;
 
-/// `out = x / sqrt(mean(x^2) + eps)`, times `weight` if given. Squares are
-/// summed in f64, as ggml does.
-pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
-    assert_eq!(out.len(), x.len(), "rms_norm: output length");
+/// `1 / sqrt(mean(x^2) + eps)`, with the squares summed in f64 as ggml does.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
     let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    1.0 / (mean + eps).sqrt()
+}
+
+/// `out = x / sqrt(mean(x^2) + eps)`, times `weight` if given.
+pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
+    assert_eq!(out.len(), x.len(), "rms_norm: output length");
+    let scale = rms_scale(x, eps);
     match weight {
         Some(w) => {
             assert_eq!(w.len(), x.len(), "rms_norm: weight length");
@@ -31,11 +35,9 @@ pub fn rms_norm(out: &mut [f32], x: &[f32], weight: Option<&[f32]>, eps: f32) {
     }
 }
 
-/// In-place [`rms_norm`].
+/// [`rms_norm`] in place (per-head norms of Q and K).
 pub fn rms_norm_inplace(x: &mut [f32], weight: Option<&[f32]>, eps: f32) {
-    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps).sqrt();
+    let scale = rms_scale(x, eps);
     match weight {
         Some(w) => {
             assert_eq!(w.len(), x.len(), "rms_norm: weight length");
@@ -43,12 +45,6 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: Option<&[f32]>, eps: f32) {
         }
         None => x.iter_mut().for_each(|v| *v *= scale),
     }
-}
-
-/// The logistic function `1 / (1 + e^-x)`.
-#[inline]
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
 }
 
 /// In-place softmax; the normaliser is summed in f64, as ggml does.
@@ -61,6 +57,12 @@ pub fn softmax(x: &mut [f32]) {
     }
     let inv = (1.0 / sum) as f32;
     scale(x, inv);
+}
+
+/// `1 / (1 + e^-x)` (router gates, attention output gates).
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
 }
 
 #[inline]
@@ -165,8 +167,8 @@ pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
 /// the angle built by repeated multiplication as ggml does. Normal mode
 /// rotates adjacent pairs `(2i, 2i+1)`; NeoX mode pairs `(i, i + n_rot/2)`.
 pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base: f32, freq_scale: f32, neox: bool) {
-    assert!(head_dim > 0 && x.len() % head_dim == 0, "rope: {} values in heads of {head_dim}", x.len());
-    assert!(n_rot <= head_dim && n_rot % 2 == 0, "rope: n_rot {n_rot} for head_dim {head_dim}");
+    assert!(head_dim > 0 && x.len().is_multiple_of(head_dim), "rope: {} values in heads of {head_dim}", x.len());
+    assert!(n_rot <= head_dim && n_rot.is_multiple_of(2), "rope: n_rot {n_rot} for head_dim {head_dim}");
     let half = n_rot / 2;
     let mut cache = [(0.0f32, 0.0f32); 256];
     let mut big = Vec::new();
@@ -211,5 +213,111 @@ pub(crate) mod scalar {
 
     pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
         out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v.to_f32());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f32, b: f32, tol: f32) -> bool {
+        (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn rms_norm_matches_formula() {
+        let x = [1.0f32, -2.0, 3.0, 0.5];
+        let w = [1.0f32, 2.0, 0.5, -1.0];
+        let ms = (1.0 + 4.0 + 9.0 + 0.25) / 4.0;
+        let s = 1.0 / (ms + 1e-6f32).sqrt();
+        let mut out = [0.0; 4];
+        rms_norm(&mut out, &x, Some(&w), 1e-6);
+        for i in 0..4 {
+            assert!(close(out[i], x[i] * s * w[i], 1e-6));
+        }
+        let mut y = x;
+        rms_norm_inplace(&mut y, Some(&w), 1e-6);
+        assert_eq!(y, out);
+        rms_norm_inplace(&mut y, None, 1e-6);
+        let r: f32 = y.iter().map(|v| v * v).sum::<f32>() / 4.0;
+        assert!(close(r, 1.0, 1e-5));
+    }
+
+    #[test]
+    fn softmax_and_activations() {
+        let mut x = [1.0f32, 2.0, 3.0, -1e30];
+        softmax(&mut x);
+        let e = [(-2.0f32).exp(), (-1.0f32).exp(), 1.0];
+        let z: f32 = e.iter().sum();
+        for i in 0..3 {
+            assert!(close(x[i], e[i] / z, 1e-6));
+        }
+        assert_eq!(x[3], 0.0);
+        assert!(close(sigmoid(0.0), 0.5, 0.0));
+        let mut s = [1.0f32, -3.0];
+        silu(&mut s);
+        assert!(close(s[0], 0.731_058_6, 1e-6) && close(s[1], -3.0 * sigmoid(-3.0), 1e-6));
+        // GELU through f16 (ggml's table): 1.0 -> f16(0.841192) = 0.8413086
+        let mut g = [1.0f32, -20.0, 20.0, 0.0];
+        gelu_tanh(&mut g);
+        assert_eq!(g, [0.841_308_6, 0.0, 20.0, 0.0]);
+        let (mut o1, mut o2) = ([0.0; 2], [0.0; 2]);
+        swiglu(&[1.0, -3.0], &[2.0, 0.5], &mut o1);
+        assert!(close(o1[0], 2.0 * s[0], 1e-6) && close(o1[1], 0.5 * s[1], 1e-6));
+        geglu(&[1.0, 0.0], &[2.0, 3.0], &mut o2);
+        assert_eq!(o2, [2.0 * 0.841_308_6, 0.0]);
+    }
+
+    #[test]
+    fn rope_normal_and_neox() {
+        // Two heads of 6 dims, rotating the first 4 (partial rotary).
+        let x: Vec<f32> = (0..12).map(|i| i as f32 + 1.0).collect();
+        let (t0, t1) = (3.0f32, 3.0 * 100f32.powf(-0.5));
+        let rot = |a: f32, b: f32, t: f32| (a * t.cos() - b * t.sin(), a * t.sin() + b * t.cos());
+        let mut n = x.clone();
+        rope(&mut n, 6, 4, 3, 100.0, 1.0, false);
+        let mut neox = x.clone();
+        rope(&mut neox, 6, 4, 3, 100.0, 1.0, true);
+        for h in 0..2 {
+            let b = 6 * h;
+            // normal: pairs (0,1) and (2,3)
+            let (a0, a1) = rot(x[b], x[b + 1], t0);
+            let (a2, a3) = rot(x[b + 2], x[b + 3], t1);
+            for (i, want) in [a0, a1, a2, a3].into_iter().enumerate() {
+                assert!(close(n[b + i], want, 1e-5), "normal head {h} dim {i}");
+            }
+            // neox: pairs (0,2) and (1,3)
+            let (c0, c2) = rot(x[b], x[b + 2], t0);
+            let (c1, c3) = rot(x[b + 1], x[b + 3], t1);
+            for (i, want) in [c0, c1, c2, c3].into_iter().enumerate() {
+                assert!(close(neox[b + i], want, 1e-5), "neox head {h} dim {i}");
+            }
+            // dims past n_rot pass through
+            assert_eq!(&n[b + 4..b + 6], &x[b + 4..b + 6]);
+            assert_eq!(&neox[b + 4..b + 6], &x[b + 4..b + 6]);
+        }
+        // position 0 is the identity; freq_scale scales the angle
+        let mut z = x.clone();
+        rope(&mut z, 6, 6, 0, 1e4, 1.0, true);
+        assert_eq!(z, x);
+        let (mut a, mut b) = (x.clone(), x.clone());
+        rope(&mut a, 6, 4, 6, 100.0, 0.5, false);
+        rope(&mut b, 6, 4, 3, 100.0, 1.0, false);
+        assert!(a.iter().zip(&b).all(|(p, q)| close(*p, *q, 1e-5)));
+    }
+
+    #[test]
+    fn elementwise() {
+        let mut a = [1.0f32, 2.0, 3.0];
+        add(&mut a, &[1.0, 1.0, 1.0]);
+        mul(&mut a, &[2.0, 0.5, 1.0]);
+        scale(&mut a, 2.0);
+        assert_eq!(a, [8.0, 3.0, 8.0]);
+        assert_eq!(dot_f32(&a, &[1.0, 1.0, 1.0]), 19.0);
+        let h: Vec<f16> = [1.0f32, 2.0, 0.5].iter().map(|&v| f16::from_f32(v)).collect();
+        assert_eq!(dot_f16(&a, &h), 8.0 + 6.0 + 4.0);
+        axpy_f16(&mut a, 2.0, &h);
+        axpy_f32(&mut a, -1.0, &[1.0, 1.0, 1.0]);
+        assert_eq!(a, [9.0, 6.0, 8.0]);
     }
 }

@@ -85,6 +85,21 @@ pub fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> 
         }
         _ => {
             rng.fill_bytes(&mut data);
+            make_valid(ty, &mut data, rng);
+        }
+    }
+    data
+}
+
+/// Turn random bytes into valid weights of `ty` in place: realistic scales in
+/// the f16 fields of quantised blocks; normal, finite values in float formats
+/// (the exponent's top bit cleared and the next one set: magnitudes below 2,
+/// no NaN and no denormal slow paths).
+pub fn make_valid(ty: GgmlType, data: &mut [u8], rng: &mut Rng) {
+    match ty {
+        GgmlType::F16 | GgmlType::BF16 => data.chunks_exact_mut(2).for_each(|c| c[1] = (c[1] & 0xBF) | 0x20),
+        GgmlType::F32 => data.chunks_exact_mut(4).for_each(|c| c[3] = (c[3] & 0xBF) | 0x20),
+        _ => {
             let fields = f16_fields(ty);
             for block in data.chunks_exact_mut(ty.type_size()) {
                 for &off in fields {
@@ -95,5 +110,4 @@ pub fn random_weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> 
             }
         }
     }
-    data
 }

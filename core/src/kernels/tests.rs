@@ -6,7 +6,7 @@
 //! the magnitudes of the terms (`mag`), which is the relative tolerance that
 //! stays meaningful when a dot product cancels to near zero.
 
-use super::dispatch::{Kernels, RowDot};
+use super::dispatch::{Kernels, Multi, RowDot};
 use super::testing::{random_weights, Rng};
 use super::*;
 use crate::threads::ThreadPool;
@@ -66,10 +66,10 @@ fn dot_on(k: &Kernels, ty: GgmlType, row: &[u8], acts: &QActs, j: usize) -> f32 
     // SAFETY: `k` came from `for_isa`, so the CPU has its features.
     unsafe {
         match k.row_dot(ty).expect("supported") {
-            RowDot::Q8_0(f, _) => f(row, &acts.q8_0[j * kk / 32..(j + 1) * kk / 32]),
-            RowDot::Q8_1(f) => f(row, &acts.q8_1[j * kk / 32..(j + 1) * kk / 32]),
-            RowDot::Q8K(f, _) => f(row, &acts.q8k[j * kk / 256..(j + 1) * kk / 256]),
-            RowDot::F32(f) => f(row, &acts.f32[j * kk..(j + 1) * kk]),
+            RowDot::Q8_0(d) => (d.one)(row, &acts.q8_0[j * kk / 32..(j + 1) * kk / 32]),
+            RowDot::Q8_1(d) => (d.one)(row, &acts.q8_1[j * kk / 32..(j + 1) * kk / 32]),
+            RowDot::Q8K(d) => (d.one)(row, &acts.q8k[j * kk / 256..(j + 1) * kk / 256]),
+            RowDot::F32(d) => (d.one)(row, &acts.f32[j * kk..(j + 1) * kk]),
         }
     }
 }
@@ -104,37 +104,49 @@ fn simd_dots_equal_scalar_twins() {
     }
 }
 
+/// The products of a multi-row kernel on weight rows 0..2 and activation rows
+/// 0..4, as `(weight row, activation row, value)`; empty if the path has none.
+fn multi_products<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
+    let a = |j: usize| &acts[j * per_row..(j + 1) * per_row];
+    // SAFETY: the kernels come from a path this CPU has.
+    unsafe {
+        match multi {
+            Multi::None => vec![],
+            Multi::Tile2x2(t) => {
+                let v = t(m.row(0), m.row(1), a(2), a(3));
+                vec![(0, 2, v[0]), (0, 3, v[1]), (1, 2, v[2]), (1, 3, v[3])]
+            }
+            Multi::Acts4(f) => (0..2)
+                .flat_map(|r| {
+                    f(m.row(r), [a(0), a(1), a(2), a(3)]).into_iter().enumerate().map(move |(j, v)| (r, j, v))
+                })
+                .collect(),
+        }
+    }
+}
+
 #[test]
-fn tiles_equal_scalar_twins() {
+fn multi_row_kernels_equal_scalar_twins() {
     let mut rng = Rng::new(12);
     for k in simd_paths() {
         for ty in TYPES {
-            let Some(dot) = k.row_dot(ty) else { continue };
             for nb in [1, 2, 3, 8] {
                 let cols = cols_for(ty, nb);
                 let w = random_weights(ty, 2, cols, &mut rng);
                 let m = QMatrix::new(ty, &w, 2, cols).expect("matrix");
-                let x = rng.vec(2 * cols, 1.0);
+                let x = rng.vec(4 * cols, 1.0);
                 let mut acts = QActs::new();
-                acts.quantize(ty, &x, 2, cols);
-                // SAFETY: `k` came from `for_isa`.
-                let got = unsafe {
-                    match dot {
-                        RowDot::Q8_0(_, Some(t)) => {
-                            let nb = cols / 32;
-                            t(m.row(0), m.row(1), &acts.q8_0[..nb], &acts.q8_0[nb..])
-                        }
-                        RowDot::Q8K(_, Some(t)) => {
-                            let nb = cols / 256;
-                            t(m.row(0), m.row(1), &acts.q8k[..nb], &acts.q8k[nb..])
-                        }
-                        _ => continue,
-                    }
+                acts.quantize(ty, &x, 4, cols);
+                let got = match k.row_dot(ty).expect("supported") {
+                    RowDot::Q8_0(d) => multi_products(d.multi, &m, &acts.q8_0, cols / 32),
+                    RowDot::Q8_1(d) => multi_products(d.multi, &m, &acts.q8_1, cols / 32),
+                    RowDot::Q8K(d) => multi_products(d.multi, &m, &acts.q8k, cols / 256),
+                    RowDot::F32(d) => multi_products(d.multi, &m, &acts.f32, cols),
                 };
-                for (i, (r, j)) in [(0, 0), (0, 1), (1, 0), (1, 1)].into_iter().enumerate() {
+                for (r, j, g) in got {
                     let want = dot_on(scalar(), ty, m.row(r), &acts, j);
                     let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
-                    assert!(close(got[i], want, mag), "{} {ty} tile ({r},{j}): {} vs {want}", k.isa(), got[i]);
+                    assert!(close(g, want, mag), "{} {ty} nb={nb} multi ({r},{j}): {g} vs scalar {want}", k.isa());
                 }
             }
         }

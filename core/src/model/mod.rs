@@ -27,8 +27,8 @@ pub use ffn::Routing;
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
-use crate::tokenizer::Tokenizer;
 use crate::threads::ThreadPool;
+use crate::tokenizer::Tokenizer;
 use scratch::Scratch;
 
 /// Per-layer sequence state.

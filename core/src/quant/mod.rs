@@ -68,7 +68,7 @@ pub unsafe trait FileBlock: Copy + 'static {}
 #[inline]
 pub fn as_blocks<B: FileBlock>(bytes: &[u8]) -> &[B] {
     let size = std::mem::size_of::<B>();
-    assert!(bytes.len() % size == 0, "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
     debug_assert_eq!(std::mem::align_of::<B>(), 1);
     // SAFETY: `B: FileBlock` has alignment 1, no padding and no invalid bit
     // patterns; the length is a whole number of blocks inside `bytes`.
@@ -87,14 +87,21 @@ pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     }
 }
 
-/// All eight (scale, min) pairs of a Q4_K/Q5_K super-block, as two arrays.
+/// All eight (scale, min) pairs of a Q4_K/Q5_K super-block, as two arrays;
+/// word-wise (no per-pair branches): the same values as [`scale_min_k4`].
 #[inline(always)]
 pub fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
-    let mut sc = [0u8; 8];
-    let mut m = [0u8; 8];
-    for j in 0..8 {
-        (sc[j], m[j]) = scale_min_k4(j, q);
-    }
+    const LOW6: u32 = 0x3F3F_3F3F;
+    const NIBBLES: u32 = 0x0F0F_0F0F;
+    const TOP2: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (a, b, c) = (word(0), word(1), word(2));
+    // Pairs 0..4: low 6 bits of bytes 0..4 (scales) and 4..8 (mins).
+    // Pairs 4..8: nibbles of bytes 8..12, plus the top 2 bits of bytes 0..4 / 4..8.
+    let scales_hi = (c & NIBBLES) | (((a >> 6) & TOP2) << 4);
+    let mins_hi = ((c >> 4) & NIBBLES) | (((b >> 6) & TOP2) << 4);
+    let sc = ((a & LOW6) as u64 | (scales_hi as u64) << 32).to_le_bytes();
+    let m = ((b & LOW6) as u64 | (mins_hi as u64) << 32).to_le_bytes();
     (sc, m)
 }
 
@@ -216,7 +223,7 @@ impl GgmlType {
     /// number of blocks or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.type_size() as u64)
@@ -253,6 +260,19 @@ mod tests {
         }
         for id in [4, 5, 31, 32, 33, 36, 37, 38, 43, 1000] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
+        }
+    }
+
+    #[test]
+    fn k4_scales_unpack_word_wise() {
+        let mut rng = crate::kernels::testing::Rng::new(5);
+        for _ in 0..1000 {
+            let mut q = [0u8; 12];
+            rng.fill_bytes(&mut q);
+            let (sc, m) = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!((sc[j], m[j]), scale_min_k4(j, &q), "pair {j} of {q:?}");
+            }
         }
     }
 

@@ -20,14 +20,26 @@ const _: () = assert!(size_of::<BlockQ3K>() == 110);
 // SAFETY: repr(C), byte arrays only: alignment 1, no padding, any bit pattern.
 unsafe impl FileBlock for BlockQ3K {}
 
-/// The sixteen signed group scales (-32..32).
+/// The sixteen signed group scales (-32..32). Word-wise: scales 0..8 take the
+/// low nibbles of bytes 0..8, scales 8..16 their high nibbles; bit pair `k` of
+/// bytes 8..12 supplies the top two bits of scales `4k..4k + 4`.
 #[inline(always)]
 pub fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
+    const NIBBLES: u32 = 0x0F0F_0F0F;
+    const PAIRS: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a, b, high) = (word(0), word(1), word(2));
+    let words = [
+        (a & NIBBLES) | ((high & PAIRS) << 4),
+        (b & NIBBLES) | (((high >> 2) & PAIRS) << 4),
+        ((a >> 4) & NIBBLES) | (((high >> 4) & PAIRS) << 4),
+        ((b >> 4) & NIBBLES) | (((high >> 6) & PAIRS) << 4),
+    ];
     let mut out = [0i8; 16];
-    for (g, o) in out.iter_mut().enumerate() {
-        let low = if g < 8 { s[g] & 0xF } else { s[g - 8] >> 4 };
-        let high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
-        *o = (low | (high << 4)) as i8 - 32;
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        for (v, byte) in o.iter_mut().zip(w.to_le_bytes()) {
+            *v = byte as i8 - 32;
+        }
     }
     out
 }
@@ -80,4 +92,28 @@ pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> f32 {
         sum += x.d.to_f32() * y.d * isum as f32;
     }
     sum
+}
+
+#[cfg(test)]
+mod tests {
+    /// The scale layout, spelled out one scale at a time.
+    fn unpack_scales_bytewise(s: &[u8; 12]) -> [i8; 16] {
+        let mut out = [0i8; 16];
+        for (g, o) in out.iter_mut().enumerate() {
+            let low = if g < 8 { s[g] & 0xF } else { s[g - 8] >> 4 };
+            let high = (s[8 + g % 4] >> (2 * (g / 4))) & 3;
+            *o = (low | (high << 4)) as i8 - 32;
+        }
+        out
+    }
+
+    #[test]
+    fn scale_unpacking_agrees_with_the_layout() {
+        let mut rng = crate::kernels::testing::Rng::new(3);
+        for _ in 0..1000 {
+            let mut s = [0u8; 12];
+            rng.fill_bytes(&mut s);
+            assert_eq!(super::unpack_scales(&s), unpack_scales_bytewise(&s));
+        }
+    }
 }

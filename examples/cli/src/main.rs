@@ -5,6 +5,7 @@
 
 mod args;
 mod bench;
+mod bench_kernels;
 mod fingerprint;
 mod inspect;
 mod logits;
@@ -41,6 +42,8 @@ commands:
                                       prefill and decode speed, fixed protocol
   perplexity --model F --file TEXT [--ctx 128] [--json] [--save-logits F] [--kl-base F]
                                       perplexity as llama-perplexity computes it
+  bench-kernels [--threads N] [--json] [--quick]
+                                      matvec throughput per format and ISA path vs read bandwidth
   help                                this text
 ";
 
@@ -73,6 +76,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     let rest = &argv[1..];
     match cmd.as_str() {
         "inspect" => inspect::run(rest),
+        "bench-kernels" => bench_kernels::run(rest),
         "logits" => logits::run(rest),
         "tokenize" => tokenize::run(rest),
         "template" => template::run(rest),

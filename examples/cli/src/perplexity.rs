@@ -52,7 +52,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let tok = model.tokenizer();
     let tokens = tok.encode(&text, true, false).map_err(|e| e.to_string())?;
     if tokens.len() < 2 * n_ctx {
-        return Err(format!("{text_path} has {} tokens; a context of {n_ctx} needs at least {}", tokens.len(), 2 * n_ctx));
+        return Err(format!(
+            "{text_path} has {} tokens; a context of {n_ctx} needs at least {}",
+            tokens.len(),
+            2 * n_ctx
+        ));
     }
     let mut n_chunks = tokens.len() / n_ctx;
     if let Some(c) = args.parsed::<usize>("--chunks")? {

@@ -42,7 +42,8 @@ const CHAT_SPEC: Spec = Spec { values: &["--system"], switches: &[] };
 pub const RUN_USAGE: &str = "usage: pocket run --model FILE --prompt TEXT [-n N] [--temp T] [--top-k K] [--top-p P] \
 [--min-p P] [--repeat-penalty R] [--seed S] [--threads N] [--ctx N] [--kv f16|f32] [--stop TEXT]... [--json] [--no-echo]";
 
-pub const CHAT_USAGE: &str = "usage: pocket chat --model FILE [--system TEXT] [-n N] [--temp T] [sampling options as for run]";
+pub const CHAT_USAGE: &str =
+    "usage: pocket chat --model FILE [--system TEXT] [-n N] [--temp T] [sampling options as for run]";
 
 /// Load a model and open a session from the common options.
 fn open(args: &Args) -> Result<(Session, GenerateOptions), String> {

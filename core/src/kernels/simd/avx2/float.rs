@@ -1,0 +1,118 @@
+//! AVX2 kernels over plain floats: F32/F16/BF16 weight rows against f32
+//! activations, and the dot/axpy pair of attention. Four accumulators of 8
+//! lanes hide the FMA latency; tails run scalar. The loader closures are
+//! defined inside the `#[target_feature]` functions, so they inherit the
+//! features and their intrinsics inline.
+
+pub(crate) mod avx2 {
+    use super::super::hsum_ps;
+    use half::f16 as F16;
+    use std::arch::x86_64::*;
+
+    /// `sum load(w, i) * x[i]` where `load` yields 8 f32 weights from element `i`.
+    #[inline(always)]
+    unsafe fn dot_with(n: usize, x: &[f32], load: impl Fn(usize) -> __m256, tail: impl Fn(usize) -> f32) -> f32 {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let xp = x.as_ptr();
+        let mut i = 0;
+        while i + 32 <= n {
+            for (u, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(load(i + 8 * u), _mm256_loadu_ps(xp.add(i + 8 * u)), *a);
+            }
+            i += 32;
+        }
+        while i + 8 <= n {
+            acc[0] = _mm256_fmadd_ps(load(i), _mm256_loadu_ps(xp.add(i)), acc[0]);
+            i += 8;
+        }
+        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        hsum_ps(sum) + (i..n).map(|j| tail(j) * x[j]).sum::<f32>()
+    }
+
+    /// 8 f16 from `p` (any alignment) as f32.
+    #[inline(always)]
+    unsafe fn load_f16(p: *const u8) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+    }
+
+    /// 8 bf16 from `p` as f32: widen to 32 bits, shift into the high half.
+    #[inline(always)]
+    unsafe fn load_bf16(p: *const u8) -> __m256 {
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(p.cast())), 16))
+    }
+
+    fn f16_at(w: &[u8], j: usize) -> f32 {
+        F16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn f32(w: &[u8], x: &[f32]) -> f32 {
+        debug_assert_eq!(w.len(), 4 * x.len());
+        let p = w.as_ptr();
+        dot_with(
+            x.len(),
+            x,
+            |i| _mm256_loadu_ps(p.add(4 * i).cast()),
+            |j| f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]]),
+        )
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn f16(w: &[u8], x: &[f32]) -> f32 {
+        debug_assert_eq!(w.len(), 2 * x.len());
+        let p = w.as_ptr();
+        dot_with(x.len(), x, |i| load_f16(p.add(2 * i)), |j| f16_at(w, j))
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn bf16(w: &[u8], x: &[f32]) -> f32 {
+        debug_assert_eq!(w.len(), 2 * x.len());
+        let p = w.as_ptr();
+        dot_with(
+            x.len(),
+            x,
+            |i| load_bf16(p.add(2 * i)),
+            |j| f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16),
+        )
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let p = b.as_ptr();
+        dot_with(b.len(), a, |i| _mm256_loadu_ps(p.add(i)), |j| b[j])
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn dot_f16(a: &[f32], b: &[F16]) -> f32 {
+        let p = b.as_ptr().cast::<u8>();
+        dot_with(b.len(), a, |i| load_f16(p.add(2 * i)), |j| b[j].to_f32())
+    }
+
+    /// `out[i] += a * load(i)` over 8 lanes at a time.
+    #[inline(always)]
+    unsafe fn axpy_with(out: &mut [f32], a: f32, load: impl Fn(usize) -> __m256, tail: impl Fn(usize) -> f32) {
+        let n = out.len();
+        let op = out.as_mut_ptr();
+        let va = _mm256_set1_ps(a);
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(va, load(i), _mm256_loadu_ps(op.add(i))));
+            i += 8;
+        }
+        for (j, o) in out.iter_mut().enumerate().skip(i) {
+            *o += a * tail(j);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
+        let p = x.as_ptr();
+        axpy_with(out, a, |i| _mm256_loadu_ps(p.add(i)), |j| x[j])
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, x: &[F16]) {
+        let p = x.as_ptr().cast::<u8>();
+        axpy_with(out, a, |i| load_f16(p.add(2 * i)), |j| x[j].to_f32())
+    }
+}

@@ -1,0 +1,270 @@
+//! AVX2 dot products of the K-quants (Q2_K..Q6_K) with Q8_K activations.
+//!
+//! The common shape: unpack 32 weights into unsigned bytes, `vpmaddubsw` them
+//! with 32 activations into 16 i16 pair sums, and multiply-add those with the
+//! group scales (as i16) into 8 i32 lanes. Offsets and minimums are folded in
+//! once per super-block through the activation group sums (`bsums`): e.g.
+//! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
+
+use super::{dot_i16, fp16, hsum_ps, load32, paths};
+use crate::quant::q3_k::unpack_scales;
+use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use std::arch::x86_64::*;
+
+paths! {
+    q2_k, q2_k_x4 = dot_q2_k(BlockQ8K);
+    q3_k, q3_k_x4 = dot_q3_k(BlockQ8K);
+    q4_k, q4_k_x4 = dot_q4_k(BlockQ8K);
+    q5_k, q5_k_x4 = dot_q5_k(BlockQ8K);
+    q6_k, q6_k_x4 = dot_q6_k(BlockQ8K);
+}
+
+// Every body dots one weight row with `N` activation rows: each weight
+// register is unpacked once and meets the `N` rows' activations in turn.
+
+/// Activations `32r..32r + 32` of a Q8_K block.
+#[inline(always)]
+unsafe fn acts(y: &BlockQ8K, r: usize) -> __m256i {
+    load32(y.qs.as_ptr().add(32 * r).cast())
+}
+
+/// The 16 group sums of a Q8_K block, as i16.
+#[inline(always)]
+unsafe fn bsums(y: &BlockQ8K) -> __m256i {
+    _mm256_loadu_si256(y.bsums.as_ptr().cast())
+}
+
+/// For groups of 16: the 16 i8 scales `sc` widened to i16, even groups in the
+/// low 128-bit half and odd groups in the high half, so that [`scale_i16`]
+/// serves register `r` (groups `2r`, `2r + 1`) with one in-lane shuffle.
+#[inline(always)]
+unsafe fn scales_even_odd(sc: __m128i) -> __m256i {
+    let order = _mm_set_epi8(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, order))
+}
+
+/// i16 lane `i` of each 128-bit half, broadcast over that half.
+#[inline(always)]
+unsafe fn scale_i16(sc: __m256i, i: usize) -> __m256i {
+    _mm256_shuffle_epi8(sc, _mm256_set1_epi16((0x0100 + 0x0202 * i) as i16))
+}
+
+/// `v >> shift` per byte, keeping `mask` (shifting 16-bit lanes is exact for
+/// the bits a mask below `0xFF >> shift` keeps).
+#[inline(always)]
+unsafe fn bits(v: __m256i, shift: i32, mask: i8) -> __m256i {
+    let shifted = match shift {
+        0 => v,
+        1 => _mm256_srli_epi16(v, 1),
+        2 => _mm256_srli_epi16(v, 2),
+        3 => _mm256_srli_epi16(v, 3),
+        4 => _mm256_srli_epi16(v, 4),
+        5 => _mm256_srli_epi16(v, 5),
+        6 => _mm256_srli_epi16(v, 6),
+        _ => _mm256_srli_epi16(v, 7),
+    };
+    _mm256_and_si256(shifted, _mm256_set1_epi8(mask))
+}
+
+/// The lane sums of `N` accumulators (a loop, not a closure: see legacy.rs).
+#[inline(always)]
+unsafe fn hsums<const N: usize>(acc: [__m256; N]) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    for n in 0..N {
+        out[n] = hsum_ps(acc[n]);
+    }
+    out
+}
+
+/// `acc + d * sumi - dmin * summ`, lane-wise, as f32.
+#[inline(always)]
+unsafe fn scale_acc(acc: __m256, d: f32, sumi: __m256i, dmin: f32, summ: __m256i) -> __m256 {
+    let acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc)
+}
+
+#[inline(always)]
+unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let x = as_blocks::<BlockQ2K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, xb) in x.iter().enumerate() {
+        let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for h in 0..2 {
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in 0..4 {
+                let r = 4 * h + j;
+                // 2-bit pair j of each byte -> 0..3
+                let (u, s) = (bits(q, 2 * j as i32, 3), scale_i16(sc, r));
+                for n in 0..N {
+                    sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(u, acts(&a[n][i], r)), s);
+                }
+            }
+        }
+        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        for n in 0..N {
+            let y = &a[n][i];
+            // Minimums meet the activation group sums.
+            let summ = _mm256_madd_epi16(mins, bsums(y));
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
+        }
+    }
+    hsums(acc)
+}
+
+#[inline(always)]
+unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let x = as_blocks::<BlockQ3K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, xb) in x.iter().enumerate() {
+        let scales = unpack_scales(&xb.scales);
+        let sc8 = _mm_loadu_si128(scales.as_ptr().cast());
+        let sc = scales_even_odd(sc8);
+        let hm = load32(xb.hmask.as_ptr());
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for h in 0..2 {
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in 0..4 {
+                let r = 4 * h + j;
+                // low 2 bits | high bit << 2: q + 4, in 0..8
+                let high = bits(hm, r as i32, 1);
+                let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), _mm256_slli_epi16(high, 2));
+                let s = scale_i16(sc, r);
+                for n in 0..N {
+                    sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(u, acts(&a[n][i], r)), s);
+                }
+            }
+        }
+        let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
+        for n in 0..N {
+            let y = &a[n][i];
+            // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
+            let offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(y)), 2);
+            acc[n] =
+                _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
+        }
+    }
+    hsums(acc)
+}
+
+/// The 8 (scale, min) pairs of a Q4_K/Q5_K block: scales as i16 in both
+/// halves (for [`scale_i16`]), mins as 8 i16.
+#[inline(always)]
+unsafe fn scales_mins(packed: &[u8; 12]) -> (__m256i, __m128i) {
+    let (scales, mins) = scales_mins_k4(packed);
+    let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(scales.as_ptr().cast())));
+    (sc, _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast())))
+}
+
+/// `sum_g min_g * (bsum_2g + bsum_2g+1)` over the 8 groups of 32, in the low
+/// 4 i32 lanes (the high ones zero).
+#[inline(always)]
+unsafe fn mins_dot_bsums(mins: __m128i, y: &BlockQ8K) -> __m256i {
+    let b = bsums(y);
+    // Adjacent pairs of the 16 group sums of 16 -> 8 sums of 32.
+    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    _mm256_zextsi128_si256(_mm_madd_epi16(mins, pairs))
+}
+
+#[inline(always)]
+unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let x = as_blocks::<BlockQ4K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, xb) in x.iter().enumerate() {
+        let (sc, mins) = scales_mins(&xb.scales);
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for c in 0..4 {
+            let q = load32(xb.qs.as_ptr().add(32 * c));
+            // low nibbles: values 64c..64c+32 (group 2c), high nibbles: the next 32
+            let (lo, hi) = (bits(q, 0, 0x0F), bits(q, 4, 0x0F));
+            let (s_lo, s_hi) = (scale_i16(sc, 2 * c), scale_i16(sc, 2 * c + 1));
+            for n in 0..N {
+                let y = &a[n][i];
+                sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(lo, acts(y, 2 * c)), s_lo);
+                sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
+            }
+        }
+        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        for n in 0..N {
+            let y = &a[n][i];
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
+        }
+    }
+    hsums(acc)
+}
+
+#[inline(always)]
+unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let x = as_blocks::<BlockQ5K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    for (i, xb) in x.iter().enumerate() {
+        let (sc, mins) = scales_mins(&xb.scales);
+        let qh = load32(xb.qh.as_ptr());
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for c in 0..4 {
+            let q = load32(xb.qs.as_ptr().add(32 * c));
+            // nibble | fifth bit (bit 2c for the low nibbles, 2c+1 for the high) << 4
+            let lo = _mm256_or_si256(bits(q, 0, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32, 1), 4));
+            let hi = _mm256_or_si256(bits(q, 4, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32 + 1, 1), 4));
+            let (s_lo, s_hi) = (scale_i16(sc, 2 * c), scale_i16(sc, 2 * c + 1));
+            for n in 0..N {
+                let y = &a[n][i];
+                sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(lo, acts(y, 2 * c)), s_lo);
+                sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
+            }
+        }
+        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        for n in 0..N {
+            let y = &a[n][i];
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
+        }
+    }
+    hsums(acc)
+}
+
+#[inline(always)]
+unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    let x = as_blocks::<BlockQ6K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    let m30 = _mm256_set1_epi8(0x30);
+    for (i, xb) in x.iter().enumerate() {
+        let sc8 = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc = scales_even_odd(sc8);
+        let mut sumi = [_mm256_setzero_si256(); N];
+        for h in 0..2 {
+            let qh = load32(xb.qh.as_ptr().add(32 * h));
+            let ql0 = load32(xb.ql.as_ptr().add(64 * h));
+            let ql1 = load32(xb.ql.as_ptr().add(64 * h + 32));
+            // nibble | 2 high bits << 4: q + 32, in 0..64
+            let u = [
+                _mm256_or_si256(bits(ql0, 0, 0x0F), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30)),
+                _mm256_or_si256(bits(ql1, 0, 0x0F), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30)),
+                _mm256_or_si256(bits(ql0, 4, 0x0F), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(bits(ql1, 4, 0x0F), bits(qh, 2, 0x30)),
+            ];
+            for (t, ut) in u.into_iter().enumerate() {
+                let r = 4 * h + t;
+                let s = scale_i16(sc, r);
+                for n in 0..N {
+                    sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(ut, acts(&a[n][i], r)), s);
+                }
+            }
+        }
+        let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
+        for n in 0..N {
+            let y = &a[n][i];
+            // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
+            let offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(y)), 5);
+            acc[n] =
+                _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
+        }
+    }
+    hsums(acc)
+}

@@ -1,0 +1,206 @@
+//! AVX2 dot products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+//! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
+//! blocks per iteration keep two FMA chains in flight.
+
+use super::{dot_u8i8, fp16, hsum_ps, load32, paths};
+use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use std::arch::x86_64::*;
+
+paths! {
+    q4_0, q4_0_x4 = dot_q4_0(BlockQ8_0);
+    q4_1, q4_1_x4 = dot_q4_1(BlockQ8_1);
+    q5_0, q5_0_x4 = dot_q5_0(BlockQ8_0);
+    q5_1, q5_1_x4 = dot_q5_1(BlockQ8_1);
+    q8_0, q8_0_x4 = dot_q8_0(BlockQ8_0);
+}
+
+type F16 = crate::quant::F16Bytes;
+
+/// 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..16) then high ones.
+#[inline(always)]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let b = _mm_loadu_si128(qs.as_ptr().cast());
+    let both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
+    // Byte i takes source byte i/8 ...
+    let v = _mm256_set1_epi32(i32::from_le_bytes(qh));
+    let spread = _mm256_shuffle_epi8(
+        v,
+        _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
+    );
+    // ... and keeps only its bit i%8: OR in every other bit, compare with all-ones.
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+}
+
+// The per-format parts are trait methods, not closures: a closure defined in
+// these generic bodies would be compiled without the wrappers' target
+// features, and the intrinsics inside it would become function calls.
+
+/// A block with one scale, unpacked to 32 signed bytes.
+trait Signed32 {
+    fn scale(&self) -> F16;
+    unsafe fn values(&self) -> __m256i;
+}
+
+impl Signed32 for BlockQ8_0 {
+    #[inline(always)]
+    fn scale(&self) -> F16 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        load32(self.qs.as_ptr().cast())
+    }
+}
+
+impl Signed32 for BlockQ4_0 {
+    #[inline(always)]
+    fn scale(&self) -> F16 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        // nibble - 8
+        _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8))
+    }
+}
+
+impl Signed32 for BlockQ5_0 {
+    #[inline(always)]
+    fn scale(&self) -> F16 {
+        self.d
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        // q - 16 = nibble where the fifth bit is set, nibble | 0xF0 (nibble - 16) where it is clear.
+        _mm256_or_si256(nibbles(&self.qs), _mm256_andnot_si256(bits_to_bytes(self.qh), _mm256_set1_epi8(-16)))
+    }
+}
+
+/// A block with a scale and a minimum, unpacked to 32 unsigned bytes.
+trait Unsigned32 {
+    fn scale_min(&self) -> (F16, F16);
+    unsafe fn values(&self) -> __m256i;
+}
+
+impl Unsigned32 for BlockQ4_1 {
+    #[inline(always)]
+    fn scale_min(&self) -> (F16, F16) {
+        (self.d, self.m)
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        nibbles(&self.qs)
+    }
+}
+
+impl Unsigned32 for BlockQ5_1 {
+    #[inline(always)]
+    fn scale_min(&self) -> (F16, F16) {
+        (self.d, self.m)
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        // nibble + 16 * fifth bit
+        _mm256_or_si256(nibbles(&self.qs), _mm256_and_si256(bits_to_bytes(self.qh), _mm256_set1_epi8(0x10)))
+    }
+}
+
+/// Block `i` of a signed format against the `N` activation rows, into `acc`.
+#[inline(always)]
+unsafe fn signed_step<B: Signed32, const V: u8, const N: usize>(
+    xb: &B,
+    a: &[&[BlockQ8_0]; N],
+    i: usize,
+    acc: &mut [__m256; N],
+) {
+    let xs = xb.values();
+    // |x| as unsigned, and the sign of x moved onto each activation row.
+    let ax = _mm256_sign_epi8(xs, xs);
+    let d = fp16(xb.scale());
+    for n in 0..N {
+        let y = &a[n][i];
+        let sy = _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), xs);
+        let s = dot_u8i8::<V>(_mm256_setzero_si256(), ax, sy);
+        acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+    }
+}
+
+/// Dot products of one row of a signed format with `N` activation rows; two
+/// accumulator sets keep two FMA chains in flight.
+#[inline(always)]
+unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
+    let mut i = 0;
+    while i + 1 < x.len() {
+        signed_step::<B, V, N>(&x[i], &a, i, &mut acc0);
+        signed_step::<B, V, N>(&x[i + 1], &a, i + 1, &mut acc1);
+        i += 2;
+    }
+    if i < x.len() {
+        signed_step::<B, V, N>(&x[i], &a, i, &mut acc0);
+    }
+    let mut out = [0.0f32; N];
+    for n in 0..N {
+        out[n] = hsum_ps(_mm256_add_ps(acc0[n], acc1[n]));
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn dot_q8_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ8_0, V, N>(as_blocks(w), a)
+}
+
+#[inline(always)]
+unsafe fn dot_q4_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ4_0, V, N>(as_blocks(w), a)
+}
+
+#[inline(always)]
+unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+    dot_signed::<BlockQ5_0, V, N>(as_blocks(w), a)
+}
+
+/// Dot products of one row of a scale-and-minimum format with `N` Q8_1
+/// activation rows.
+#[inline(always)]
+unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut acc_m = [0.0f32; N];
+    for (i, xb) in x.iter().enumerate() {
+        let (d, m) = xb.scale_min();
+        let (d, m) = (fp16(d), fp16(m));
+        let u = xb.values();
+        for n in 0..N {
+            let y = &a[n][i];
+            let s = dot_u8i8::<V>(_mm256_setzero_si256(), u, load32(y.qs.as_ptr().cast()));
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+            // The minimum meets the activation sum, precomputed in the Q8_1 block.
+            acc_m[n] += m * fp16(y.s);
+        }
+    }
+    let mut out = [0.0f32; N];
+    for n in 0..N {
+        out[n] = hsum_ps(acc[n]) + acc_m[n];
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn dot_q4_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+    dot_unsigned::<BlockQ4_1, V, N>(as_blocks(w), a)
+}
+
+#[inline(always)]
+unsafe fn dot_q5_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+    dot_unsigned::<BlockQ5_1, V, N>(as_blocks(w), a)
+}

@@ -1,0 +1,144 @@
+//! x86-64 AVX2 + FMA + F16C kernels, and their AVX-VNNI / AVX-512-VNNI twins.
+//!
+//! Each kernel body is written once, `#[inline(always)]` and generic over
+//! `V`, the way int8 products are summed:
+//! - [`MADD`]: `vpmaddubsw` (u8 x i8 -> i16 pairs) then `vpmaddwd` (-> i32);
+//! - [`VEX`]: AVX-VNNI `vpdpbusd` / `vpdpwssd`, fused multiply-accumulate;
+//! - [`EVEX`]: the same instructions in their AVX-512 VNNI + VL encoding.
+//!
+//! The [`paths!`] macro instantiates every body three times inside
+//! `#[target_feature]` wrappers, so the instructions of each path are only
+//! ever executed on a CPU that reported them. None of the sums can saturate:
+//! unsigned operands stay below 64 and activations within +-127, so every
+//! path computes exactly the scalar twin's integers.
+
+mod float;
+mod kquants;
+mod legacy;
+
+use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
+use crate::quant::F16Bytes;
+use std::arch::x86_64::*;
+
+pub(super) const MADD: u8 = 0;
+pub(super) const VEX: u8 = 1;
+pub(super) const EVEX: u8 = 2;
+
+/// The AVX2 tables this CPU supports, lowest first.
+pub(crate) fn detected() -> Vec<Kernels> {
+    let mut out = Vec::new();
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return out;
+    }
+    out.push(table!(avx2, Isa::Avx2));
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        out.push(table!(avx512vnni, Isa::Avx512Vnni));
+    }
+    if is_x86_feature_detected!("avxvnni") {
+        // The VEX encoding is shorter than EVEX and runs on either port set.
+        out.push(table!(avxvnni, Isa::AvxVnni));
+    }
+    out
+}
+
+/// A kernel table from the wrappers in module `$m` of every kernel file.
+macro_rules! table {
+    ($m:ident, $isa:expr) => {
+        Kernels {
+            isa: $isa,
+            q4_0: Dot { one: legacy::$m::q4_0, multi: Multi::Acts4(legacy::$m::q4_0_x4) },
+            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::Acts4(legacy::$m::q5_0_x4) },
+            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::Acts4(legacy::$m::q8_0_x4) },
+            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::Acts4(legacy::$m::q4_1_x4) },
+            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::Acts4(legacy::$m::q5_1_x4) },
+            q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::Acts4(kquants::$m::q2_k_x4) },
+            q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::Acts4(kquants::$m::q3_k_x4) },
+            q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::Acts4(kquants::$m::q4_k_x4) },
+            q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::Acts4(kquants::$m::q5_k_x4) },
+            q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::Acts4(kquants::$m::q6_k_x4) },
+            f32: Dot::one(float::avx2::f32),
+            f16: Dot::one(float::avx2::f16),
+            bf16: Dot::one(float::avx2::bf16),
+            dot_f32: float::avx2::dot_f32,
+            dot_f16: float::avx2::dot_f16,
+            axpy_f32: float::avx2::axpy_f32,
+            axpy_f16: float::avx2::axpy_f16,
+        }
+    };
+}
+use table;
+
+/// Instantiate kernel bodies `$body::<V, N>` as `#[target_feature]` functions
+/// in modules `avx2`, `avxvnni` and `avx512vnni`: `$one` (one activation row)
+/// and `$four` (four activation rows per pass over the weights).
+macro_rules! paths {
+    ($($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
+        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($one, $four = $body($act);)*);
+        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($one, $four = $body($act);)*);
+        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($one, $four = $body($act);)*);
+    };
+    (@isa $m:ident, $features:literal, $v:ident; $($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
+        pub(crate) mod $m {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $one(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<{ super::super::$v }, 1>(w, [a])[0]
+                }
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $four(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
+                    super::$body::<{ super::super::$v }, 4>(w, a)
+                }
+            )*
+        }
+    };
+}
+use paths;
+
+// ---- shared helpers (inlined into the target_feature wrappers) ----------
+
+/// f16 -> f32 with F16C.
+#[inline(always)]
+pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(h.0) as i32)))
+}
+
+/// 32 bytes from `p`, any alignment.
+#[inline(always)]
+pub(super) unsafe fn load32(p: *const u8) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+/// Sum of the 8 lanes.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
+    hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)))
+}
+
+/// Sum of the 4 lanes.
+#[inline(always)]
+pub(super) unsafe fn hsum_ps128(s: __m128) -> f32 {
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// `acc + (sums of 4 adjacent u8(u) * i8(s) products)` in i32 lanes.
+#[inline(always)]
+pub(super) unsafe fn dot_u8i8<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    match V {
+        VEX => _mm256_dpbusd_avx_epi32(acc, u, s),
+        EVEX => _mm256_dpbusd_epi32(acc, u, s),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))),
+    }
+}
+
+/// `acc + (sums of 2 adjacent i16(a) * i16(b) products)` in i32 lanes.
+#[inline(always)]
+pub(super) unsafe fn dot_i16<const V: u8>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    match V {
+        VEX => _mm256_dpwssd_avx_epi32(acc, a, b),
+        EVEX => _mm256_dpwssd_epi32(acc, a, b),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
+    }
+}

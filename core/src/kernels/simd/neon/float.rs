@@ -1,0 +1,133 @@
+//! NEON kernels over plain floats: F32/F16/BF16 weight rows against f32
+//! activations, and the dot/axpy pair of attention. Four accumulators of 4
+//! lanes; tails run scalar. f16 widens with `fcvtl` (base AArch64).
+
+use half::f16 as F16;
+use std::arch::aarch64::*;
+use std::arch::asm;
+
+/// 8 f16 from `p` (any alignment) as two f32x4.
+#[inline(always)]
+unsafe fn load_f16x8(p: *const u8) -> (float32x4_t, float32x4_t) {
+    let h = vld1q_u8(p);
+    let (lo, hi): (float32x4_t, float32x4_t);
+    asm!(
+        "fcvtl {lo:v}.4s, {h:v}.4h",
+        "fcvtl2 {hi:v}.4s, {h:v}.8h",
+        h = in(vreg) h, lo = lateout(vreg) lo, hi = lateout(vreg) hi,
+        options(pure, nomem, nostack)
+    );
+    (lo, hi)
+}
+
+/// 8 bf16 from `p` as two f32x4: widen into the high half of 32 bits.
+#[inline(always)]
+unsafe fn load_bf16x8(p: *const u8) -> (float32x4_t, float32x4_t) {
+    let h = vld1q_u16(p.cast());
+    (vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(h))), vreinterpretq_f32_u32(vshll_high_n_u16::<16>(h)))
+}
+
+/// `sum w[i] * x[i]` where `load(i)` yields weights `i..i + 8`.
+#[inline(always)]
+unsafe fn dot_with(x: &[f32], load: impl Fn(usize) -> (float32x4_t, float32x4_t), tail: impl Fn(usize) -> f32) -> f32 {
+    let n = x.len();
+    let xp = x.as_ptr();
+    let mut acc = [vdupq_n_f32(0.0); 4];
+    let mut i = 0;
+    while i + 16 <= n {
+        let (a0, a1) = load(i);
+        let (a2, a3) = load(i + 8);
+        acc[0] = vfmaq_f32(acc[0], a0, vld1q_f32(xp.add(i)));
+        acc[1] = vfmaq_f32(acc[1], a1, vld1q_f32(xp.add(i + 4)));
+        acc[2] = vfmaq_f32(acc[2], a2, vld1q_f32(xp.add(i + 8)));
+        acc[3] = vfmaq_f32(acc[3], a3, vld1q_f32(xp.add(i + 12)));
+        i += 16;
+    }
+    while i + 8 <= n {
+        let (a0, a1) = load(i);
+        acc[0] = vfmaq_f32(acc[0], a0, vld1q_f32(xp.add(i)));
+        acc[1] = vfmaq_f32(acc[1], a1, vld1q_f32(xp.add(i + 4)));
+        i += 8;
+    }
+    let s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+    vaddvq_f32(s) + (i..n).map(|j| tail(j) * x[j]).sum::<f32>()
+}
+
+fn f16_at(w: &[u8], j: usize) -> f32 {
+    F16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn f32(w: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(w.len(), 4 * x.len());
+    let p = w.as_ptr();
+    dot_with(
+        x,
+        |i| (vld1q_f32(p.add(4 * i).cast()), vld1q_f32(p.add(4 * i + 16).cast())),
+        |j| f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]]),
+    )
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn f16(w: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(w.len(), 2 * x.len());
+    let p = w.as_ptr();
+    dot_with(x, |i| load_f16x8(p.add(2 * i)), |j| f16_at(w, j))
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn bf16(w: &[u8], x: &[f32]) -> f32 {
+    debug_assert_eq!(w.len(), 2 * x.len());
+    let p = w.as_ptr();
+    dot_with(
+        x,
+        |i| load_bf16x8(p.add(2 * i)),
+        |j| f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16),
+    )
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let p = b.as_ptr();
+    dot_with(a, |i| (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))), |j| b[j])
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dot_f16(a: &[f32], b: &[F16]) -> f32 {
+    let p = b.as_ptr().cast::<u8>();
+    dot_with(a, |i| load_f16x8(p.add(2 * i)), |j| b[j].to_f32())
+}
+
+/// `out[i] += a * w[i]` where `load(i)` yields `w[i..i + 8]`.
+#[inline(always)]
+unsafe fn axpy_with(
+    out: &mut [f32],
+    a: f32,
+    load: impl Fn(usize) -> (float32x4_t, float32x4_t),
+    tail: impl Fn(usize) -> f32,
+) {
+    let n = out.len();
+    let op = out.as_mut_ptr();
+    let mut i = 0;
+    while i + 8 <= n {
+        let (w0, w1) = load(i);
+        vst1q_f32(op.add(i), vfmaq_n_f32(vld1q_f32(op.add(i)), w0, a));
+        vst1q_f32(op.add(i + 4), vfmaq_n_f32(vld1q_f32(op.add(i + 4)), w1, a));
+        i += 8;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(i) {
+        *o += a * tail(j);
+    }
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
+    let p = x.as_ptr();
+    axpy_with(out, a, |i| (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))), |j| x[j])
+}
+
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, x: &[F16]) {
+    let p = x.as_ptr().cast::<u8>();
+    axpy_with(out, a, |i| load_f16x8(p.add(2 * i)), |j| x[j].to_f32())
+}

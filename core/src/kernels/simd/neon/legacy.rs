@@ -1,0 +1,153 @@
+//! NEON dot products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+//! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
+//! per-block scale multiplies a 4-lane f32 accumulator.
+
+use super::{dot16, fp16, ld_s8, paths};
+use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, F16Bytes};
+use std::arch::aarch64::*;
+
+paths! {
+    q4_0 = dot_q4_0(BlockQ8_0);
+    q4_1 = dot_q4_1(BlockQ8_1);
+    q5_0 = dot_q5_0(BlockQ8_0);
+    q5_1 = dot_q5_1(BlockQ8_1);
+    q8_0 = dot_q8_0(BlockQ8_0);
+}
+
+/// 16 bytes of nibbles -> (low nibbles: values 0..16, high nibbles: values 16..32).
+#[inline(always)]
+pub(super) unsafe fn nibbles(qs: &[u8; 16]) -> (uint8x16_t, uint8x16_t) {
+    let v = vld1q_u8(qs.as_ptr());
+    (vandq_u8(v, vdupq_n_u8(0x0F)), vshrq_n_u8::<4>(v))
+}
+
+/// The fifth bits of a Q5 block as byte masks (0xFF where set): values 0..16, 16..32.
+#[inline(always)]
+unsafe fn fifth_bits(qh: [u8; 4]) -> (uint8x16_t, uint8x16_t) {
+    let src = vreinterpretq_u8_u32(vdupq_n_u32(u32::from_le_bytes(qh)));
+    // Byte i takes source byte i/8 and tests its bit i%8.
+    let pick_lo = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
+    let pick_hi = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+    let bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040_2010_0804_0201));
+    (vtstq_u8(vqtbl1q_u8(src, pick_lo), bit), vtstq_u8(vqtbl1q_u8(src, pick_hi), bit))
+}
+
+/// Dot product of two 16-byte halves of a block with 32 activations.
+#[inline(always)]
+unsafe fn block_dot<const D: bool>(lo: int8x16_t, hi: int8x16_t, y: &[i8; 32]) -> int32x4_t {
+    let p = dot16::<D>(vdupq_n_s32(0), lo, ld_s8(y.as_ptr().cast()));
+    dot16::<D>(p, hi, ld_s8(y.as_ptr().add(16).cast()))
+}
+
+/// Shared loop of the formats with one scale per block and Q8_0 activations:
+/// `signed(block)` yields the two halves of the block as signed values.
+#[inline(always)]
+unsafe fn dot_signed<B, const D: bool>(
+    x: &[B],
+    a: &[BlockQ8_0],
+    scale: impl Fn(&B) -> F16Bytes,
+    signed: impl Fn(&B) -> (int8x16_t, int8x16_t),
+) -> f32 {
+    debug_assert_eq!(x.len(), a.len());
+    let (mut acc0, mut acc1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    let mut pairs = x.chunks_exact(2).zip(a.chunks_exact(2));
+    for (xp, yp) in &mut pairs {
+        let (l0, h0) = signed(&xp[0]);
+        let (l1, h1) = signed(&xp[1]);
+        let p0 = block_dot::<D>(l0, h0, &yp[0].qs);
+        let p1 = block_dot::<D>(l1, h1, &yp[1].qs);
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16(scale(&xp[0])) * fp16(yp[0].d));
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1), fp16(scale(&xp[1])) * fp16(yp[1].d));
+    }
+    if x.len() % 2 == 1 {
+        let (xb, yb) = (&x[x.len() - 1], &a[a.len() - 1]);
+        let (l, h) = signed(xb);
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(block_dot::<D>(l, h, &yb.qs)), fp16(scale(xb)) * fp16(yb.d));
+    }
+    vaddvq_f32(vaddq_f32(acc0, acc1))
+}
+
+#[inline(always)]
+unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    dot_signed::<BlockQ8_0, D>(
+        as_blocks(w),
+        a,
+        |b| b.d,
+        |b| (ld_s8(b.qs.as_ptr().cast()), ld_s8(b.qs.as_ptr().add(16).cast())),
+    )
+}
+
+#[inline(always)]
+unsafe fn dot_q4_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    dot_signed::<BlockQ4_0, D>(
+        as_blocks(w),
+        a,
+        |b| b.d,
+        |b| {
+            // nibble - 8
+            let (lo, hi) = nibbles(&b.qs);
+            let eight = vdupq_n_s8(8);
+            (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
+        },
+    )
+}
+
+#[inline(always)]
+unsafe fn dot_q5_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+    dot_signed::<BlockQ5_0, D>(
+        as_blocks(w),
+        a,
+        |b| b.d,
+        |b| {
+            // q - 16: the nibble where the fifth bit is set, nibble | 0xF0 (nibble - 16) where clear
+            let (lo, hi) = nibbles(&b.qs);
+            let (mlo, mhi) = fifth_bits(b.qh);
+            let f0 = vdupq_n_u8(0xF0);
+            (vreinterpretq_s8_u8(vorrq_u8(lo, vbicq_u8(f0, mlo))), vreinterpretq_s8_u8(vorrq_u8(hi, vbicq_u8(f0, mhi))))
+        },
+    )
+}
+
+/// Shared loop of the formats with a scale and a minimum per block (Q8_1
+/// activations): `unsigned(block)` yields the two halves (values below 32).
+#[inline(always)]
+unsafe fn dot_unsigned<B, const D: bool>(
+    x: &[B],
+    a: &[BlockQ8_1],
+    dm: impl Fn(&B) -> (F16Bytes, F16Bytes),
+    unsigned: impl Fn(&B) -> (uint8x16_t, uint8x16_t),
+) -> f32 {
+    debug_assert_eq!(x.len(), a.len());
+    let mut acc = vdupq_n_f32(0.0);
+    let mut acc_m = 0.0f32;
+    for (xb, yb) in x.iter().zip(a) {
+        let (d, m) = dm(xb);
+        let (lo, hi) = unsigned(xb);
+        let p = block_dot::<D>(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), &yb.qs);
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), fp16(d) * fp16(yb.d));
+        // The minimum meets the activation sum, precomputed in the Q8_1 block.
+        acc_m += fp16(m) * fp16(yb.s);
+    }
+    vaddvq_f32(acc) + acc_m
+}
+
+#[inline(always)]
+unsafe fn dot_q4_1<const D: bool>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+    dot_unsigned::<BlockQ4_1, D>(as_blocks(w), a, |b| (b.d, b.m), |b| nibbles(&b.qs))
+}
+
+#[inline(always)]
+unsafe fn dot_q5_1<const D: bool>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+    dot_unsigned::<BlockQ5_1, D>(
+        as_blocks(w),
+        a,
+        |b| (b.d, b.m),
+        |b| {
+            // nibble + 16 * fifth bit
+            let (lo, hi) = nibbles(&b.qs);
+            let (mlo, mhi) = fifth_bits(b.qh);
+            let s = vdupq_n_u8(0x10);
+            (vorrq_u8(lo, vandq_u8(mlo, s)), vorrq_u8(hi, vandq_u8(mhi, s)))
+        },
+    )
+}

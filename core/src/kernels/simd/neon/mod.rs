@@ -1,0 +1,143 @@
+//! aarch64 NEON kernels, with and without the int8 dot product (`sdot`), plus
+//! the int8 matrix multiply (`smmla`) 2x2 tiles for prefill.
+//!
+//! Kernel bodies are `#[inline(always)]` and generic over `D`: whether 16-byte
+//! int8 dot products use `sdot` (ARMv8.2 DotProd) or widening multiplies and
+//! pairwise adds (plain ARMv8.0 NEON). [`paths!`] instantiates each body in
+//! `#[target_feature]` wrappers. `sdot`, `smmla` and the f16 conversions are
+//! written with `asm!` (their intrinsics are not stable), each inside a tiny
+//! function compiled with the feature it needs, so no path ever contains an
+//! instruction its CPU lacks.
+
+mod float;
+mod i8mm;
+mod kquants;
+mod legacy;
+
+use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
+use crate::quant::F16Bytes;
+use std::arch::aarch64::*;
+use std::arch::{asm, is_aarch64_feature_detected};
+
+/// The NEON tables this CPU supports, lowest first.
+pub(crate) fn detected() -> Vec<Kernels> {
+    let mut out = Vec::new();
+    if !is_aarch64_feature_detected!("neon") {
+        return out;
+    }
+    out.push(table!(neon, Isa::Neon, Multi::None, Multi::None, Multi::None, Multi::None));
+    if !is_aarch64_feature_detected!("dotprod") {
+        return out;
+    }
+    out.push(table!(dotprod, Isa::Dotprod, Multi::None, Multi::None, Multi::None, Multi::None));
+    if is_aarch64_feature_detected!("i8mm") {
+        out.push(table!(
+            dotprod,
+            Isa::I8mm,
+            Multi::Tile2x2(i8mm::tile_q4_0),
+            Multi::Tile2x2(i8mm::tile_q8_0),
+            Multi::Tile2x2(i8mm::tile_q4_k),
+            Multi::Tile2x2(i8mm::tile_q6_k)
+        ));
+    }
+    out
+}
+
+/// A kernel table from the wrappers in module `$m` of every kernel file.
+macro_rules! table {
+    ($m:ident, $isa:expr, $t40:expr, $t80:expr, $t4k:expr, $t6k:expr) => {
+        Kernels {
+            isa: $isa,
+            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40 },
+            q5_0: Dot::one(legacy::$m::q5_0),
+            q8_0: Dot { one: legacy::$m::q8_0, multi: $t80 },
+            q4_1: Dot::one(legacy::$m::q4_1),
+            q5_1: Dot::one(legacy::$m::q5_1),
+            q2_k: Dot::one(kquants::$m::q2_k),
+            q3_k: Dot::one(kquants::$m::q3_k),
+            q4_k: Dot { one: kquants::$m::q4_k, multi: $t4k },
+            q5_k: Dot::one(kquants::$m::q5_k),
+            q6_k: Dot { one: kquants::$m::q6_k, multi: $t6k },
+            f32: Dot::one(float::f32),
+            f16: Dot::one(float::f16),
+            bf16: Dot::one(float::bf16),
+            dot_f32: float::dot_f32,
+            dot_f16: float::dot_f16,
+            axpy_f32: float::axpy_f32,
+            axpy_f16: float::axpy_f16,
+        }
+    };
+}
+use table;
+
+/// Instantiate kernel bodies `$body::<D>` as `#[target_feature]` functions
+/// `$name` in modules `neon` (D = false) and `dotprod` (D = true).
+macro_rules! paths {
+    ($($name:ident = $body:ident ($act:ty);)*) => {
+        pub(crate) mod neon {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = "neon")]
+                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<false>(w, a)
+                }
+            )*
+        }
+        pub(crate) mod dotprod {
+            #[allow(unused_imports)]
+            use crate::quant::*;
+            $(
+                #[target_feature(enable = "neon,dotprod")]
+                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
+                    super::$body::<true>(w, a)
+                }
+            )*
+        }
+    };
+}
+use paths;
+
+// ---- shared helpers ------------------------------------------------------
+
+/// `acc + a . b` on 16 int8 lanes, summed into 4 i32 lanes (which lane gets
+/// which products differs between the two ways; callers only use lane sums).
+#[inline(always)]
+pub(super) unsafe fn dot16<const D: bool>(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    if D {
+        sdot(acc, a, b)
+    } else {
+        // Widening multiplies (|a * b| <= 128 * 127 fits i16), then pairwise
+        // add-accumulate into i32.
+        let lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+        let hi = vmull_high_s8(a, b);
+        vpadalq_s16(vpadalq_s16(acc, lo), hi)
+    }
+}
+
+/// `sdot`: each i32 lane += the dot product of 4 adjacent int8 pairs.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+pub(super) unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    asm!(
+        "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
+        acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b,
+        options(pure, nomem, nostack)
+    );
+    acc
+}
+
+/// f16 -> f32 (`fcvt`, base AArch64).
+#[inline(always)]
+pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
+    let bits = u16::from_le_bytes(h.0) as u32;
+    let out: f32;
+    asm!("fcvt {o:s}, {i:h}", o = lateout(vreg) out, i = in(vreg) bits, options(pure, nomem, nostack));
+    out
+}
+
+/// 16 bytes from `p` as int8 lanes.
+#[inline(always)]
+pub(super) unsafe fn ld_s8(p: *const u8) -> int8x16_t {
+    vld1q_s8(p.cast())
+}

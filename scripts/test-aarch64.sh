@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run pocket-core's kernel, quantisation and thread-pool tests on aarch64 under
+# qemu-aarch64, twice:
+#   -cpu max         NEON + DotProd (sdot) + I8MM (smmla): the i8mm path runs
+#   -cpu cortex-a53  plain ARMv8.0 NEON: dotprod/i8mm would SIGILL, so this
+#                    also proves that run-time detection picks the plain path
+# Every available path is tested against the scalar reference on each CPU;
+# the `show_isa` test prints which path was selected.
+# Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=aarch64-unknown-linux-gnu
+QEMU="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+FILTERS=(kernels quant threads)
+
+run() {
+    local cpu=$1
+    echo "== aarch64, qemu -cpu $cpu =="
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
+        cargo test -q -p pocket-core --target "$TARGET" --lib -- "${FILTERS[@]}" --nocapture 2>&1 \
+        | grep -E "kernels: selected|^test result|FAILED|error"
+    CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
+        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures 2>&1 | grep -E "^test result|FAILED|error"
+}
+
+run max
+run cortex-a53
