@@ -1,4 +1,25 @@
-//! pocket-ffi: the only FFI surface of Pocket (UniFFI). A thin layer over
-//! pocket-core; filled in by the SDK-surface work.
+//! pocket-ffi: the only FFI surface of Pocket, exported through UniFFI
+//! proc-macros (namespace `pocket`) to Swift, Kotlin and Python.
+//!
+//! A thin layer over pocket-core:
+//! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`.
+//! - [`session`]: `PocketSession` (generate, chat, cancel, reset), the option and stats records,
+//!   the foreign `TokenListener`.
+//! - [`error`]: `PocketError`, the one place core errors are folded into what an app can act on,
+//!   and the panic guard every exported call runs in.
+//! - `logging`: `log` records to os_log (iOS), logcat (Android, with `JNI_OnLoad`), or stderr on
+//!   request (`POCKET_LOG=debug`).
 
-pub use pocket_core::Error;
+pub mod error;
+mod logging;
+pub mod model;
+pub mod session;
+
+pub use error::PocketError;
+pub use model::{LoadOptions, LoadProgressListener, ModelInfo, PocketModel};
+pub use session::{
+    ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,
+    TokenListener,
+};
+
+uniffi::setup_scaffolding!("pocket");

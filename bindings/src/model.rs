@@ -1,0 +1,209 @@
+//! `PocketModel`: a loaded model file that any number of sessions share.
+
+use std::fs::File;
+use std::sync::Arc;
+
+use pocket_core::gguf::GgufFile;
+use pocket_core::model::Model;
+
+use crate::error::{guard, PocketError};
+use crate::session::{PocketSession, SessionOptions};
+
+/// How a model is loaded. Every field has a default.
+#[derive(uniffi::Record)]
+pub struct LoadOptions {
+    /// Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = every core.
+    #[uniffi(default = 0)]
+    pub threads: u32,
+    /// Map the file (the default: loads in milliseconds, weights stay in the
+    /// page cache and untouched experts never leave flash). False reads the
+    /// whole file into memory instead.
+    #[uniffi(default = true)]
+    pub use_mmap: bool,
+    /// Told how far loading has come (0.0 to 1.0).
+    #[uniffi(default = None)]
+    pub progress: Option<Arc<dyn LoadProgressListener>>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { threads: 0, use_mmap: true, progress: None }
+    }
+}
+
+/// Receives load progress, on the loading thread.
+#[uniffi::export(with_foreign)]
+pub trait LoadProgressListener: Send + Sync {
+    /// `fraction` runs from 0.0 to 1.0 (reached once the model is ready).
+    fn on_progress(&self, fraction: f32) -> Result<(), PocketError>;
+}
+
+/// What a model file holds.
+#[derive(Clone, Debug, PartialEq, uniffi::Record)]
+pub struct ModelInfo {
+    /// `general.architecture`, e.g. "qwen35moe", "gemma3".
+    pub architecture: String,
+    /// `general.name`, or "" when the file has none.
+    pub name: String,
+    pub parameter_count: u64,
+    pub file_bytes: u64,
+    /// Training context in tokens (0 when the file does not say).
+    pub context_length: u32,
+    /// Routed experts per layer (0 for a dense model).
+    pub expert_count: u32,
+    /// Experts used per token (0 for a dense model).
+    pub expert_used_count: u32,
+    /// The file type as llama.cpp names it ("Q4_K_M"), else the dominant tensor type.
+    pub quantization: String,
+    pub has_chat_template: bool,
+}
+
+/// A loaded model. Immutable and thread-safe: many sessions may share it.
+#[derive(uniffi::Object)]
+pub struct PocketModel {
+    model: Arc<Model>,
+    threads: u32,
+}
+
+#[uniffi::export]
+impl PocketModel {
+    /// Load a GGUF file: map it, validate every tensor, build the network.
+    #[uniffi::constructor]
+    pub fn load(path: String, options: LoadOptions) -> Result<Arc<Self>, PocketError> {
+        guard(|| {
+            crate::logging::init();
+            let progress = Progress(options.progress.as_deref());
+            progress.report(0.0);
+            let file = if options.use_mmap {
+                GgufFile::open(&path)?
+            } else {
+                let f = File::open(&path).map_err(pocket_core::Error::Io)?;
+                let len = f.metadata().map_err(pocket_core::Error::Io)?.len();
+                GgufFile::from_bytes(read_range(&f, 0, len, &progress)?)?
+            };
+            log::info!("loading {path}");
+            Self::build(file, &options, &progress)
+        })
+    }
+
+    /// Load `length` bytes starting at `offset` of an open file descriptor,
+    /// e.g. an uncompressed asset inside an APK (`AssetFileDescriptor`). The
+    /// descriptor is duplicated, not taken over: the caller may close it after
+    /// this returns.
+    #[uniffi::constructor]
+    pub fn load_from_fd(fd: i32, offset: u64, length: u64, options: LoadOptions) -> Result<Arc<Self>, PocketError> {
+        guard(|| {
+            crate::logging::init();
+            let progress = Progress(options.progress.as_deref());
+            progress.report(0.0);
+            let file = open_fd(fd, offset, length, options.use_mmap, &progress)?;
+            log::info!("loading fd {fd} at {offset}+{length}");
+            Self::build(file, &options, &progress)
+        })
+    }
+
+    /// Architecture, size, experts, quantisation and context of the file.
+    pub fn info(&self) -> ModelInfo {
+        let s = self.model.summary();
+        let small = |v: Option<u64>| v.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+        ModelInfo {
+            architecture: s.architecture.clone(),
+            name: s.name.clone().unwrap_or_default(),
+            parameter_count: s.parameter_count,
+            file_bytes: s.file_bytes,
+            context_length: small(s.context_length),
+            expert_count: small(s.expert_count),
+            expert_used_count: small(s.expert_used_count),
+            quantization: s.quantization.clone(),
+            has_chat_template: s.has_chat_template,
+        }
+    }
+
+    /// A new session on this model (the same as the `PocketSession` constructor).
+    pub fn session(self: Arc<Self>, options: SessionOptions) -> Result<Arc<PocketSession>, PocketError> {
+        PocketSession::new(self, options)
+    }
+}
+
+impl PocketModel {
+    fn build(file: GgufFile, options: &LoadOptions, progress: &Progress) -> Result<Arc<Self>, PocketError> {
+        let model = Model::from_gguf(file)?;
+        progress.report(1.0);
+        Ok(Arc::new(PocketModel { model: Arc::new(model), threads: options.threads }))
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Threads for sessions that leave the choice to the model.
+    pub(crate) fn default_threads(&self) -> u32 {
+        self.threads
+    }
+}
+
+/// Forwards progress to an optional listener; a failing listener is logged, not fatal.
+struct Progress<'a>(Option<&'a dyn LoadProgressListener>);
+
+impl Progress<'_> {
+    fn report(&self, fraction: f32) {
+        if let Some(l) = self.0 {
+            if let Err(e) = l.on_progress(fraction) {
+                log::warn!("load progress listener failed: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn open_fd(fd: i32, offset: u64, length: u64, use_mmap: bool, progress: &Progress) -> Result<GgufFile, PocketError> {
+    use std::os::fd::BorrowedFd;
+    if fd < 0 {
+        return Err(PocketError::invalid_argument(format!("file descriptor {fd}")));
+    }
+    if use_mmap {
+        return Ok(GgufFile::open_fd(fd, offset, length)?);
+    }
+    // SAFETY: the caller promises `fd` is open for the duration of this call;
+    // it is duplicated here and the caller's descriptor is never closed.
+    let file = File::from(unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned().map_err(pocket_core::Error::Io)?);
+    Ok(GgufFile::from_bytes(read_range(&file, offset, length, progress)?)?)
+}
+
+#[cfg(not(unix))]
+fn open_fd(_: i32, _: u64, _: u64, _: bool, _: &Progress) -> Result<GgufFile, PocketError> {
+    Err(PocketError::invalid_argument("loading from a file descriptor needs a Unix platform"))
+}
+
+/// Read `len` bytes at `offset` into memory, reporting progress up to 0.9.
+fn read_range(file: &File, offset: u64, len: u64, progress: &Progress) -> Result<Vec<u8>, PocketError> {
+    const CHUNK: usize = 16 << 20;
+    let file_len = file.metadata().map_err(pocket_core::Error::Io)?.len();
+    if offset.checked_add(len).is_none_or(|end| end > file_len) {
+        return Err(pocket_core::Error::RangeOutsideFile { offset, len, file_len }.into());
+    }
+    let n = usize::try_from(len)
+        .map_err(|_| PocketError::OutOfMemory { reason: format!("{len} bytes exceed the address space") })?;
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(n)
+        .map_err(|_| PocketError::OutOfMemory { reason: format!("cannot allocate {len} bytes to read the model") })?;
+    buf.resize(n, 0);
+    for (i, chunk) in buf.chunks_mut(CHUNK).enumerate() {
+        read_exact_at(file, chunk, offset + (i * CHUNK) as u64).map_err(pocket_core::Error::Io)?;
+        progress.report(0.9 * ((i * CHUNK + chunk.len()) as f32 / n as f32));
+    }
+    Ok(buf)
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, at)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(file: &File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = file;
+    f.seek(SeekFrom::Start(at))?;
+    f.read_exact(buf)
+}

@@ -1,0 +1,337 @@
+"""The Python bindings against the real library: load, info, streaming,
+listener stop, cancellation from another thread, errors, chat, loadFromFd."""
+
+import os
+import struct
+import threading
+import time
+
+import pytest
+
+import pocket
+
+GREEDY = dict(temperature=0.0)
+
+
+class Collect(pocket.TokenListener):
+    """Collects pieces; stops after `limit` of them when given."""
+
+    def __init__(self, limit=None, on_piece=None):
+        self.pieces = []
+        self.limit = limit
+        self.on_piece = on_piece
+
+    def on_token(self, piece):
+        self.pieces.append(piece)
+        if self.on_piece:
+            self.on_piece(piece)
+        return self.limit is None or len(self.pieces) < self.limit
+
+    @property
+    def text(self):
+        return "".join(self.pieces)
+
+
+def gguf_bytes(arch: str) -> bytes:
+    """A GGUF v3 header with one metadata key (general.architecture) and no tensors."""
+
+    def string(s):
+        b = s.encode()
+        return struct.pack("<Q", len(b)) + b
+
+    GGUF_TYPE_STRING = 8
+    return b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + string("general.architecture") + struct.pack("<I", GGUF_TYPE_STRING) + string(arch)
+
+
+# ---- load and info ---------------------------------------------------------------
+
+
+def test_info_of_a_moe_model(moe, moe_path):
+    info = moe.info()
+    assert info.architecture == "qwen3moe"
+    assert info.expert_count == 8 and info.expert_used_count == 2
+    assert info.quantization == "Q4_K_M"
+    assert info.file_bytes == os.path.getsize(moe_path)
+    assert info.parameter_count > 1_000_000
+    assert info.context_length > 0
+    assert isinstance(info.name, str) and isinstance(info.has_chat_template, bool)
+
+
+def test_info_of_a_dense_model(gemma_tiny):
+    info = gemma_tiny.info()
+    assert info.architecture == "gemma3"
+    assert info.expert_count == 0 and info.expert_used_count == 0
+
+
+def test_load_options_defaults():
+    o = pocket.LoadOptions()
+    assert (o.threads, o.use_mmap, o.progress) == (0, True, None)
+    s = pocket.SessionOptions()
+    assert (s.context_length, s.kv_cache_type, s.sliding_window, s.threads) == (0, None, False, 0)
+    g = pocket.GenerateOptions()
+    assert g.max_tokens == 256 and g.stop == [] and g.seed is None
+    assert g.top_k == 40 and g.repeat_penalty == 1.0
+
+
+def test_read_into_memory_reports_progress(moe_path, moe):
+    seen = []
+
+    class Progress(pocket.LoadProgressListener):
+        def on_progress(self, fraction):
+            seen.append(fraction)
+
+    m = pocket.PocketModel.load(moe_path, pocket.LoadOptions(use_mmap=False, progress=Progress()))
+    assert m.info() == moe.info()
+    assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen)
+
+
+def test_a_failing_progress_listener_does_not_fail_the_load(moe_path):
+    class Broken(pocket.LoadProgressListener):
+        def on_progress(self, fraction):
+            raise RuntimeError("progress bar fell over")
+
+    assert pocket.PocketModel.load(moe_path, pocket.LoadOptions(progress=Broken())).info().architecture == "qwen3moe"
+
+
+# ---- loadFromFd -------------------------------------------------------------------
+
+
+def test_load_from_fd_whole_file(moe_path, moe):
+    fd = os.open(moe_path, os.O_RDONLY)
+    try:
+        m = pocket.PocketModel.load_from_fd(fd, 0, os.path.getsize(moe_path), pocket.LoadOptions())
+    finally:
+        os.close(fd)
+    # The descriptor was duplicated: the model outlives the caller's close.
+    assert m.info() == moe.info()
+    s = pocket.PocketSession(m, pocket.SessionOptions())
+    assert s.generate("Hello", pocket.GenerateOptions(max_tokens=4, **GREEDY), Collect()).generated_tokens == 4
+
+
+@pytest.mark.parametrize("use_mmap", [True, False])
+def test_load_from_fd_at_an_offset_like_an_apk_asset(tmp_path, moe_path, moe, use_mmap):
+    data = open(moe_path, "rb").read()
+    prefix = b"PK\x03\x04" + b"\0" * 4109  # an unaligned offset, as inside a zip
+    apk = tmp_path / "app.apk"
+    apk.write_bytes(prefix + data + b"trailing entries")
+    with open(apk, "rb") as f:
+        m = pocket.PocketModel.load_from_fd(f.fileno(), len(prefix), len(data), pocket.LoadOptions(use_mmap=use_mmap))
+    assert m.info() == moe.info()
+
+
+def test_load_from_fd_rejects_bad_ranges_and_descriptors(moe_path):
+    size = os.path.getsize(moe_path)
+    with open(moe_path, "rb") as f:
+        with pytest.raises(pocket.PocketError.InvalidArgument):
+            pocket.PocketModel.load_from_fd(f.fileno(), 16, size, pocket.LoadOptions())
+    with pytest.raises(pocket.PocketError.InvalidArgument):
+        pocket.PocketModel.load_from_fd(-1, 0, size, pocket.LoadOptions())
+
+
+# ---- errors -----------------------------------------------------------------------
+
+
+def test_bad_files_raise_pocket_errors(tmp_path):
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"this is not a model" * 10)
+    with pytest.raises(pocket.PocketError.InvalidModel) as e:
+        pocket.PocketModel.load(str(junk), pocket.LoadOptions())
+    assert "GGUF" in e.value.reason
+
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(gguf_bytes("qwen3moe")[:30])
+    with pytest.raises(pocket.PocketError.InvalidModel):
+        pocket.PocketModel.load(str(truncated), pocket.LoadOptions())
+
+    with pytest.raises(pocket.PocketError.Io):
+        pocket.PocketModel.load(str(tmp_path / "missing.gguf"), pocket.LoadOptions())
+
+    mamba = tmp_path / "mamba.gguf"
+    mamba.write_bytes(gguf_bytes("mamba"))
+    with pytest.raises(pocket.PocketError.UnsupportedModel) as e:
+        pocket.PocketModel.load(str(mamba), pocket.LoadOptions())
+    assert "mamba" in e.value.reason
+    # Every variant is a PocketError carrying a reason.
+    assert isinstance(e.value, pocket.PocketError)
+
+
+def test_invalid_options_raise_invalid_argument(session):
+    with pytest.raises(pocket.PocketError.InvalidArgument):
+        session.generate("Hi", pocket.GenerateOptions(temperature=-1.0), Collect())
+    with pytest.raises(pocket.PocketError.InvalidArgument):
+        session.generate("Hi", pocket.GenerateOptions(top_p=float("nan")), Collect())
+
+
+def test_context_full_and_the_sliding_window(moe):
+    small = pocket.PocketSession(moe, pocket.SessionOptions(context_length=32))
+    with pytest.raises(pocket.PocketError.ContextFull):
+        small.generate("one two three " * 20, pocket.GenerateOptions(max_tokens=4), Collect())
+    with pytest.raises(pocket.PocketError.ContextFull):
+        small.generate("Hello", pocket.GenerateOptions(max_tokens=64, **GREEDY), Collect())
+    sliding = pocket.PocketSession(moe, pocket.SessionOptions(context_length=32, sliding_window=True))
+    stats = sliding.generate("Hello", pocket.GenerateOptions(max_tokens=64, **GREEDY), Collect())
+    assert stats.generated_tokens == 64 or stats.stop_reason == pocket.StopReason.END_OF_TEXT
+
+
+def test_generation_after_errors_still_works(session, tmp_path):
+    opts = pocket.GenerateOptions(max_tokens=6, **GREEDY)
+    first = session.generate("Hello world", opts, Collect())
+    with pytest.raises(pocket.PocketError):
+        pocket.PocketModel.load(str(tmp_path / "nope.gguf"), pocket.LoadOptions())
+    with pytest.raises(pocket.PocketError.InvalidArgument):
+        session.chat([pocket.ChatMessage(role="robot", content="beep")], opts, Collect())
+
+    class Throws(pocket.TokenListener):
+        def on_token(self, piece):
+            raise ValueError("listener bug")
+
+    with pytest.raises(pocket.PocketError.Internal) as e:
+        session.generate("Hello world", opts, Throws())
+    assert "listener bug" in e.value.reason
+    again = session.generate("Hello world", opts, Collect())
+    assert again.text == first.text and again.generated_tokens == 6
+
+
+# ---- streaming ----------------------------------------------------------------------
+
+
+def test_streaming_pieces_and_stats(session):
+    listener = Collect()
+    stats = session.generate("The quick brown fox", pocket.GenerateOptions(max_tokens=12, **GREEDY), listener)
+    assert stats.stop_reason in (pocket.StopReason.MAX_TOKENS, pocket.StopReason.END_OF_TEXT)
+    assert 0 < stats.generated_tokens <= 12
+    assert stats.prompt_tokens >= 4
+    assert listener.text == stats.text and len(listener.pieces) > 0
+    assert stats.time_to_first_token_ms > 0
+    assert stats.prefill_tokens_per_second > 0 and stats.decode_tokens_per_second > 0
+
+
+def test_greedy_is_deterministic_across_sessions(moe):
+    opts = pocket.GenerateOptions(max_tokens=10, **GREEDY)
+    a = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Once upon a time", opts, Collect())
+    b = pocket.PocketSession(moe, pocket.SessionOptions(kv_cache_type=pocket.KvCacheType.F32))
+    assert b.generate("Once upon a time", opts, Collect()).text == a.text
+
+
+def test_seeded_sampling_repeats(moe):
+    opts = pocket.GenerateOptions(max_tokens=10, temperature=1.0, seed=7)
+    texts = {pocket.PocketSession(moe, pocket.SessionOptions()).generate("Hi", opts, Collect()).text for _ in range(2)}
+    assert len(texts) == 1
+
+
+def test_listener_stop(session):
+    listener = Collect(limit=3)
+    stats = session.generate("Hello", pocket.GenerateOptions(max_tokens=50, **GREEDY), listener)
+    assert stats.stop_reason == pocket.StopReason.LISTENER_STOPPED
+    assert len(listener.pieces) == 3
+
+
+def test_stop_strings(moe):
+    opts = pocket.GenerateOptions(max_tokens=24, **GREEDY)
+    full = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Tell me", opts, Collect()).text
+    stop = full[len(full) // 2 :][:3]
+    cut = full.index(stop)
+    opts.stop = [stop]
+    listener = Collect()
+    stats = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Tell me", opts, listener)
+    assert stats.stop_reason == pocket.StopReason.STOP_STRING
+    assert listener.text == full[:cut] == stats.text
+
+
+def test_cancel_from_another_thread(moe):
+    session = pocket.PocketSession(moe, pocket.SessionOptions())
+    started = threading.Event()
+    listener = Collect(on_piece=lambda _: (started.set(), time.sleep(0.005)))
+    result = {}
+
+    def run():
+        result["stats"] = session.generate("Hello", pocket.GenerateOptions(max_tokens=3000, temperature=1.0), listener)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert started.wait(30)
+    session.cancel()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert result["stats"].stop_reason == pocket.StopReason.CANCELLED
+    assert result["stats"].generated_tokens < 3000
+
+
+def test_a_cancel_before_a_request_does_not_stick(session):
+    session.cancel()
+    stats = session.generate("Hello", pocket.GenerateOptions(max_tokens=5, **GREEDY), Collect())
+    assert stats.stop_reason != pocket.StopReason.CANCELLED
+
+
+def test_concurrent_requests_on_one_session_take_turns(moe):
+    session = pocket.PocketSession(moe, pocket.SessionOptions())
+    opts = pocket.GenerateOptions(max_tokens=8, **GREEDY)
+    expected = session.generate("Hello", opts, Collect()).text
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(session.generate("Hello", opts, Collect()).text)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and results == [expected] * 3
+
+
+def test_generate_from_inside_the_listener_is_refused(session):
+    inner = {}
+
+    class Reenter(pocket.TokenListener):
+        def on_token(self, piece):
+            try:
+                session.generate("again", pocket.GenerateOptions(max_tokens=2), Collect())
+            except pocket.PocketError as e:
+                inner["error"] = e
+            return False
+
+    stats = session.generate("Hello", pocket.GenerateOptions(max_tokens=5), Reenter())
+    assert stats.stop_reason == pocket.StopReason.LISTENER_STOPPED
+    assert isinstance(inner["error"], pocket.PocketError.InvalidArgument)
+
+
+# ---- chat -------------------------------------------------------------------------------
+
+
+def test_chat_turns(moe):
+    session = pocket.PocketSession(moe, pocket.SessionOptions())
+    opts = pocket.GenerateOptions(max_tokens=8, **GREEDY)
+    history = [pocket.ChatMessage(role="system", content="Be brief."), pocket.ChatMessage(role="user", content="Hi!")]
+    first = session.chat(history, opts, Collect())
+    assert first.generated_tokens > 0 and first.prompt_tokens > 5
+    history += [pocket.ChatMessage(role="assistant", content=first.text), pocket.ChatMessage(role="user", content="More?")]
+    second = session.chat(history, opts, Collect())
+    assert second.prompt_tokens > first.prompt_tokens
+    session.reset()
+    assert session.chat(history, opts, Collect()).text == second.text
+
+
+def test_chat_needs_messages(session):
+    with pytest.raises(pocket.PocketError.InvalidArgument):
+        session.chat([], pocket.GenerateOptions(), Collect())
+
+
+# ---- the real model ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not os.environ.get("POCKET_GEMMA"), reason="POCKET_GEMMA (Gemma 3 270M) not set")
+def test_gemma_270m_greedy_matches_llama_cpp():
+    model = pocket.PocketModel.load(os.environ["POCKET_GEMMA"], pocket.LoadOptions())
+    info = model.info()
+    assert info.architecture == "gemma3" and info.has_chat_template
+    session = pocket.PocketSession(model, pocket.SessionOptions(context_length=512))
+    listener = Collect()
+    stats = session.generate("The capital of France is", pocket.GenerateOptions(max_tokens=16, **GREEDY), listener)
+    assert listener.text == " the capital of the country of France. It is the largest city in France."
+    assert stats.generated_tokens == 16 and stats.prompt_tokens == 6
+    answer = session.chat([pocket.ChatMessage(role="user", content="Say hello.")], pocket.GenerateOptions(max_tokens=24, **GREEDY), Collect())
+    assert answer.generated_tokens > 0 and answer.text.strip()
