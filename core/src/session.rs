@@ -65,6 +65,8 @@ pub struct GenerateOptions {
     pub seed: Option<u64>,
     /// Stream control tokens' text too.
     pub show_special: bool,
+    /// Keep generating past end-of-generation tokens (benchmarks, tests).
+    pub ignore_eos: bool,
 }
 
 impl Default for GenerateOptions {
@@ -75,6 +77,7 @@ impl Default for GenerateOptions {
             stop: Vec::new(),
             seed: None,
             show_special: false,
+            ignore_eos: false,
         }
     }
 }
@@ -330,7 +333,7 @@ impl Session {
             stats.generated_tokens += 1;
             stats.tokens.push(next);
             sampler.accept(next);
-            if tok.is_end_of_generation(next) {
+            if tok.is_end_of_generation(next) && !opts.ignore_eos {
                 stats.stop_reason = StopReason::EndOfText;
                 // Evaluated lazily: the next request's prompt usually contains it.
                 break;

@@ -98,9 +98,10 @@ pub fn forward(
     let q = take(&mut s.q, n * q_rows);
     let k = take(&mut s.k, n * kv_k);
     let v = take(&mut s.v, n * kv_v);
-    project(pool, file, &w.q, &mut s.acts, xn, n, q);
-    project(pool, file, &w.k, &mut s.acts, xn, n, k);
-    project(pool, file, &w.v, &mut s.acts, xn, n, v);
+    s.shared.prepare(xn, n, n_embd, &[w.q.ty, w.k.ty, w.v.ty]);
+    kernels::matmul(pool, &w.q.view(file), s.shared.get(w.q.ty), q);
+    kernels::matmul(pool, &w.k.view(file), s.shared.get(w.k.ty), k);
+    kernels::matmul(pool, &w.v.view(file), s.shared.get(w.v.ty), v);
     for (bias, out, width) in [(&w.q_bias, &mut *q, q_rows), (&w.k_bias, &mut *k, kv_k), (&w.v_bias, &mut *v, kv_v)] {
         if let Some(b) = bias {
             out.chunks_exact_mut(width).for_each(|row| ops::add(row, b));

@@ -20,7 +20,7 @@ use super::scratch::{split, take, Scratch, SharedMut};
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::ops;
+use crate::kernels::{self, ops};
 use crate::threads::ThreadPool;
 
 /// Shape of a DeltaNet layer.
@@ -126,14 +126,15 @@ pub fn forward(
     let xn = &s.xn[..n * n_embd];
 
     // Input projections: q|k|v (pre-conv) into s.q, z into s.gate, beta and alpha into s.router.
+    s.shared.prepare(xn, n, n_embd, &[w.qkv.ty, w.gate.ty, w.beta.ty, w.alpha.ty]);
     let qkv = take(&mut s.q, n * cd);
-    project(pool, file, &w.qkv, &mut s.acts, xn, n, qkv);
+    kernels::matmul(pool, &w.qkv.view(file), s.shared.get(w.qkv.ty), qkv);
     let z = take(&mut s.gate, n * vd);
-    project(pool, file, &w.gate, &mut s.acts, xn, n, z);
+    kernels::matmul(pool, &w.gate.view(file), s.shared.get(w.gate.ty), z);
     let ba = take(&mut s.router, 2 * n * hv);
     let (beta, alpha) = ba.split_at_mut(n * hv);
-    project(pool, file, &w.beta, &mut s.acts, xn, n, beta);
-    project(pool, file, &w.alpha, &mut s.acts, xn, n, alpha);
+    kernels::matmul(pool, &w.beta.view(file), s.shared.get(w.beta.ty), beta);
+    kernels::matmul(pool, &w.alpha.view(file), s.shared.get(w.alpha.ty), alpha);
     // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
     beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
     for row in alpha.chunks_exact_mut(hv) {

@@ -32,7 +32,7 @@ const COMMON: Spec = Spec {
         "--stop",
         "--keep",
     ],
-    switches: &["--slide"],
+    switches: &["--slide", "--ignore-eos"],
 };
 
 const RUN_SPEC: Spec = Spec { values: &["--prompt"], switches: &["--json", "--no-echo"] };
@@ -82,6 +82,7 @@ fn open(args: &Args) -> Result<(Session, GenerateOptions), String> {
         stop: args.values("--stop").to_vec(),
         seed: Some(seed),
         show_special: false,
+        ignore_eos: args.switch("--ignore-eos"),
     };
     Ok((session, gen))
 }
