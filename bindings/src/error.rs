@@ -149,7 +149,10 @@ mod tests {
         let d = |e: PocketError| std::mem::discriminant(&e);
         let r = String::new;
         assert_eq!(cat(CoreError::BadMagic(*b"nope")), d(PocketError::InvalidModel { reason: r() }));
-        assert_eq!(cat(CoreError::UnsupportedArchitecture("x".into())), d(PocketError::UnsupportedModel { reason: r() }));
+        assert_eq!(
+            cat(CoreError::UnsupportedArchitecture("x".into())),
+            d(PocketError::UnsupportedModel { reason: r() })
+        );
         assert_eq!(cat(CoreError::ContextFull { n_ctx: 8 }), d(PocketError::ContextFull { reason: r() }));
         assert_eq!(cat(CoreError::Cancelled), d(PocketError::Cancelled { reason: r() }));
         assert_eq!(cat(CoreError::OutOfMemory("kv".into())), d(PocketError::OutOfMemory { reason: r() }));

@@ -27,6 +27,8 @@ const SLIDE_SINK: usize = 4;
 pub enum KvCacheType {
     F16,
     F32,
+    /// 8-bit blocks with an f16 scale: half the memory of F16 (head sizes must be multiples of 32).
+    Q8_0,
 }
 
 /// Settings fixed for the life of a session. Every field has a default.
@@ -177,6 +179,7 @@ impl PocketSession {
                 kv_type: match options.kv_cache_type.unwrap_or(KvCacheType::F16) {
                     KvCacheType::F16 => KvType::F16,
                     KvCacheType::F32 => KvType::F32,
+                    KvCacheType::Q8_0 => KvType::Q8_0,
                 },
                 threads: threads as usize,
                 context_policy,
@@ -249,7 +252,9 @@ impl PocketSession {
     ) -> Result<GenerationStats, PocketError> {
         guard(|| {
             if self.is_held_by_this_thread() {
-                return Err(PocketError::invalid_argument("generate/chat called from this session's own token listener"));
+                return Err(PocketError::invalid_argument(
+                    "generate/chat called from this session's own token listener",
+                ));
             }
             let epoch = self.cancel_epoch.load(Ordering::SeqCst);
             let mut session = self.lock();
@@ -356,7 +361,7 @@ fn core_options(o: &GenerateOptions) -> Result<core::GenerateOptions, PocketErro
         },
         stop: o.stop.clone(),
         seed: o.seed,
-        show_special: false,
+        ..core::GenerateOptions::default()
     })
 }
 

@@ -1,7 +1,11 @@
-//! `cargo xtask <command>`: repository tooling (model synthesis, benchmarks,
+//! `cargo xtask <command>`: repository tooling (model synthesis, bindings,
 //! packaging). Each command lives in its own module.
 
+mod android;
+mod apple;
+mod bindings;
 mod synth;
+mod util;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -9,12 +13,34 @@ usage: cargo xtask <command> [options]
 commands:
   synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant q2_k|q4_k_m --out FILE
       a GGUF with a real model's exact geometry, random valid weights
+  bindings swift|kotlin|python [--release] [--out DIR]
+      generate bindings in library mode from the host build of pocket_ffi; without --out,
+      Swift goes to ios/Sources/Pocket, Kotlin to android/pocket/src/main/kotlin,
+      Python (with the library) to target/bindings/python
+  test-bindings python [PYTEST ARGS] | kotlin | generated
+      Python tests (pytest), Kotlin tests on the JVM (kotlinc + JNA), or a check that the
+      committed Swift/Kotlin bindings are up to date
+  staticlibs [--profile release] [TARGET...]
+      cargo rustc --crate-type staticlib of pocket-ffi for each target
+      (default: aarch64-apple-ios and the three Android targets)
+  xcframework [--profile mobile]
+      iOS device + simulator static libraries, headers and Swift bindings;
+      ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the command is printed)
+  aar [--profile mobile]
+      the Android AAR through Gradle + cargo-ndk when the NDK is present, else the three
+      Android static libraries and what to run where the NDK is
 ";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
-        Some("synth-model") => synth::run(&args[1..]),
+        Some("synth-model") => synth::run(rest),
+        Some("bindings") => bindings::command(rest),
+        Some("test-bindings") => bindings::test_command(rest),
+        Some("staticlibs") => android::staticlibs_command(rest),
+        Some("xcframework") => apple::command(rest),
+        Some("aar") => android::aar_command(rest),
         Some("help") | Some("--help") | None => {
             print!("{USAGE}");
             Ok(())

@@ -327,7 +327,7 @@ def test_chat_needs_messages(session):
 def test_gemma_270m_greedy_matches_llama_cpp():
     model = pocket.PocketModel.load(os.environ["POCKET_GEMMA"], pocket.LoadOptions())
     info = model.info()
-    assert info.architecture == "gemma3" and info.has_chat_template
+    assert info.architecture == "gemma3" and info.parameter_count > 200_000_000
     session = pocket.PocketSession(model, pocket.SessionOptions(context_length=512))
     listener = Collect()
     stats = session.generate("The capital of France is", pocket.GenerateOptions(max_tokens=16, **GREEDY), listener)

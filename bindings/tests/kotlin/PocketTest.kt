@@ -1,0 +1,299 @@
+// The Kotlin bindings on the JVM against the host library (JNA), and the
+// Flow layer: load, info, streaming, listener stop, cancel from another
+// thread, errors, generation after an error, chat, loadFromFd.
+// Run by `cargo xtask test-bindings kotlin`; a tiny runner, no JUnit needed.
+
+import com.sun.jna.Library
+import com.sun.jna.Native
+import java.io.File
+import java.util.concurrent.CountDownLatch
+import java.util.concurrent.TimeUnit
+import java.util.concurrent.atomic.AtomicReference
+import kotlin.concurrent.thread
+import kotlin.system.exitProcess
+import kotlinx.coroutines.CompletableDeferred
+import kotlinx.coroutines.cancelAndJoin
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.flow.take
+import kotlinx.coroutines.flow.toList
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withTimeout
+import uniffi.pocket.*
+
+// ---- a minimal runner ------------------------------------------------------------------
+
+private val tests = mutableListOf<Pair<String, () -> Unit>>()
+
+private fun test(name: String, body: () -> Unit) {
+    tests += name to body
+}
+
+private fun expect(condition: Boolean, what: () -> String) {
+    if (!condition) throw AssertionError(what())
+}
+
+private inline fun <reified E : Throwable> expectThrows(block: () -> Unit): E {
+    try {
+        block()
+    } catch (e: Throwable) {
+        if (e is E) return e
+        throw AssertionError("expected ${E::class.simpleName}, got $e", e)
+    }
+    throw AssertionError("expected ${E::class.simpleName}, nothing was thrown")
+}
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+/** libc through JNA: a raw descriptor, as an app gets from an AssetFileDescriptor. */
+private interface LibC : Library {
+    fun open(path: String, flags: Int): Int
+    fun close(fd: Int): Int
+}
+
+private val libc: LibC = Native.load("c", LibC::class.java)
+
+private class Collect(val limit: Int = Int.MAX_VALUE, val each: (String) -> Unit = {}) : TokenListener {
+    val pieces = java.util.Collections.synchronizedList(mutableListOf<String>())
+    val text get() = pieces.joinToString("")
+    override fun onToken(piece: String): Boolean {
+        pieces += piece
+        each(piece)
+        return pieces.size < limit
+    }
+}
+
+private val fixtures = File(System.getenv("POCKET_FIXTURES") ?: "../shared/fixtures")
+private fun fixtureModel(name: String): String {
+    val f = File(fixtures, "models/$name")
+    require(f.isFile) { "fixture model $f is missing (set POCKET_FIXTURES)" }
+    return f.path
+}
+
+private fun greedy(maxTokens: UInt) = GenerateOptions(maxTokens = maxTokens, temperature = 0f)
+
+fun main() {
+    val moePath = fixtureModel("qwen3moe-tiny-Q4_K_M.gguf")
+    val moe = PocketModel.load(moePath, LoadOptions())
+    fun newSession(options: SessionOptions = SessionOptions()) = PocketSession(moe, options)
+
+    test("info of a MoE model") {
+        val info = moe.info()
+        expect(info.architecture == "qwen3moe") { "architecture ${info.architecture}" }
+        expect(info.expertCount == 8u && info.expertUsedCount == 2u) { "experts $info" }
+        expect(info.quantization == "Q4_K_M") { info.quantization }
+        expect(info.fileBytes == File(moePath).length().toULong()) { "fileBytes ${info.fileBytes}" }
+        expect(info.parameterCount > 1_000_000uL && info.contextLength > 0u) { "$info" }
+    }
+
+    test("info of a dense model") {
+        val info = PocketModel.load(fixtureModel("gemma3-tiny-Q8_0.gguf"), LoadOptions()).info()
+        expect(info.architecture == "gemma3" && info.expertCount == 0u) { "$info" }
+    }
+
+    test("defaults") {
+        val l = LoadOptions()
+        expect(l.threads == 0u && l.useMmap && l.progress == null) { "$l" }
+        val s = SessionOptions()
+        expect(s.contextLength == 0u && s.kvCacheType == null && !s.slidingWindow && s.threads == 0u) { "$s" }
+        val g = GenerateOptions()
+        expect(g.maxTokens == 256u && g.stop.isEmpty() && g.seed == null && g.topK == 40u) { "$g" }
+    }
+
+    test("streaming pieces and stats") {
+        val listener = Collect()
+        val stats = newSession().generate("The quick brown fox", greedy(12u), listener)
+        expect(stats.stopReason == StopReason.MAX_TOKENS || stats.stopReason == StopReason.END_OF_TEXT) { "$stats" }
+        expect(stats.generatedTokens in 1u..12u && stats.promptTokens >= 4u) { "$stats" }
+        expect(listener.text == stats.text && listener.pieces.isNotEmpty()) { "pieces ${listener.pieces} vs ${stats.text}" }
+        expect(stats.timeToFirstTokenMs > 0.0 && stats.decodeTokensPerSecond > 0.0) { "$stats" }
+    }
+
+    test("greedy is deterministic; F16 and F32 caches agree on the tiny model") {
+        val a = newSession().generate("Once upon a time", greedy(10u), Collect()).text
+        val b = newSession(SessionOptions(kvCacheType = KvCacheType.F32)).generate("Once upon a time", greedy(10u), Collect()).text
+        expect(a == b) { "'$a' vs '$b'" }
+    }
+
+    test("listener stop") {
+        val listener = Collect(limit = 3)
+        val stats = newSession().generate("Hello", greedy(50u), listener)
+        expect(stats.stopReason == StopReason.LISTENER_STOPPED && listener.pieces.size == 3) { "$stats" }
+    }
+
+    test("stop strings") {
+        val full = newSession().generate("Tell me", greedy(24u), Collect()).text
+        val stop = full.substring(full.length / 2).take(3)
+        val stats = newSession().generate("Tell me", greedy(24u).copy(stop = listOf(stop)), Collect())
+        expect(stats.stopReason == StopReason.STOP_STRING && stats.text == full.substring(0, full.indexOf(stop))) { "$stats" }
+    }
+
+    test("cancel from another thread") {
+        val session = newSession()
+        val started = CountDownLatch(1)
+        val result = AtomicReference<Any>()
+        val worker = thread {
+            result.set(
+                runCatching {
+                    session.generate("Hello", GenerateOptions(maxTokens = 3000u, temperature = 1f), Collect { started.countDown(); Thread.sleep(5) })
+                }.getOrElse { it },
+            )
+        }
+        expect(started.await(30, TimeUnit.SECONDS)) { "no token within 30 s" }
+        session.cancel()
+        worker.join(30_000)
+        val stats = result.get() as GenerationStats
+        expect(stats.stopReason == StopReason.CANCELLED && stats.generatedTokens < 3000u) { "$stats" }
+    }
+
+    test("a cancel before a request does not stick") {
+        val session = newSession()
+        session.cancel()
+        expect(session.generate("Hello", greedy(5u), Collect()).stopReason != StopReason.CANCELLED) { "cancelled" }
+    }
+
+    test("bad files throw PocketException") {
+        val junk = File.createTempFile("junk", ".gguf").apply { writeText("this is not a model".repeat(10)); deleteOnExit() }
+        val e = expectThrows<PocketException.InvalidModel> { PocketModel.load(junk.path, LoadOptions()) }
+        expect(e.reason.contains("GGUF")) { e.reason }
+        expectThrows<PocketException.Io> { PocketModel.load("/nonexistent/model.gguf", LoadOptions()) }
+        expectThrows<PocketException.InvalidArgument> { PocketModel.loadFromFd(-1, 0uL, 10uL, LoadOptions()) }
+    }
+
+    test("generation after errors still works") {
+        val session = newSession()
+        val first = session.generate("Hello world", greedy(6u), Collect()).text
+        expectThrows<PocketException.InvalidArgument> {
+            session.chat(listOf(ChatMessage(role = "robot", content = "beep")), greedy(6u), Collect())
+        }
+        expectThrows<PocketException.InvalidArgument> { session.generate("Hi", GenerateOptions(temperature = -1f), Collect()) }
+        val thrown = expectThrows<PocketException.Internal> {
+            session.generate("Hello world", greedy(6u), object : TokenListener {
+                override fun onToken(piece: String): Boolean = throw IllegalStateException("listener bug")
+            })
+        }
+        expect(thrown.reason.contains("listener bug")) { thrown.reason }
+        val again = session.generate("Hello world", greedy(6u), Collect()).text
+        expect(again == first) { "'$again' vs '$first'" }
+    }
+
+    test("context full, and the sliding window") {
+        val small = newSession(SessionOptions(contextLength = 32u))
+        expectThrows<PocketException.ContextFull> { small.generate("Hello", greedy(64u), Collect()) }
+        val sliding = newSession(SessionOptions(contextLength = 32u, slidingWindow = true))
+        val stats = sliding.generate("Hello", greedy(64u), Collect())
+        expect(stats.generatedTokens == 64u || stats.stopReason == StopReason.END_OF_TEXT) { "$stats" }
+    }
+
+    test("chat turns") {
+        val session = newSession()
+        val history = mutableListOf(ChatMessage(role = "system", content = "Be brief."), ChatMessage(role = "user", content = "Hi!"))
+        val first = session.chat(history, greedy(8u), Collect())
+        expect(first.generatedTokens > 0u && first.promptTokens > 5u) { "$first" }
+        history += ChatMessage(role = "assistant", content = first.text)
+        history += ChatMessage(role = "user", content = "More?")
+        val second = session.chat(history, greedy(8u), Collect())
+        expect(second.promptTokens > first.promptTokens) { "$second" }
+        session.reset()
+        expect(session.chat(history, greedy(8u), Collect()).text == second.text) { "reset changed the answer" }
+    }
+
+    test("loadFromFd, the descriptor closed afterwards") {
+        val fd = libc.open(moePath, 0)
+        expect(fd >= 0) { "open failed" }
+        val model = try {
+            PocketModel.loadFromFd(fd, 0uL, File(moePath).length().toULong(), LoadOptions())
+        } finally {
+            libc.close(fd)
+        }
+        expect(model.info() == moe.info()) { "${model.info()}" }
+        expect(PocketSession(model, SessionOptions()).generate("Hi", greedy(4u), Collect()).generatedTokens == 4u) { "no tokens" }
+    }
+
+    test("loadFromFd at an offset, like an APK asset, read into memory with progress") {
+        val bytes = File(moePath).readBytes()
+        val prefix = ByteArray(4113) { 7 }
+        val apk = File.createTempFile("app", ".apk").apply { writeBytes(prefix + bytes + "tail".toByteArray()); deleteOnExit() }
+        val seen = mutableListOf<Float>()
+        val progress = object : LoadProgressListener {
+            override fun onProgress(fraction: Float) { seen += fraction }
+        }
+        val fd = libc.open(apk.path, 0)
+        val model = try {
+            PocketModel.loadFromFd(fd, prefix.size.toULong(), bytes.size.toULong(), LoadOptions(useMmap = false, progress = progress))
+        } finally {
+            libc.close(fd)
+        }
+        expect(model.info() == moe.info()) { "${model.info()}" }
+        expect(seen.first() == 0f && seen.last() == 1f && seen == seen.sorted()) { "progress $seen" }
+        val fd2 = libc.open(apk.path, 0)
+        try {
+            expectThrows<PocketException.InvalidArgument> { PocketModel.loadFromFd(fd2, 16uL, apk.length().toULong(), LoadOptions()) }
+        } finally {
+            libc.close(fd2)
+        }
+    }
+
+    test("concurrent requests on one session take turns") {
+        val session = newSession()
+        val expected = session.generate("Hello", greedy(8u), Collect()).text
+        val results = java.util.Collections.synchronizedList(mutableListOf<Any>())
+        (1..3).map { thread { results += runCatching { session.generate("Hello", greedy(8u), Collect()).text }.getOrElse { it } } }
+            .forEach { it.join(60_000) }
+        expect(results == listOf(expected, expected, expected)) { "$results" }
+    }
+
+    // ---- the Flow layer ----------------------------------------------------------------------
+
+    test("generateFlow streams the same text as generate, with stats") {
+        val expected = newSession().generate("Hello", greedy(10u), Collect()).text
+        var stats: GenerationStats? = null
+        val pieces = runBlocking { newSession().generateFlow("Hello", greedy(10u)) { stats = it }.toList() }
+        expect(pieces.joinToString("") == expected && stats?.text == expected) { "$pieces vs '$expected'" }
+    }
+
+    test("take(n) on the flow stops the engine, and the session goes on") {
+        val session = newSession()
+        val pieces = runBlocking { withTimeout(30_000) { session.generateFlow("Hello", GenerateOptions(maxTokens = 3000u)).take(3).toList() } }
+        expect(pieces.size == 3) { "$pieces" }
+        expect(session.generate("Hello", greedy(4u), Collect()).generatedTokens == 4u) { "session unusable" }
+    }
+
+    test("cancelling the collecting coroutine cancels the generation") {
+        val session = newSession()
+        var stats: GenerationStats? = null
+        runBlocking {
+            val first = CompletableDeferred<Unit>()
+            val job = launch {
+                session.generateFlow("Hello", GenerateOptions(maxTokens = 3000u, temperature = 1f)) { stats = it }
+                    .collect { first.complete(Unit); delay(1) }
+            }
+            first.await()
+            withTimeout(30_000) { job.cancelAndJoin() }
+        }
+        val s = stats
+        expect(s != null && s.stopReason == StopReason.CANCELLED && s.generatedTokens < 3000u) { "not cancelled: $s" }
+    }
+
+    test("chatFlow and errors through the flow") {
+        val text = runBlocking { newSession().chatFlow(listOf(ChatMessage(role = "user", content = "Hi")), greedy(6u)).toList() }
+        expect(text.isNotEmpty()) { "no pieces" }
+        expectThrows<PocketException.InvalidArgument> {
+            runBlocking { newSession().chatFlow(emptyList(), greedy(6u)).toList() }
+        }
+    }
+
+    var failed = 0
+    for ((name, body) in tests) {
+        try {
+            body()
+            println("PASS $name")
+        } catch (e: Throwable) {
+            failed++
+            println("FAIL $name: $e")
+            e.printStackTrace()
+        }
+    }
+    println("${tests.size - failed} passed, $failed failed")
+    exitProcess(if (failed == 0) 0 else 1)
+}
