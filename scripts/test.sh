@@ -47,4 +47,41 @@ if [ -x scripts/test-aarch64.sh ]; then
     scripts/test-aarch64.sh
 fi
 
+# ---- SDK: the bindings from Python and Kotlin, the mobile static libraries ------------
+# Set POCKET_SDK_TESTS=0 to skip. Installs what it needs: pytest, Debian's JNA,
+# the Kotlin compiler (npm package, cached in ~/.cache/pocket/tools), rustup targets.
+if [ "${POCKET_SDK_TESTS:-1}" != 0 ]; then
+    tools="${POCKET_CACHE:-$HOME/.cache/pocket}/tools"
+    sdk_apt=()
+    command -v java >/dev/null || sdk_apt+=(default-jre-headless)
+    [ -f /usr/share/java/jna.jar ] || sdk_apt+=(libjna-java)
+    command -v npm >/dev/null || sdk_apt+=(npm)
+    if [ ${#sdk_apt[@]} -gt 0 ]; then
+        step "SDK: installing ${sdk_apt[*]}"
+        sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+        $sudo_cmd apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${sdk_apt[@]}" >/dev/null
+    fi
+    python3 -c "import pytest" 2>/dev/null || python3 -m pip install -q pytest || python3 -m pip install -q --break-system-packages pytest
+    if [ ! -f "$tools/node_modules/kotlin-compiler/lib/kotlin-compiler.jar" ]; then
+        step "SDK: installing kotlin-compiler@2.4.20 into $tools"
+        mkdir -p "$tools"
+        npm install --prefix "$tools" --no-audit --no-fund --silent kotlin-compiler@2.4.20
+    fi
+    export KOTLIN_HOME="$tools/node_modules/kotlin-compiler"
+    installed=$(rustup target list --installed)
+    for t in aarch64-apple-ios aarch64-linux-android armv7-linux-androideabi x86_64-linux-android; do
+        grep -qx "$t" <<<"$installed" || rustup target add "$t"
+    done
+
+    step "SDK: Python binding tests (pytest)"
+    cargo xtask test-bindings python
+
+    step "SDK: Kotlin binding tests on the JVM (committed bindings checked, kotlinc + JNA)"
+    cargo xtask test-bindings kotlin
+
+    step "SDK: pocket-ffi static libraries for iOS and Android (cargo rustc --release --crate-type staticlib)"
+    cargo xtask staticlibs --quick --target-dir "${POCKET_CACHE:-$HOME/.cache/pocket}/cross-target"
+fi
+
 step "all tests passed"

@@ -20,9 +20,9 @@ commands:
   test-bindings python [PYTEST ARGS] | kotlin | generated
       Python tests (pytest), Kotlin tests on the JVM (kotlinc + JNA), or a check that the
       committed Swift/Kotlin bindings are up to date
-  staticlibs [--profile release] [TARGET...]
+  staticlibs [--profile release] [--quick] [--target-dir DIR] [TARGET...]
       cargo rustc --crate-type staticlib of pocket-ffi for each target
-      (default: aarch64-apple-ios and the three Android targets)
+      (default: aarch64-apple-ios and the three Android targets; --quick: no LTO, 16 codegen units)
   xcframework [--profile mobile]
       iOS device + simulator static libraries, headers and Swift bindings;
       ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the command is printed)
