@@ -57,7 +57,7 @@ pub fn command(args: &[String]) -> Result {
             let size = std::fs::metadata(lib).map(|m| m.len()).unwrap_or(0);
             eprintln!("  {} ({:.1} MB)", lib.display(), size as f64 / 1e6);
         }
-        eprintln!("  {}/{{PocketFFI.h,module.modulemap}}", headers.display());
+        eprintln!("  {}/PocketFFI/{{PocketFFI.h,module.modulemap}}", headers.display());
         eprintln!("  {}", bindings::swift_sources().join("Pocket.swift").display());
         eprintln!("On a Mac with Xcode, run `cargo xtask xcframework` again, or from this output:");
         eprintln!("  {}", show(&xcodebuild));

@@ -93,10 +93,11 @@ pub fn generate(lang: Lang, release: bool, out: Option<PathBuf>) -> Result<PathB
     match lang {
         // The module loads the library from its own folder.
         Lang::Python => copy(&lib, &out.join(lib.file_name().expect("library file name")))?,
-        // The header folder an XCFramework slice wants: the header plus `module.modulemap`.
+        // The header folder of an XCFramework slice: `PocketFFI/{PocketFFI.h,module.modulemap}`
+        // (in a subfolder, so that it cannot collide with another framework's module map).
         Lang::Swift => {
-            copy(&out.join("PocketFFI.h"), &out.join("include/PocketFFI.h"))?;
-            copy(&out.join("PocketFFI.modulemap"), &out.join("include/module.modulemap"))?;
+            copy(&out.join("PocketFFI.h"), &out.join("include/PocketFFI/PocketFFI.h"))?;
+            copy(&out.join("PocketFFI.modulemap"), &out.join("include/PocketFFI/module.modulemap"))?;
         }
         Lang::Kotlin => {}
     }

@@ -1,0 +1,22 @@
+package dev.pocket.chat
+
+import android.os.Bundle
+import androidx.activity.ComponentActivity
+import androidx.activity.compose.setContent
+import androidx.activity.enableEdgeToEdge
+import androidx.activity.viewModels
+import androidx.compose.material3.MaterialTheme
+
+class MainActivity : ComponentActivity() {
+    private val chat: ChatViewModel by viewModels()
+
+    override fun onCreate(savedInstanceState: Bundle?) {
+        super.onCreate(savedInstanceState)
+        enableEdgeToEdge()
+        setContent {
+            MaterialTheme {
+                ChatScreen(chat)
+            }
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import SwiftUI
+import UniformTypeIdentifiers
+
+struct ChatView: View {
+    let chat: ChatModel
+    @State private var input = ""
+    @State private var importing = false
+
+    var body: some View {
+        NavigationStack {
+            VStack(spacing: 0) {
+                if chat.isLoading {
+                    ProgressView().padding(.vertical, 4)
+                }
+                Text(chat.errorText ?? chat.status)
+                    .font(.caption)
+                    .foregroundStyle(chat.errorText == nil ? Color.secondary : Color.red)
+                    .frame(maxWidth: .infinity, alignment: .leading)
+                    .padding(.horizontal)
+                    .padding(.vertical, 4)
+                ScrollViewReader { proxy in
+                    ScrollView {
+                        LazyVStack(spacing: 8) {
+                            ForEach(chat.turns) { turn in
+                                Bubble(turn: turn).id(turn.id)
+                            }
+                        }
+                        .padding(.horizontal)
+                    }
+                    .onChange(of: chat.turns.last?.text) {
+                        if let last = chat.turns.last { proxy.scrollTo(last.id, anchor: .bottom) }
+                    }
+                }
+                HStack {
+                    TextField(chat.modelName == nil ? "Pick a model first" : "Message", text: $input, axis: .vertical)
+                        .textFieldStyle(.roundedBorder)
+                        .lineLimit(1...4)
+                        .disabled(chat.modelName == nil)
+                    if chat.isGenerating {
+                        Button("Stop", role: .destructive) { chat.stop() }
+                            .buttonStyle(.borderedProminent)
+                    } else {
+                        Button("Send") {
+                            chat.send(input)
+                            input = ""
+                        }
+                        .buttonStyle(.borderedProminent)
+                        .disabled(chat.modelName == nil || input.trimmingCharacters(in: .whitespaces).isEmpty)
+                    }
+                }
+                .padding()
+            }
+            .navigationTitle(chat.modelName ?? "Pocket Chat")
+            .navigationBarTitleDisplayMode(.inline)
+            .toolbar {
+                ToolbarItem(placement: .topBarTrailing) {
+                    Menu("Model") {
+                        ForEach(chat.available, id: \.self) { url in
+                            Button(url.lastPathComponent) { chat.load(url) }
+                        }
+                        Button("Import from Files…") { importing = true }
+                        Button("Refresh list") { chat.refreshAvailable() }
+                        Button("New chat") { chat.newChat() }
+                    }
+                    .disabled(chat.isLoading)
+                }
+            }
+            .fileImporter(isPresented: $importing, allowedContentTypes: [UTType(filenameExtension: "gguf") ?? .data, .data]) { result in
+                if case .success(let url) = result {
+                    chat.load(url, securityScoped: true)
+                }
+            }
+        }
+    }
+}
+
+private struct Bubble: View {
+    let turn: Turn
+
+    var body: some View {
+        let mine = turn.role == "user"
+        HStack {
+            if mine { Spacer(minLength: 40) }
+            Text(turn.text.isEmpty ? "…" : turn.text)
+                .padding(10)
+                .background(mine ? Color.accentColor.opacity(0.2) : Color(.secondarySystemBackground))
+                .clipShape(RoundedRectangle(cornerRadius: 12))
+                .textSelection(.enabled)
+            if !mine { Spacer(minLength: 40) }
+        }
+    }
+}

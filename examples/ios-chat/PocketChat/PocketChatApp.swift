@@ -1,0 +1,12 @@
+import SwiftUI
+
+@main
+struct PocketChatApp: App {
+    @State private var chat = ChatModel()
+
+    var body: some Scene {
+        WindowGroup {
+            ChatView(chat: chat)
+        }
+    }
+}
