@@ -50,11 +50,11 @@ pub fn kotlin_sources() -> PathBuf {
 
 const KOTLIN_FILE: &str = "uniffi/pocket/pocket.kt";
 
-/// `cargo xtask bindings <lang> [--release] [--out DIR]`
+/// `cargo xtask bindings <lang> [--release] [--out DIR]` (`--out-dir` works too)
 pub fn command(args: &[String]) -> Result {
     let mut args = Args::new(args);
     let release = args.flag("--release");
-    let out = args.value("--out")?.map(PathBuf::from);
+    let out = args.value("--out")?.or(args.value("--out-dir")?).map(PathBuf::from);
     let rest = args.rest()?;
     let [lang] = rest.as_slice() else { return Err("usage: cargo xtask bindings swift|kotlin|python".into()) };
     let lang = Lang::parse(lang)?;
