@@ -104,7 +104,8 @@ impl Summary {
             params += t.n_elements();
             all_bytes += t.size;
             let name = TensorName::parse(&t.name);
-            let layer = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<u64>().ok());
+            let layer =
+                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<u64>().ok());
             if layer.is_some_and(|l| l >= trunk) {
                 unread += t.size;
                 continue;

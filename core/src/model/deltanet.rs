@@ -161,14 +161,11 @@ pub fn forward(
         }
         ops::silu(out);
     }
-    // The window now holds the last `hist` inputs.
-    let mut window = vec![0f32; hist * cd];
-    for j in 0..hist {
-        let i = n + j; // position in [state | inputs] of the j-th newest-window row
-        let src = if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
-        window[j * cd..(j + 1) * cd].copy_from_slice(src);
-    }
-    st.conv.copy_from_slice(&window);
+    // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
+    let keep = hist.saturating_sub(n);
+    st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
+    let fresh = hist - keep;
+    st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
 
     // L2-normalise q and k of every key head.
     let kd = p.key_dim();
@@ -179,17 +176,19 @@ pub fn forward(
 
     // The delta rule, token by token; value heads are independent: split them over threads.
     let o = take(&mut s.att, n * vd);
-    let (o_out, ssm) = (SharedMut::new(o), SharedMut::new(&mut st.ssm));
+    // Per-thread scratch: the scaled queries of every token, and u.
+    let per_thread = n * p.d_k + p.d_v;
+    let tmp = take(&mut s.tmp, pool.n_threads() * per_thread);
+    let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(&mut st.ssm), SharedMut::new(tmp));
     let conv_out = &*conv_out;
     let (beta, g) = (&*beta, &*alpha);
     let q_scale = 1.0 / (p.d_k as f32).sqrt();
     pool.run(&|ith, nth| {
         let (h0, h1) = split(hv, ith, nth);
-        let mut qs = vec![0f32; n * p.d_k];
-        let mut u = vec![0f32; p.d_v];
+        // SAFETY: each thread owns its stripe of `tmp`, and heads h0..h1 of the state and outputs.
+        let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
         let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
         for h in h0..h1 {
-            // SAFETY: each thread owns heads h0..h1 of the state and of every output row.
             let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
             let kh = h % p.n_k_heads;
             let row = |t: usize| &conv_out[t * cd..(t + 1) * cd];
@@ -204,7 +203,7 @@ pub fn forward(
                     for t in 0..n {
                         let out = unsafe { o_out.slice(t * vd + h * p.d_v, p.d_v) };
                         let q = &qs[t * p.d_k..(t + 1) * p.d_k];
-                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], &mut u, out);
+                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], u, out);
                     }
                 }
                 Some(cs) => {

@@ -56,12 +56,7 @@ impl Hparams {
             n_kv_head,
             head_dim,
             head_dim_v,
-            rope: Rope {
-                n_rot,
-                base: m.f32_or(Key::RopeFreqBase, 10_000.0)?,
-                scale: m.rope_freq_scale()?,
-                neox: true,
-            },
+            rope: Rope { n_rot, base: m.f32_or(Key::RopeFreqBase, 10_000.0)?, scale: m.rope_freq_scale()?, neox: true },
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: None,
             eps,
