@@ -80,6 +80,18 @@ pub enum Error {
     #[error("invalid hyper-parameter '{key}': {reason}")]
     InvalidHyperparameter { key: String, reason: String },
 
+    // ---- Tokenizer and chat template ---------------------------------------
+    #[error("unknown tokenizer model '{0}' (supported: gpt2, llama)")]
+    UnknownTokenizer(String),
+    #[error("unknown pre-tokenizer '{0}'")]
+    UnknownPreTokenizer(String),
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    #[error("chat template: {reason}")]
+    Template { reason: String },
+    #[error("chat template raised an exception: {0}")]
+    TemplateRaised(String),
+
     // ---- Caller mistakes and run-time conditions -------------------------
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

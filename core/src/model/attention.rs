@@ -98,9 +98,10 @@ pub fn forward(
     let q = take(&mut s.q, n * q_rows);
     let k = take(&mut s.k, n * kv_k);
     let v = take(&mut s.v, n * kv_v);
-    project(pool, file, &w.q, &mut s.acts, xn, n, q);
-    project(pool, file, &w.k, &mut s.acts, xn, n, k);
-    project(pool, file, &w.v, &mut s.acts, xn, n, v);
+    s.shared.prepare(xn, n, n_embd, &[w.q.ty, w.k.ty, w.v.ty]);
+    kernels::matmul(pool, &w.q.view(file), s.shared.get(w.q.ty), q);
+    kernels::matmul(pool, &w.k.view(file), s.shared.get(w.k.ty), k);
+    kernels::matmul(pool, &w.v.view(file), s.shared.get(w.v.ty), v);
     for (bias, out, width) in [(&w.q_bias, &mut *q, q_rows), (&w.k_bias, &mut *k, kv_k), (&w.v_bias, &mut *v, kv_v)] {
         if let Some(b) = bias {
             out.chunks_exact_mut(width).for_each(|row| ops::add(row, b));
@@ -111,20 +112,29 @@ pub fn forward(
     let q_stride = if w.gated { 2 * hd } else { hd };
     for t in 0..n {
         let pos = pos0 + t;
+        let qt = &mut q[t * q_rows..(t + 1) * q_rows];
         for h in 0..p.n_head {
-            let qh = &mut q[t * q_rows + h * q_stride..][..hd];
+            let qh = &mut qt[h * q_stride..][..hd];
             if let Some(nw) = &w.q_norm {
                 ops::rms_norm_inplace(qh, Some(nw), p.eps);
             }
-            ops::rope(qh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
-        }
-        for h in 0..p.n_kv_head {
-            let kh = &mut k[t * kv_k + h * hd..][..hd];
-            if let Some(nw) = &w.k_norm {
-                ops::rms_norm_inplace(kh, Some(nw), p.eps);
+            if w.gated {
+                ops::rope(qh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
             }
-            ops::rope(kh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
-            cache.store(h, pos, kh, &v[t * kv_v + h * hdv..][..hdv]);
+        }
+        if !w.gated {
+            ops::rope(qt, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
+        }
+        for h in 0..p.n_head {
+            cache.round_query(&mut qt[h * q_stride..h * q_stride + hd]);
+        }
+        let kt = &mut k[t * kv_k..(t + 1) * kv_k];
+        if let Some(nw) = &w.k_norm {
+            kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
+        }
+        ops::rope(kt, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
+        for h in 0..p.n_kv_head {
+            cache.store(h, pos, &kt[h * hd..(h + 1) * hd], &v[t * kv_v + h * hdv..][..hdv]);
         }
     }
 
@@ -171,7 +181,15 @@ pub fn forward(
 }
 
 /// out = W · x for `n` rows of x.
-pub fn project(pool: &ThreadPool, file: &[u8], w: &Matrix, acts: &mut kernels::QActs, x: &[f32], n: usize, out: &mut [f32]) {
+pub fn project(
+    pool: &ThreadPool,
+    file: &[u8],
+    w: &Matrix,
+    acts: &mut kernels::QActs,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) {
     acts.quantize(w.ty, x, n, w.cols);
     kernels::matmul(pool, &w.view(file), acts, out);
 }

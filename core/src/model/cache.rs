@@ -5,6 +5,7 @@ use half::f16;
 
 use crate::error::{Error, Result};
 use crate::kernels::ops;
+use crate::quant::q8_0::{quantize_row_q8_0, BlockQ8_0, QK8_0};
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -12,13 +13,17 @@ pub enum KvType {
     F32,
     #[default]
     F16,
+    /// 8-bit blocks of 32 with an f16 scale (head sizes must be multiples of 32).
+    Q8_0,
 }
 
 impl KvType {
-    pub fn bytes_per_element(self) -> usize {
+    /// Bytes per `n` elements.
+    pub fn bytes_for(self, n: usize) -> usize {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => 4 * n,
+            KvType::F16 => 2 * n,
+            KvType::Q8_0 => n / QK8_0 * std::mem::size_of::<BlockQ8_0>(),
         }
     }
 
@@ -26,6 +31,7 @@ impl KvType {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
         }
     }
 }
@@ -36,7 +42,8 @@ impl std::str::FromStr for KvType {
         match s {
             "f32" => Ok(KvType::F32),
             "f16" => Ok(KvType::F16),
-            other => Err(Error::InvalidArgument(format!("KV cache type '{other}' (expected f32 or f16)"))),
+            "q8_0" => Ok(KvType::Q8_0),
+            other => Err(Error::InvalidArgument(format!("KV cache type '{other}' (expected f32, f16 or q8_0)"))),
         }
     }
 }
@@ -44,24 +51,23 @@ impl std::str::FromStr for KvType {
 enum Buf {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// Rows of whole blocks; `at` offsets count elements.
+    Q8_0(Vec<BlockQ8_0>),
+}
+
+fn alloc<T: Clone>(n: usize, zero: T, what: usize) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| Error::OutOfMemory(format!("KV cache of {what} elements")))?;
+    v.resize(n, zero);
+    Ok(v)
 }
 
 impl Buf {
     fn new(ty: KvType, n: usize) -> Result<Buf> {
-        let oom = || Error::OutOfMemory(format!("KV cache of {n} elements"));
         Ok(match ty {
-            KvType::F32 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom())?;
-                v.resize(n, 0.0);
-                Buf::F32(v)
-            }
-            KvType::F16 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom())?;
-                v.resize(n, f16::ZERO);
-                Buf::F16(v)
-            }
+            KvType::F32 => Buf::F32(alloc(n, 0.0, n)?),
+            KvType::F16 => Buf::F16(alloc(n, f16::ZERO, n)?),
+            KvType::Q8_0 => Buf::Q8_0(alloc(n / QK8_0, BlockQ8_0::default(), n)?),
         })
     }
 
@@ -74,14 +80,21 @@ impl Buf {
                     *d = f16::from_f32(s);
                 }
             }
+            Buf::Q8_0(v) => quantize_row_q8_0(x, &mut v[at / QK8_0..(at + x.len()) / QK8_0]),
         }
     }
 
+    /// q · row. With an f16 cache, q arrives already rounded to f16 (see
+    /// [`KvCache::k_dot`]).
     #[inline]
     fn dot(&self, at: usize, q: &[f32]) -> f32 {
         match self {
             Buf::F32(v) => ops::dot_f32(q, &v[at..at + q.len()]),
             Buf::F16(v) => ops::dot_f16(q, &v[at..at + q.len()]),
+            Buf::Q8_0(v) => {
+                let blocks = &v[at / QK8_0..(at + q.len()) / QK8_0];
+                blocks.iter().zip(q.chunks_exact(QK8_0)).map(|(b, qs)| b.d.to_f32() * dot_i8(&b.qs, qs)).sum()
+            }
         }
     }
 
@@ -89,9 +102,29 @@ impl Buf {
     fn axpy(&self, at: usize, a: f32, out: &mut [f32]) {
         match self {
             Buf::F32(v) => ops::axpy_f32(out, a, &v[at..at + out.len()]),
-            Buf::F16(v) => ops::axpy_f16(out, a, &v[at..at + out.len()]),
+            // The weight is rounded to f16 like the values it scales.
+            Buf::F16(v) => ops::axpy_f16(out, f16::from_f32(a).to_f32(), &v[at..at + out.len()]),
+            Buf::Q8_0(v) => {
+                let blocks = &v[at / QK8_0..(at + out.len()) / QK8_0];
+                for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
+                    let s = a * b.d.to_f32();
+                    o.iter_mut().zip(&b.qs).for_each(|(o, &q)| *o += s * q as f32);
+                }
+            }
         }
     }
+}
+
+/// Σ q_i x_i of one block (i8 quants, f32 activations).
+#[inline]
+fn dot_i8(q: &[i8; QK8_0], x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (qc, xc) in q.chunks_exact(8).zip(x.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += qc[i] as f32 * xc[i];
+        }
+    }
+    acc.iter().sum()
 }
 
 /// Keys and values of one attention layer, `[kv_head][position][dim]`.
@@ -108,6 +141,11 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(ty: KvType, n_kv_head: usize, head_dim_k: usize, head_dim_v: usize, capacity: usize) -> Result<Self> {
+        if ty == KvType::Q8_0 && (head_dim_k % QK8_0 != 0 || head_dim_v % QK8_0 != 0) {
+            return Err(Error::InvalidArgument(format!(
+                "a q8_0 KV cache needs head sizes that are multiples of {QK8_0} (this model: {head_dim_k}, {head_dim_v})"
+            )));
+        }
         let n = |d: usize| {
             n_kv_head
                 .checked_mul(capacity)
@@ -132,6 +170,14 @@ impl KvCache {
         self.v.store((kv_head * self.capacity + pos) * self.head_dim_v, &v[..self.head_dim_v]);
     }
 
+    /// Round a query to the cache's precision before it meets the keys (an
+    /// f16 cache multiplies f16 by f16, as llama.cpp's f16 cache does).
+    pub fn round_query(&self, q: &mut [f32]) {
+        if self.ty == KvType::F16 {
+            q.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+        }
+    }
+
     /// q · key(kv_head, pos).
     #[inline]
     pub fn k_dot(&self, kv_head: usize, pos: usize, q: &[f32]) -> f32 {
@@ -146,7 +192,7 @@ impl KvCache {
 
     /// Bytes the entries of `n_pos` positions take.
     pub fn bytes_for(&self, n_pos: usize) -> usize {
-        n_pos * self.n_kv_head * (self.head_dim_k + self.head_dim_v) * self.ty.bytes_per_element()
+        n_pos * self.n_kv_head * (self.ty.bytes_for(self.head_dim_k) + self.ty.bytes_for(self.head_dim_v))
     }
 
     /// Bytes allocated.

@@ -6,7 +6,7 @@ use super::scratch::{take, Scratch};
 use super::weights::{Experts, Loader, Matrix};
 use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops, QActs};
+use crate::kernels::{self, ops};
 use crate::threads::ThreadPool;
 
 /// The activation between gate and up.
@@ -45,12 +45,18 @@ impl Dense {
 
     /// `s.out = FFN(s.xn)` for `n` tokens.
     pub fn forward(&self, file: &[u8], pool: &ThreadPool, act: Act, n: usize, s: &mut Scratch) {
+        let n_embd = self.gate.cols;
+        s.shared.prepare(&s.xn[..n * n_embd], n, n_embd, &[self.gate.ty, self.up.ty]);
+        self.forward_prepared(file, pool, act, n, s);
+    }
+
+    /// As [`forward`](Self::forward) with `s.shared` already holding the input.
+    fn forward_prepared(&self, file: &[u8], pool: &ThreadPool, act: Act, n: usize, s: &mut Scratch) {
         let (n_ff, n_embd) = (self.gate.rows, self.gate.cols);
-        let xn = &s.xn[..n * n_embd];
         let gate = take(&mut s.gate, n * n_ff);
         let up = take(&mut s.up, n * n_ff);
-        project(pool, file, &self.gate, &mut s.acts, xn, n, gate);
-        project(pool, file, &self.up, &mut s.acts, xn, n, up);
+        kernels::matmul(pool, &self.gate.view(file), s.shared.get(self.gate.ty), gate);
+        kernels::matmul(pool, &self.up.view(file), s.shared.get(self.up.ty), up);
         activate(act, gate, up);
         let out = take(&mut s.out, n * n_embd);
         project(pool, file, &self.down, &mut s.acts2, &s.gate[..n * n_ff], n, out);
@@ -62,15 +68,24 @@ impl Dense {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// sqrt(softplus(x)).
+    SqrtSoftplus,
 }
 
 impl Gating {
-    /// `{arch}.expert_gating_func`: 1 softmax, 2 sigmoid (llama.cpp's numbering).
-    pub fn from_id(id: usize) -> Option<Gating> {
-        match id {
-            1 => Some(Gating::Softmax),
-            2 => Some(Gating::Sigmoid),
-            _ => None,
+    /// `{arch}.expert_gating_func` (1 softmax, 2 sigmoid, 4 sqrt-softplus), or
+    /// `default` when the file does not say.
+    pub fn from_meta(m: &super::hparams::Meta, default: Gating) -> Result<Gating> {
+        use crate::gguf::Key;
+        match m.usize_or(Key::ExpertGatingFunc, 0)? {
+            0 => Ok(default),
+            1 => Ok(Gating::Softmax),
+            2 => Ok(Gating::Sigmoid),
+            4 => Ok(Gating::SqrtSoftplus),
+            other => Err(Error::InvalidHyperparameter {
+                key: m.key(Key::ExpertGatingFunc),
+                reason: format!("unknown gating function {other}"),
+            }),
         }
     }
 }
@@ -79,8 +94,8 @@ impl Gating {
 /// sigmoid(gate_inp_shexp · x).
 pub struct SharedExpert {
     pub ffn: Dense,
-    /// `[1, n_embd]`.
-    pub gate_inp: Option<Matrix>,
+    /// `[n_embd]`.
+    pub gate_inp: Option<Vec<f32>>,
 }
 
 /// A Mixture-of-Experts FFN. Router `[n_expert, n_embd]`; experts stacked
@@ -150,22 +165,29 @@ impl Moe {
         let n_expert = self.n_expert();
         let n_ff = self.gate.rows;
         let k = self.n_used;
-        let xn = &s.xn[..n * n_embd];
+
+        // One quantisation of the input for the router, the experts and the shared expert.
+        let (shared_gate, shared_up) =
+            self.shared.as_ref().map_or((self.gate.all.ty, self.up.all.ty), |sh| (sh.ffn.gate.ty, sh.ffn.up.ty));
+        let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up];
+        s.shared.prepare(&s.xn[..n * n_embd], n, n_embd, &tys);
 
         // Router: logits -> probabilities -> top-k -> weights.
         let probs = take(&mut s.router, n * n_expert);
-        project(pool, file, &self.router, &mut s.acts, xn, n, probs);
-        let mut chosen = vec![0u32; n * k];
-        let mut weights = vec![0f32; n * k];
+        kernels::matmul(pool, &self.router.view(file), s.shared.get(self.router.ty), probs);
+        s.chosen.resize(n * k, 0);
+        s.weights.resize(n * k, 0.0);
         for t in 0..n {
             let p = &mut probs[t * n_expert..(t + 1) * n_expert];
             match self.gating {
                 Gating::Softmax => ops::softmax(p),
                 Gating::Sigmoid => p.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
+                Gating::SqrtSoftplus => p.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
             }
-            top_k(p, &mut chosen[t * k..(t + 1) * k]);
-            let w = &mut weights[t * k..(t + 1) * k];
-            for (wi, &e) in w.iter_mut().zip(&chosen[t * k..(t + 1) * k]) {
+            let chosen = &mut s.chosen[t * k..(t + 1) * k];
+            top_k(p, chosen);
+            let w = &mut s.weights[t * k..(t + 1) * k];
+            for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
                 *wi = p[e as usize];
             }
             if self.norm_weights {
@@ -177,40 +199,33 @@ impl Moe {
             }
         }
         if let Some(tr) = trace {
-            tr.push(Routing { experts: chosen.clone() });
+            tr.push(Routing { experts: s.chosen.clone() });
         }
 
         // Group tokens by expert.
-        let mut members: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
+        s.members.resize_with(n_expert, Vec::new);
+        s.members.iter_mut().for_each(Vec::clear);
         for t in 0..n {
             for j in 0..k {
-                members[chosen[t * k + j] as usize].push((t, weights[t * k + j]));
+                s.members[s.chosen[t * k + j] as usize].push((t, s.weights[t * k + j]));
             }
         }
 
         let out = take(&mut s.moe, n * n_embd);
         out.fill(0.0);
-        let mut gate_acts = std::mem::take(&mut s.acts);
-        gate_acts.quantize(self.gate.all.ty, xn, n, n_embd);
-        let mut up_acts = QActs::new();
-        let same = self.up.all.ty == self.gate.all.ty;
-        if !same {
-            up_acts.quantize(self.up.all.ty, xn, n, n_embd);
-        }
-        let mut rows = Vec::new();
+        let members = std::mem::take(&mut s.members);
         for (e, toks) in members.iter().enumerate() {
             if toks.is_empty() {
                 continue;
             }
             let m = toks.len();
-            rows.clear();
-            rows.extend(toks.iter().map(|&(t, _)| t));
+            s.rows.clear();
+            s.rows.extend(toks.iter().map(|&(t, _)| t));
             // gate and up over this expert's tokens, then act(gate) * up.
             let g = take(&mut s.gate, m * n_ff);
             let u = take(&mut s.up, m * n_ff);
-            kernels::matmul_rows(pool, &self.gate.slab(file, e), &gate_acts, &rows, g);
-            let ua = if same { &gate_acts } else { &up_acts };
-            kernels::matmul_rows(pool, &self.up.slab(file, e), ua, &rows, u);
+            kernels::matmul_rows(pool, &self.gate.slab(file, e), s.shared.get(self.gate.all.ty), &s.rows, g);
+            kernels::matmul_rows(pool, &self.up.slab(file, e), s.shared.get(self.up.all.ty), &s.rows, u);
             activate(Act::Silu, g, u);
             // down, then the weighted sum into each token's output.
             let d = take(&mut s.tmp, m * n_embd);
@@ -220,16 +235,14 @@ impl Moe {
                 ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], wgt, &d[j * n_embd..(j + 1) * n_embd]);
             }
         }
-        s.acts = gate_acts;
+        s.members = members;
 
         if let Some(sh) = &self.shared {
-            sh.ffn.forward(file, pool, Act::Silu, n, s);
+            sh.ffn.forward_prepared(file, pool, Act::Silu, n, s);
             if let Some(gi) = &sh.gate_inp {
-                let gl = take(&mut s.tmp, n);
-                project(pool, file, gi, &mut s.acts, &s.xn[..n * n_embd], n, gl);
                 for t in 0..n {
-                    let g = ops::sigmoid(s.tmp[t]);
-                    s.out[t * n_embd..(t + 1) * n_embd].iter_mut().for_each(|v| *v *= g);
+                    let g = ops::sigmoid(ops::dot_f32(&s.xn[t * n_embd..(t + 1) * n_embd], gi));
+                    ops::scale(&mut s.out[t * n_embd..(t + 1) * n_embd], g);
                 }
             }
             ops::add(&mut s.out[..n * n_embd], &s.moe[..n * n_embd]);
@@ -237,6 +250,14 @@ impl Moe {
             let (out, moe) = (&mut s.out, &s.moe);
             take(out, n * n_embd).copy_from_slice(&moe[..n * n_embd]);
         }
+    }
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
     }
 }
 

@@ -69,10 +69,6 @@ impl<'a> Meta<'a> {
         Ok(self.file.get_bool(&self.key(k))?.unwrap_or(default))
     }
 
-    pub fn str_or(&self, k: Key, default: &'a str) -> Result<&'a str> {
-        Ok(self.file.get_str(&self.key(k))?.unwrap_or(default))
-    }
-
     /// An integer array, if present.
     pub fn ints(&self, k: Key) -> Result<Option<Vec<i64>>> {
         let name = self.key(k);
@@ -90,6 +86,23 @@ impl<'a> Meta<'a> {
             Some(crate::gguf::Array::Bool(v)) => Ok(Some(v.clone())),
             Some(_) => Err(self.bad(k, "expected a bool array")),
         }
+    }
+
+    /// The linear RoPE frequency scale (`1 / factor`). Other scaling types
+    /// (YaRN, LongRoPE) are not implemented: such a file is refused rather
+    /// than run with wrong positions.
+    pub fn rope_freq_scale(&self) -> Result<f32> {
+        match self.file.get_str(&self.key(Key::RopeScalingType))? {
+            None | Some("none") | Some("linear") => {}
+            Some(other) => {
+                return Err(Error::InvalidHyperparameter {
+                    key: self.key(Key::RopeScalingType),
+                    reason: format!("RoPE scaling '{other}' is not supported"),
+                })
+            }
+        }
+        let factor = self.f32_or(Key::RopeScalingFactor, self.f32_or(Key::RopeScaleLinear, 0.0)?)?;
+        Ok(if factor == 0.0 { 1.0 } else { 1.0 / factor })
     }
 
     /// Require `cond`, else an error naming the key.

@@ -7,10 +7,12 @@
 
 mod attention;
 mod cache;
+mod deltanet;
 mod ffn;
 mod gemma3;
 mod hparams;
 mod llama;
+mod qwen35moe;
 mod qwen3moe;
 mod scratch;
 mod weights;
@@ -19,17 +21,22 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use cache::{KvCache, KvType, Logits};
+pub use deltanet::DeltaState;
 pub use ffn::Routing;
 
+use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
 use crate::threads::ThreadPool;
+use crate::tokenizer::Tokenizer;
 use scratch::Scratch;
 
 /// Per-layer sequence state.
 pub enum LayerState {
     /// Keys and values of an attention layer.
     Attention(KvCache),
+    /// Conv window and delta-rule state of a linear-attention layer.
+    Recurrent(DeltaState),
 }
 
 /// Everything one sequence carries between forward passes.
@@ -45,6 +52,31 @@ pub struct State {
     pub(crate) logit_rows: usize,
     /// When set, MoE routing decisions are recorded here.
     pub trace: Option<Vec<Routing>>,
+    /// Forward passes so far; `stamps[pos]` is the pass that wrote `pos`.
+    clock: u64,
+    stamps: Vec<u64>,
+}
+
+/// A saved sequence position: the recurrent layers' state copied, the
+/// attention layers' cache prefix referenced (it is append-only, so it stays
+/// valid until a position before the checkpoint is rewritten).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    n_past: usize,
+    clock: u64,
+    recurrent: Vec<(usize, DeltaState)>,
+}
+
+impl Checkpoint {
+    /// Tokens in the state when the checkpoint was taken.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Memory the checkpoint holds (recurrent state copies; the KV prefix is shared).
+    pub fn bytes(&self) -> usize {
+        self.recurrent.iter().map(|(_, s)| s.bytes()).sum()
+    }
 }
 
 impl State {
@@ -70,11 +102,69 @@ impl State {
     pub fn clear(&mut self) {
         self.n_past = 0;
         self.logit_rows = 0;
+        for l in &mut self.layers {
+            if let LayerState::Recurrent(r) = l {
+                r.clear();
+            }
+        }
     }
 
-    /// Drop tokens from position `n` on (attention layers only keep an append-only cache, so this is O(1)).
-    pub fn truncate(&mut self, n: usize) {
-        self.n_past = self.n_past.min(n);
+    /// Whether some layer carries recurrent state (which cannot be rewound
+    /// without a checkpoint).
+    pub fn is_recurrent(&self) -> bool {
+        self.layers.iter().any(|l| matches!(l, LayerState::Recurrent(_)))
+    }
+
+    /// Drop the tokens from position `n` on. O(1) for attention layers; a
+    /// recurrent state can only be rewound through [`restore`](Self::restore).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n >= self.n_past {
+            return Ok(());
+        }
+        if n == 0 {
+            self.clear();
+            return Ok(());
+        }
+        if self.is_recurrent() {
+            return Err(Error::InvalidArgument(
+                "a recurrent state cannot be rewound; restore a checkpoint instead".into(),
+            ));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+
+    /// Save the current position (see [`Checkpoint`]).
+    pub fn checkpoint(&self) -> Checkpoint {
+        let recurrent = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(il, l)| match l {
+                LayerState::Recurrent(r) => Some((il, r.clone())),
+                LayerState::Attention(_) => None,
+            })
+            .collect();
+        Checkpoint { n_past: self.n_past, clock: self.clock, recurrent }
+    }
+
+    /// Return to a checkpoint of this state. Fails when a position before it
+    /// has been rewritten since (the cache prefix it refers to is gone).
+    pub fn restore(&mut self, cp: &Checkpoint) -> Result<()> {
+        let stale = self.stamps.len() < cp.n_past || self.stamps[..cp.n_past].iter().any(|&s| s > cp.clock);
+        let layers_match =
+            cp.recurrent.iter().all(|(il, _)| matches!(self.layers.get(*il), Some(LayerState::Recurrent(_))));
+        if stale || !layers_match {
+            return Err(Error::InvalidArgument("checkpoint no longer matches this state".into()));
+        }
+        for (il, saved) in &cp.recurrent {
+            if let LayerState::Recurrent(r) = &mut self.layers[*il] {
+                r.clone_from(saved);
+            }
+        }
+        self.n_past = cp.n_past;
+        self.logit_rows = 0;
+        Ok(())
     }
 
     /// Bytes held by caches.
@@ -83,6 +173,7 @@ impl State {
             .iter()
             .map(|l| match l {
                 LayerState::Attention(c) => c.allocated_bytes(),
+                LayerState::Recurrent(r) => r.bytes(),
             })
             .sum()
     }
@@ -103,11 +194,14 @@ pub trait Network: Send + Sync {
     }
 }
 
-/// A loaded model: the mapped file and its network.
+/// A loaded model: the mapped file, its network, tokenizer and chat template.
 pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
     summary: Summary,
+    tokenizer: Tokenizer,
+    /// The file's template (ChatML when it has none), or why it does not compile.
+    template: std::result::Result<ChatTemplate, String>,
 }
 
 impl Model {
@@ -124,9 +218,20 @@ impl Model {
             Arch::Gemma3 => Box::new(gemma3::Gemma3::load(&file)?),
             Arch::Qwen3Moe => Box::new(qwen3moe::Qwen3Moe::load(&file)?),
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => Box::new(llama::Llama::load(&file, arch)?),
-            Arch::Qwen35Moe => return Err(Error::UnsupportedArchitecture(arch_name.to_string())),
+            Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(&file)?),
         };
-        Ok(Model { file: Arc::new(file), net, summary })
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
+        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template; an error when the file's template does not compile.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.template.as_ref().map_err(|e| Error::Template { reason: e.clone() })
     }
 
     pub fn file(&self) -> &GgufFile {
@@ -164,6 +269,8 @@ impl Model {
             logits: Vec::new(),
             logit_rows: 0,
             trace: None,
+            clock: 0,
+            stamps: vec![0; n_ctx],
         })
     }
 
@@ -179,8 +286,11 @@ impl Model {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
         }
+        state.clock += 1;
+        let (start, end) = (state.n_past, state.n_past + tokens.len());
+        state.stamps[start..end].fill(state.clock);
         self.net.forward(self.file.source().bytes(), pool, state, tokens, want)?;
-        state.n_past += tokens.len();
+        state.n_past = end;
         Ok(())
     }
 }

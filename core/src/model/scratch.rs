@@ -2,7 +2,8 @@
 //! token once they have grown to the batch size), and a raw view for threads
 //! that write disjoint parts of one buffer.
 
-use crate::kernels::QActs;
+use crate::kernels::{ActFormat, QActs};
+use crate::quant::GgmlType;
 
 /// Growable f32 buffers, one per role in the forward pass.
 #[derive(Default)]
@@ -28,6 +29,51 @@ pub struct Scratch {
     /// Quantised activations, shared by the matrices that read the same input.
     pub acts: QActs,
     pub acts2: QActs,
+    /// The current block input quantised once per activation format.
+    pub shared: ActCache,
+    /// MoE routing of the current batch: experts and weights per token, tokens per expert.
+    pub chosen: Vec<u32>,
+    pub weights: Vec<f32>,
+    pub members: Vec<Vec<(usize, f32)>>,
+    pub rows: Vec<usize>,
+}
+
+/// One input quantised for every activation format a group of matrices
+/// needs (q, k and v read the same normalised input: quantise it once).
+#[derive(Default)]
+pub struct ActCache {
+    slots: Vec<(ActFormat, QActs)>,
+    used: usize,
+}
+
+impl ActCache {
+    /// Quantise `x` (`n` rows of `k`) for weights of each type in `tys`.
+    pub fn prepare(&mut self, x: &[f32], n: usize, k: usize, tys: &[GgmlType]) {
+        self.used = 0;
+        for &ty in tys {
+            let fmt = ActFormat::for_weights(ty).unwrap_or_else(|| panic!("no kernels for {ty}"));
+            if self.slots[..self.used].iter().any(|s| s.0 == fmt) {
+                continue;
+            }
+            if self.used == self.slots.len() {
+                self.slots.push((fmt, QActs::new()));
+            }
+            let slot = &mut self.slots[self.used];
+            slot.0 = fmt;
+            slot.1.quantize(ty, x, n, k);
+            self.used += 1;
+        }
+    }
+
+    /// The activations for weights of type `ty` (prepared by the last [`prepare`](Self::prepare)).
+    pub fn get(&self, ty: GgmlType) -> &QActs {
+        let fmt = ActFormat::for_weights(ty);
+        self.slots[..self.used]
+            .iter()
+            .find(|s| Some(s.0) == fmt)
+            .map(|s| &s.1)
+            .unwrap_or_else(|| panic!("activations for {ty} were not prepared"))
+    }
 }
 
 /// Resize `v` to `n` (zero-filled when growing) and return it.

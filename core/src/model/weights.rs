@@ -129,7 +129,14 @@ impl<'a> Loader<'a> {
     }
 
     /// Stacked experts, ggml shape `[cols, rows, n_expert]`.
-    pub fn experts(&self, kind: TensorKind, layer: usize, n_expert: usize, rows: usize, cols: usize) -> Result<Experts> {
+    pub fn experts(
+        &self,
+        kind: TensorKind,
+        layer: usize,
+        n_expert: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Experts> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64, n_expert as u64])?;
         Self::computable(t)?;

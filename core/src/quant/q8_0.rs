@@ -32,29 +32,33 @@ const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 // SAFETY: as for BlockQ8_0.
 unsafe impl FileBlock for BlockQ8_1 {}
 
-/// The scale of a block of 32 values, as `quantize_row_q8_0_ref`: `amax / 127`,
-/// and its inverse (0 for an all-zero block).
+/// The scale of a block of 32 values, `amax / 127`, and the multiplier
+/// `127 / amax` (0 for an all-zero block), as llama.cpp's x86 runtime
+/// quantiser computes them (its `_ref` variant uses `1 / d`, which differs in
+/// the last bit for some blocks).
 #[inline]
 fn block_scale(x: &[f32]) -> (f32, f32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
-    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+    (d, if amax != 0.0 { 127.0 / amax } else { 0.0 })
 }
 
-/// Quantise `x` (a multiple of 32 long) into `y`, bit-identical to llama.cpp's
-/// `quantize_row_q8_0_ref` (round half away from zero).
+/// Quantise `x` (a multiple of 32 long) into `y`, bit-identical to the
+/// activation quantiser llama.cpp runs on x86 (`quantize_row_q8_0`: multiplier
+/// `127 / amax`, round half to even). One definition on every ISA, so results
+/// do not depend on the machine.
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_0: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
         let (d, id) = block_scale(xb);
         yb.d = F16Bytes::from_f32(d);
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
         }
     }
 }
 
-/// Quantise `x` into Q8_1 blocks, bit-identical to `quantize_row_q8_1_ref`.
+/// Quantise `x` into Q8_1 blocks, as [`quantize_row_q8_0`] plus `d * sum(qs)`.
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_1: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
@@ -62,7 +66,7 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
         yb.d = F16Bytes::from_f32(d);
         let mut sum = 0i32;
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
         yb.s = F16Bytes::from_f32(sum as f32 * d);

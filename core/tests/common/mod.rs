@@ -1,6 +1,7 @@
 //! Shared helpers for integration tests: locating the fixture store.
 #![allow(dead_code)]
 
+pub mod arrays;
 pub mod npy;
 
 use std::path::{Path, PathBuf};

@@ -20,6 +20,11 @@ pub struct Spec {
 
 impl Args {
     pub fn parse(argv: &[String], spec: &Spec) -> Result<Args, String> {
+        Self::parse_multi(argv, &[spec])
+    }
+
+    /// Parse with the union of several specs (shared option groups).
+    pub fn parse_multi(argv: &[String], specs: &[&Spec]) -> Result<Args, String> {
         let mut a = Args::default();
         let mut i = 0;
         while i < argv.len() {
@@ -37,7 +42,10 @@ impl Args {
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (arg.as_str(), None),
             };
-            if let Some(&flag) = spec.values.iter().find(|&&f| f == name) {
+            let find = |list: fn(&Spec) -> &'static [&'static str]| {
+                specs.iter().flat_map(|s| list(s).iter()).find(|&&f| f == name).copied()
+            };
+            if let Some(flag) = find(|s| s.values) {
                 let v = match inline {
                     Some(v) => v,
                     None => {
@@ -47,7 +55,7 @@ impl Args {
                     }
                 };
                 a.values.entry(flag).or_default().push(v);
-            } else if let Some(&flag) = spec.switches.iter().find(|&&f| f == name) {
+            } else if let Some(flag) = find(|s| s.switches) {
                 if inline.is_some() {
                     return Err(format!("{flag} takes no value"));
                 }

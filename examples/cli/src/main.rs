@@ -4,10 +4,16 @@
 //! status; nothing here panics on bad input.
 
 mod args;
+mod bench;
 mod bench_kernels;
+mod fingerprint;
 mod inspect;
 mod logits;
 mod npy;
+mod perplexity;
+mod run;
+mod template;
+mod tokenize;
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -24,7 +30,20 @@ commands:
   inspect FILE [--json] [--tensors]   what a GGUF file holds
   logits --model F --tokens 1,2,3 (--out F.npy | --top K [--json]) [--kv f32|f16] [--threads N]
                                       teacher-forced logits of every position
-  bench-kernels [--threads N] [--json] matvec GB/s per weight format and kernel path
+  tokenize --model F [--json] [--no-bos] [--no-special] TEXT
+                                      token ids of a text (--help for more)
+  template (--model F | --template F.jinja) --messages JSON [--add-generation-prompt] [--var K=V]
+                                      render a chat prompt exactly
+  run --model F --prompt TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
+      [--repeat-penalty R] [--seed S] [--threads N] [--json]
+                                      complete a prompt, streaming the text
+  chat --model F [--system TEXT]      interactive chat with the model's template
+  bench --model F [-p 128] [-n 32] [--threads N] [--draws 5] [--json]
+                                      prefill and decode speed, fixed protocol
+  perplexity --model F --file TEXT [--ctx 128] [--json] [--save-logits F] [--kl-base F]
+                                      perplexity as llama-perplexity computes it
+  bench-kernels [--threads N] [--json] [--quick]
+                                      matvec throughput per format and ISA path vs read bandwidth
   help                                this text
 ";
 
@@ -59,6 +78,12 @@ fn run(argv: &[String]) -> Result<(), String> {
         "inspect" => inspect::run(rest),
         "bench-kernels" => bench_kernels::run(rest),
         "logits" => logits::run(rest),
+        "tokenize" => tokenize::run(rest),
+        "template" => template::run(rest),
+        "run" => run::run(rest),
+        "chat" => run::chat(rest),
+        "bench" => bench::run(rest),
+        "perplexity" => perplexity::run(rest),
         "help" | "--help" | "-h" => {
             print!("{USAGE}");
             Ok(())

@@ -1,0 +1,205 @@
+//! Chat templates: the model's `tokenizer.chat_template` (Jinja) rendered with
+//! minijinja as Hugging Face renders it (jinja2 sandbox, `trim_blocks`,
+//! `lstrip_blocks`, HF's `tojson`, `raise_exception`, `strftime_now`, Python
+//! string/dict methods). A file without a template gets ChatML.
+//!
+//! Templates come from files and are untrusted: there is no loader (no
+//! `include` reaches the file system), no network, and rendering is bounded
+//! in instructions (fuel), recursion depth and output size.
+
+mod hf;
+
+use std::io;
+
+use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior, Value};
+use serde_json::{Map, Value as Json};
+
+use crate::gguf::{GgufFile, Key};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// The template used when a file has none.
+pub const CHATML: &str = "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + \
+message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' \
+}}{%- endif %}";
+
+/// Rendering stops after this many VM instructions.
+const FUEL: u64 = 50_000_000;
+/// Macro and include nesting limit.
+const RECURSION_LIMIT: usize = 100;
+/// A rendered prompt larger than this is an error.
+pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+/// One message of a conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into() }
+    }
+}
+
+/// A compiled chat template with the model's BOS and EOS texts.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos: String,
+    eos: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate").field("bytes", &self.source.len()).field("bos", &self.bos).finish()
+    }
+}
+
+impl ChatTemplate {
+    /// The template of a GGUF file (ChatML when it has none), with BOS/EOS
+    /// texts from its vocabulary.
+    pub fn from_gguf(g: &GgufFile) -> Result<ChatTemplate> {
+        Self::for_model(g, &Tokenizer::from_gguf(g)?)
+    }
+
+    /// As [`from_gguf`](Self::from_gguf) with the file's tokenizer already loaded.
+    pub fn for_model(g: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate> {
+        let source = g.get_str(Key::TokenizerChatTemplate.name())?.unwrap_or(CHATML);
+        let text = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.token_piece(i)).into_owned());
+        Self::from_source(source, &text(tok.bos()).unwrap_or_default(), &text(tok.eos()).unwrap_or_default())
+    }
+
+    /// Compile a template given as Jinja source.
+    pub fn from_source(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_keep_trailing_newline(false);
+        env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        env.set_auto_escape_callback(|_| AutoEscape::None);
+        env.set_fuel(Some(FUEL));
+        env.set_recursion_limit(RECURSION_LIMIT);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(hf::formatter);
+        env.add_filter("tojson", hf::tojson);
+        env.add_filter("string", |v: Value| Value::from(hf::py_str(&v)));
+        env.add_function("strftime_now", hf::strftime_now);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<Value, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg.clone()).with_source(Raised(msg)))
+        });
+        env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(template_error)?;
+        Ok(ChatTemplate { env, source: source.to_string(), bos: bos.to_string(), eos: eos.to_string() })
+    }
+
+    /// The Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The `bos_token` and `eos_token` texts the template sees.
+    pub fn special_texts(&self) -> (&str, &str) {
+        (&self.bos, &self.eos)
+    }
+
+    /// Render plain text messages. `extra` adds or overrides template
+    /// variables (`tools`, `enable_thinking`, `date_string`, ...).
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        extra: &[(String, Json)],
+    ) -> Result<String> {
+        let msgs: Vec<Json> = messages
+            .iter()
+            .map(|m| {
+                let mut o = Map::new();
+                o.insert("role".into(), Json::String(m.role.clone()));
+                o.insert("content".into(), Json::String(m.content.clone()));
+                Json::Object(o)
+            })
+            .collect();
+        self.render_json(&Json::Array(msgs), add_generation_prompt, extra)
+    }
+
+    /// Render messages given as JSON (an array of objects with `role`,
+    /// `content` and any other fields the template reads: `tool_calls`,
+    /// `reasoning_content`, `name`, ...).
+    pub fn render_json(
+        &self,
+        messages: &Json,
+        add_generation_prompt: bool,
+        extra: &[(String, Json)],
+    ) -> Result<String> {
+        if !messages.is_array() {
+            return Err(Error::InvalidArgument("chat messages must be a JSON array".into()));
+        }
+        // The variables transformers passes: tools and documents are defined
+        // (as none) even when absent.
+        let mut ctx = Map::new();
+        ctx.insert("messages".into(), messages.clone());
+        ctx.insert("tools".into(), Json::Null);
+        ctx.insert("documents".into(), Json::Null);
+        ctx.insert("add_generation_prompt".into(), Json::Bool(add_generation_prompt));
+        ctx.insert("bos_token".into(), Json::String(self.bos.clone()));
+        ctx.insert("eos_token".into(), Json::String(self.eos.clone()));
+        for (k, v) in extra {
+            ctx.insert(k.clone(), v.clone());
+        }
+        let tmpl = self.env.get_template(TEMPLATE_NAME).map_err(template_error)?;
+        let mut out = CappedWriter { buf: Vec::new(), cap: MAX_OUTPUT_BYTES };
+        match tmpl.render_captured_to(Value::from_serialize(&ctx), &mut out) {
+            Ok(_) => String::from_utf8(out.buf).map_err(|_| Error::Template { reason: "output is not UTF-8".into() }),
+            Err(e) if e.kind() == ErrorKind::WriteFailure => {
+                Err(Error::Template { reason: format!("output exceeds {MAX_OUTPUT_BYTES} bytes") })
+            }
+            Err(e) => Err(template_error(e)),
+        }
+    }
+}
+
+/// The message of a `raise_exception` call, carried as the error's source.
+#[derive(Debug)]
+struct Raised(String);
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Raised {}
+
+/// A minijinja error as ours: the template's own exception keeps its message.
+fn template_error(e: minijinja::Error) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<Raised>() {
+            return Error::TemplateRaised(r.0.clone());
+        }
+        source = s.source();
+    }
+    Error::Template { reason: e.to_string() }
+}
+
+/// Collects output and fails once it passes `cap` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+}
+
+impl io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len() + data.len() > self.cap {
+            return Err(io::Error::other("chat template output too large"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

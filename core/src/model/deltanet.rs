@@ -1,0 +1,473 @@
+//! Gated DeltaNet (linear attention with a gated delta rule), as Qwen3.5's
+//! linear-attention layers store it in GGUF.
+//!
+//! Per token: project x to q|k|v (one matrix), the output gate z, beta and the
+//! decay input alpha; run a short causal depthwise conv (kernel 4) over q|k|v
+//! with SiLU; L2-normalise q and k per head; then for every value head h
+//! (using key head h mod n_k_heads) with state S (d_k x d_v):
+//!
+//! ```text
+//!   S <- exp(g) S                      g = softplus(alpha + dt_bias) * a   (a = -exp(A_log), stored)
+//!   u  = S^T k
+//!   S <- S + k ((v - u) * beta)^T      beta = sigmoid(beta_proj)
+//!   o  = S^T (q / sqrt(d_k))
+//! ```
+//!
+//! and the output is RMSNorm(o) * SiLU(z) per head, projected back to n_embd.
+
+use super::attention::project;
+use super::scratch::{split, take, Scratch, SharedMut};
+use super::weights::{Loader, Matrix};
+use crate::error::Result;
+use crate::gguf::TensorKind;
+use crate::kernels::{self, ops};
+use crate::threads::ThreadPool;
+
+/// Shape of a DeltaNet layer.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaParams {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    /// Key (and query) head size.
+    pub d_k: usize,
+    /// Value head size.
+    pub d_v: usize,
+    /// Conv kernel width (4).
+    pub d_conv: usize,
+    pub eps: f32,
+}
+
+impl DeltaParams {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.d_k
+    }
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.d_v
+    }
+    /// Channels of q|k|v that pass through the conv.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    /// Floats of recurrent state per layer (conv window + delta states).
+    pub fn state_floats(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim() + self.n_v_heads * self.d_k * self.d_v
+    }
+}
+
+/// Weights of one DeltaNet layer. Shapes (rows x cols): qkv `[conv_dim, n_embd]`,
+/// gate (z) `[value_dim, n_embd]`, beta/alpha `[n_v_heads, n_embd]`,
+/// conv `[conv_dim][d_conv]`, dt_bias/a `[n_v_heads]`, norm `[d_v]`, out `[n_embd, value_dim]`.
+pub struct DeltaWeights {
+    pub qkv: Matrix,
+    pub gate: Matrix,
+    pub beta: Matrix,
+    pub alpha: Matrix,
+    pub conv: Vec<f32>,
+    pub dt_bias: Vec<f32>,
+    pub a: Vec<f32>,
+    pub norm: Vec<f32>,
+    pub out: Matrix,
+}
+
+impl DeltaWeights {
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: &DeltaParams) -> Result<DeltaWeights> {
+        let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
+        Ok(DeltaWeights {
+            qkv: ld.matrix(TensorKind::AttnQkv, il, cd, n_embd)?,
+            gate: ld.matrix(TensorKind::AttnGate, il, vd, n_embd)?,
+            beta: ld.matrix(TensorKind::SsmBeta, il, hv, n_embd)?,
+            alpha: ld.matrix(TensorKind::SsmAlpha, il, hv, n_embd)?,
+            conv: ld.vector_shaped(&TensorKind::SsmConv1d.weight(il), &[p.d_conv as u64, cd as u64])?,
+            dt_bias: ld.vector_shaped(&TensorKind::SsmDt.bias(il), &[hv as u64])?,
+            a: ld.vector_shaped(&TensorKind::SsmA.weight(il), &[hv as u64])?,
+            norm: ld.vector(TensorKind::SsmNorm, il, p.d_v)?,
+            out: ld.matrix(TensorKind::SsmOut, il, n_embd, vd)?,
+        })
+    }
+}
+
+/// Recurrent state of one DeltaNet layer for one sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaState {
+    /// The last `d_conv - 1` conv inputs, oldest first: `[d_conv-1][conv_dim]`.
+    pub conv: Vec<f32>,
+    /// Per value head, S as `[d_k][d_v]` (rows indexed by key dim).
+    pub ssm: Vec<f32>,
+}
+
+impl DeltaState {
+    pub fn new(p: &DeltaParams) -> DeltaState {
+        DeltaState { conv: vec![0.0; (p.d_conv - 1) * p.conv_dim()], ssm: vec![0.0; p.n_v_heads * p.d_k * p.d_v] }
+    }
+
+    pub fn bytes(&self) -> usize {
+        (self.conv.len() + self.ssm.len()) * 4
+    }
+
+    pub fn clear(&mut self) {
+        self.conv.fill(0.0);
+        self.ssm.fill(0.0);
+    }
+}
+
+/// Run the layer over `n` tokens whose normalised inputs are `s.xn`; the
+/// projected output lands in `s.out` and the state advances by `n` tokens.
+pub fn forward(
+    file: &[u8],
+    pool: &ThreadPool,
+    p: &DeltaParams,
+    w: &DeltaWeights,
+    st: &mut DeltaState,
+    n: usize,
+    n_embd: usize,
+    s: &mut Scratch,
+) {
+    let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
+    let xn = &s.xn[..n * n_embd];
+
+    // Input projections: q|k|v (pre-conv) into s.q, z into s.gate, beta and alpha into s.router.
+    s.shared.prepare(xn, n, n_embd, &[w.qkv.ty, w.gate.ty, w.beta.ty, w.alpha.ty]);
+    let qkv = take(&mut s.q, n * cd);
+    kernels::matmul(pool, &w.qkv.view(file), s.shared.get(w.qkv.ty), qkv);
+    let z = take(&mut s.gate, n * vd);
+    kernels::matmul(pool, &w.gate.view(file), s.shared.get(w.gate.ty), z);
+    let ba = take(&mut s.router, 2 * n * hv);
+    let (beta, alpha) = ba.split_at_mut(n * hv);
+    kernels::matmul(pool, &w.beta.view(file), s.shared.get(w.beta.ty), beta);
+    kernels::matmul(pool, &w.alpha.view(file), s.shared.get(w.alpha.ty), alpha);
+    // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
+    beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
+    for row in alpha.chunks_exact_mut(hv) {
+        for ((g, &bias), &a) in row.iter_mut().zip(&w.dt_bias).zip(&w.a) {
+            *g = softplus(*g + bias) * a;
+        }
+    }
+
+    // Causal depthwise conv (kernel d_conv) over [state window | new inputs], then SiLU.
+    let conv_out = take(&mut s.k, n * cd);
+    let hist = p.d_conv - 1;
+    for t in 0..n {
+        let out = &mut conv_out[t * cd..(t + 1) * cd];
+        for (c, o) in out.iter_mut().enumerate() {
+            let kernel = &w.conv[c * p.d_conv..(c + 1) * p.d_conv];
+            let mut sum = 0f32;
+            for (j, &kw) in kernel.iter().enumerate() {
+                // Input at time t + j - hist: from the state window when negative.
+                let i = t + j;
+                let x = if i < hist { st.conv[i * cd + c] } else { qkv[(i - hist) * cd + c] };
+                sum += x * kw;
+            }
+            *o = sum;
+        }
+        ops::silu(out);
+    }
+    // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
+    let keep = hist.saturating_sub(n);
+    st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
+    let fresh = hist - keep;
+    st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
+
+    // L2-normalise q and k of every key head.
+    let kd = p.key_dim();
+    for t in 0..n {
+        let row = &mut conv_out[t * cd..t * cd + 2 * kd];
+        row.chunks_exact_mut(p.d_k).for_each(|h| l2_norm(h, p.eps));
+    }
+
+    // The delta rule, token by token; value heads are independent: split them over threads.
+    let o = take(&mut s.att, n * vd);
+    // Per-thread scratch: the scaled queries of every token, and u.
+    let per_thread = n * p.d_k + p.d_v;
+    let tmp = take(&mut s.tmp, pool.n_threads() * per_thread);
+    let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(&mut st.ssm), SharedMut::new(tmp));
+    let conv_out = &*conv_out;
+    let (beta, g) = (&*beta, &*alpha);
+    let q_scale = 1.0 / (p.d_k as f32).sqrt();
+    pool.run(&|ith, nth| {
+        let (h0, h1) = split(hv, ith, nth);
+        // SAFETY: each thread owns its stripe of `tmp`, and heads h0..h1 of the state and outputs.
+        let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
+        let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
+        for h in h0..h1 {
+            let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
+            let kh = h % p.n_k_heads;
+            let row = |t: usize| &conv_out[t * cd..(t + 1) * cd];
+            for t in 0..n {
+                let q = &row(t)[kh * p.d_k..(kh + 1) * p.d_k];
+                qs[t * p.d_k..(t + 1) * p.d_k].iter_mut().zip(q).for_each(|(d, &x)| *d = x * q_scale);
+            }
+            let k_of = |t: usize| &row(t)[kd + kh * p.d_k..kd + (kh + 1) * p.d_k];
+            let v_of = |t: usize| &row(t)[2 * kd + h * p.d_v..2 * kd + (h + 1) * p.d_v];
+            match chunk.as_mut() {
+                None => {
+                    for t in 0..n {
+                        let out = unsafe { o_out.slice(t * vd + h * p.d_v, p.d_v) };
+                        let q = &qs[t * p.d_k..(t + 1) * p.d_k];
+                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], u, out);
+                    }
+                }
+                Some(cs) => {
+                    for c0 in (0..n).step_by(CHUNK) {
+                        let c = CHUNK.min(n - c0);
+                        cs.load(c, |t| (&qs[(c0 + t) * p.d_k..(c0 + t + 1) * p.d_k], k_of(c0 + t), v_of(c0 + t)));
+                        for t in 0..c {
+                            cs.g[t] = g[(c0 + t) * hv + h];
+                            cs.beta[t] = beta[(c0 + t) * hv + h];
+                        }
+                        cs.run(sh, c);
+                        for t in 0..c {
+                            let out = unsafe { o_out.slice((c0 + t) * vd + h * p.d_v, p.d_v) };
+                            out.copy_from_slice(&cs.o[t * p.d_v..(t + 1) * p.d_v]);
+                        }
+                    }
+                }
+            }
+        }
+    });
+
+    // Gated RMSNorm per head: RMSNorm(o) * SiLU(z).
+    let z = &mut s.gate[..n * vd];
+    ops::silu(z);
+    for (oh, zh) in s.att[..n * vd].chunks_exact_mut(p.d_v).zip(z.chunks_exact(p.d_v)) {
+        ops::rms_norm_inplace(oh, Some(&w.norm), p.eps);
+        ops::mul(oh, zh);
+    }
+
+    // Output projection.
+    let out = take(&mut s.out, n * n_embd);
+    project(pool, file, &w.out, &mut s.acts2, &s.att[..n * vd], n, out);
+}
+
+/// Prompts at least this long use the chunked form of the delta rule.
+const CHUNKED_FROM: usize = 32;
+/// Tokens per chunk of the chunked form.
+const CHUNK: usize = 64;
+
+/// The chunked (parallel) form of the delta rule for one head: a chunk of c
+/// tokens is solved at once from the state at its start, S0. With
+/// G_t = sum_{s<=t} g_s and D the corrected updates,
+///
+/// ```text
+///   (I + A) D = beta * (V - exp(G) * (K S0)),   A[t][j] = beta_t exp(G_t - G_j) k_t.k_j  (j < t)
+///   o_t = exp(G_t) S0^T q_t + sum_{j<=t} exp(G_t - G_j) (q_t.k_j) D_j
+///   S  <- exp(G_c) S0 + sum_j exp(G_c - G_j) k_j D_j^T
+/// ```
+///
+/// which equals `c` sequential [`delta_step`]s up to rounding.
+pub struct ChunkScratch {
+    d_k: usize,
+    d_v: usize,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// Log decays of the chunk's tokens.
+    pub g: Vec<f32>,
+    pub beta: Vec<f32>,
+    /// Outputs `[c][d_v]`.
+    pub o: Vec<f32>,
+    /// Cumulative log decays.
+    cum: Vec<f32>,
+    /// Corrected updates `[c][d_v]`.
+    d: Vec<f32>,
+}
+
+impl ChunkScratch {
+    pub fn new(c: usize, d_k: usize, d_v: usize) -> Self {
+        ChunkScratch {
+            d_k,
+            d_v,
+            q: vec![0.0; c * d_k],
+            k: vec![0.0; c * d_k],
+            v: vec![0.0; c * d_v],
+            g: vec![0.0; c],
+            beta: vec![0.0; c],
+            o: vec![0.0; c * d_v],
+            cum: vec![0.0; c],
+            d: vec![0.0; c * d_v],
+        }
+    }
+
+    /// Copy the (already scaled) q, k and v of `c` tokens in.
+    pub fn load<'a>(&mut self, c: usize, mut qkv: impl FnMut(usize) -> (&'a [f32], &'a [f32], &'a [f32])) {
+        let (dk, dv) = (self.d_k, self.d_v);
+        for t in 0..c {
+            let (q, k, v) = qkv(t);
+            self.q[t * dk..(t + 1) * dk].copy_from_slice(q);
+            self.k[t * dk..(t + 1) * dk].copy_from_slice(k);
+            self.v[t * dv..(t + 1) * dv].copy_from_slice(v);
+        }
+    }
+
+    /// Advance the state `s` (`[d_k][d_v]`) over the `c` loaded tokens, writing `o`.
+    pub fn run(&mut self, s: &mut [f32], c: usize) {
+        let (dk, dv) = (self.d_k, self.d_v);
+        let mut acc = 0f32;
+        for t in 0..c {
+            acc += self.g[t];
+            self.cum[t] = acc;
+        }
+        // D starts as beta_t (v_t - exp(G_t) S0^T k_t).
+        for t in 0..c {
+            let d = &mut self.d[t * dv..(t + 1) * dv];
+            d.fill(0.0);
+            for (row, &ki) in s.chunks_exact(dv).zip(&self.k[t * dk..(t + 1) * dk]) {
+                ops::axpy_f32(d, ki, row);
+            }
+            let gt = self.cum[t].exp();
+            for (di, &vi) in d.iter_mut().zip(&self.v[t * dv..(t + 1) * dv]) {
+                *di = self.beta[t] * (vi - gt * *di);
+            }
+        }
+        // Forward substitution through (I + A).
+        for t in 0..c {
+            let kt = &self.k[t * dk..(t + 1) * dk];
+            for j in 0..t {
+                let a =
+                    self.beta[t] * (self.cum[t] - self.cum[j]).exp() * ops::dot_f32(kt, &self.k[j * dk..(j + 1) * dk]);
+                let (before, rest) = self.d.split_at_mut(t * dv);
+                ops::axpy_f32(&mut rest[..dv], -a, &before[j * dv..(j + 1) * dv]);
+            }
+        }
+        // Outputs from the chunk-start state plus the intra-chunk updates.
+        for t in 0..c {
+            let o = &mut self.o[t * dv..(t + 1) * dv];
+            o.fill(0.0);
+            for (row, &qi) in s.chunks_exact(dv).zip(&self.q[t * dk..(t + 1) * dk]) {
+                ops::axpy_f32(o, qi, row);
+            }
+            ops::scale(o, self.cum[t].exp());
+            let qt = &self.q[t * dk..(t + 1) * dk];
+            for j in 0..=t {
+                let w = (self.cum[t] - self.cum[j]).exp() * ops::dot_f32(qt, &self.k[j * dk..(j + 1) * dk]);
+                ops::axpy_f32(o, w, &self.d[j * dv..(j + 1) * dv]);
+            }
+        }
+        // The state at the chunk end.
+        let last = self.cum[c - 1];
+        ops::scale(s, last.exp());
+        for j in 0..c {
+            let w = (last - self.cum[j]).exp();
+            let dj = &self.d[j * dv..(j + 1) * dv];
+            for (row, &kji) in s.chunks_exact_mut(dv).zip(&self.k[j * dk..(j + 1) * dk]) {
+                ops::axpy_f32(row, w * kji, dj);
+            }
+        }
+    }
+}
+
+/// One recurrent step of one head: decay S, correct it towards v along k,
+/// read it out along q. `u` is scratch of length d_v.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn delta_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    u: &mut [f32],
+    out: &mut [f32],
+) {
+    let d_v = v.len();
+    // S <- decay * S, and u = S^T k in the same pass.
+    u.fill(0.0);
+    for (row, &ki) in s.chunks_exact_mut(d_v).zip(k) {
+        ops::scale(row, decay);
+        ops::axpy_f32(u, ki, row);
+    }
+    // d = (v - u) * beta, kept in u.
+    for (ui, &vi) in u.iter_mut().zip(v) {
+        *ui = (vi - *ui) * beta;
+    }
+    // S <- S + k d^T, and o = S^T q in the same pass.
+    out.fill(0.0);
+    for ((row, &ki), &qi) in s.chunks_exact_mut(d_v).zip(k).zip(q) {
+        ops::axpy_f32(row, ki, u);
+        ops::axpy_f32(out, qi, row);
+    }
+}
+
+/// `log(1 + e^x)`, linear above 20 (as the reference does).
+#[inline]
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// x / sqrt(sum(x^2) + eps), evaluated as the reference does: an RMSNorm with
+/// eps / n, then a scale by 1 / sqrt(n).
+fn l2_norm(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    ops::rms_norm_inplace(x, None, eps / n);
+    ops::scale(x, 1.0 / n.sqrt());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rand(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 2.0 * scale
+            })
+            .collect()
+    }
+
+    #[test]
+    fn chunked_form_equals_sequential_steps() {
+        let (dk, dv) = (16, 24);
+        let mut seed = 0x1234_5678_9abc_def1u64;
+        for &c in &[1usize, 2, 7, 33, 64] {
+            let mut q = rand(&mut seed, c * dk, 0.3);
+            let mut k = rand(&mut seed, c * dk, 1.0);
+            for kt in k.chunks_exact_mut(dk) {
+                l2_norm(kt, 1e-6);
+            }
+            for qt in q.chunks_exact_mut(dk) {
+                l2_norm(qt, 1e-6);
+            }
+            let v = rand(&mut seed, c * dv, 1.0);
+            let g: Vec<f32> = rand(&mut seed, c, 1.0).iter().map(|x| -x.abs() * 2.0).collect();
+            let beta: Vec<f32> = rand(&mut seed, c, 1.0).iter().map(|x| ops::sigmoid(*x * 3.0)).collect();
+            let s0 = rand(&mut seed, dk * dv, 0.5);
+
+            let mut s_seq = s0.clone();
+            let mut o_seq = vec![0f32; c * dv];
+            let mut u = vec![0f32; dv];
+            for t in 0..c {
+                let out = &mut o_seq[t * dv..(t + 1) * dv];
+                delta_step(
+                    &mut s_seq,
+                    &q[t * dk..][..dk],
+                    &k[t * dk..][..dk],
+                    &v[t * dv..][..dv],
+                    g[t].exp(),
+                    beta[t],
+                    &mut u,
+                    out,
+                );
+            }
+
+            let mut cs = ChunkScratch::new(64, dk, dv);
+            cs.load(c, |t| (&q[t * dk..(t + 1) * dk], &k[t * dk..(t + 1) * dk], &v[t * dv..(t + 1) * dv]));
+            cs.g[..c].copy_from_slice(&g);
+            cs.beta[..c].copy_from_slice(&beta);
+            let mut s_chunk = s0.clone();
+            cs.run(&mut s_chunk, c);
+
+            let err = |a: &[f32], b: &[f32]| {
+                a.iter().zip(b).map(|(x, y)| (x - y).abs() / (1.0 + y.abs())).fold(0.0f32, f32::max)
+            };
+            assert!(err(&cs.o[..c * dv], &o_seq) < 1e-5, "outputs, chunk {c}: {}", err(&cs.o[..c * dv], &o_seq));
+            assert!(err(&s_chunk, &s_seq) < 1e-5, "state, chunk {c}: {}", err(&s_chunk, &s_seq));
+        }
+    }
+}

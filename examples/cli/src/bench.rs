@@ -1,0 +1,154 @@
+//! `pocket bench`: prefill and decode speed under a fixed protocol.
+//!
+//! One uncounted warm-up draw, then `--draws` draws, each on a fresh state:
+//! a prompt of `-p` tokens evaluated as one batch (prefill), then `-n` tokens
+//! evaluated one at a time (decode), as llama-bench's pp/tg tests do. Every
+//! draw is reported with mean, standard deviation, min and max, next to a
+//! fingerprint of the configuration, so figures are only compared on the
+//! same base.
+
+use std::time::Instant;
+
+use pocket_core::gguf::Summary;
+use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::threads::ThreadPool;
+use serde_json::json;
+
+use crate::args::{Args, Spec};
+use crate::fingerprint;
+
+const SPEC: Spec =
+    Spec { values: &["--model", "-p", "-n", "--threads", "--draws", "--kv", "--ctx"], switches: &["--json"] };
+
+const USAGE: &str =
+    "usage: pocket bench --model FILE [-p 128] [-n 32] [--threads N] [--draws 5] [--kv f16|f32] [--json]";
+
+struct Spread {
+    mean: f64,
+    sd: f64,
+    min: f64,
+    max: f64,
+}
+
+fn spread(v: &[f64]) -> Spread {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 { v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0) } else { 0.0 };
+    Spread {
+        mean,
+        sd: var.sqrt(),
+        min: v.iter().cloned().fold(f64::INFINITY, f64::min),
+        max: v.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
+    }
+}
+
+pub fn run(argv: &[String]) -> Result<(), String> {
+    let args = Args::parse(argv, &SPEC).map_err(|e| format!("{e}\n{USAGE}"))?;
+    let path = args.required("--model")?;
+    let n_prompt: usize = args.parsed("-p")?.unwrap_or(128);
+    let n_gen: usize = args.parsed("-n")?.unwrap_or(32);
+    let draws: usize = args.parsed("--draws")?.unwrap_or(5).max(1);
+    let threads = args.parsed::<usize>("--threads")?.unwrap_or_else(crate::default_threads).max(1);
+    let kv: KvType = args.value("--kv").unwrap_or("f16").parse().map_err(|e: pocket_core::Error| e.to_string())?;
+    if n_prompt == 0 && n_gen == 0 {
+        return Err("nothing to measure: -p and -n are both 0".into());
+    }
+
+    let t_load = Instant::now();
+    let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let n_ctx = args.parsed::<usize>("--ctx")?.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
+    let pool = ThreadPool::new(threads);
+    let summary: &Summary = model.summary();
+    let file_fp = fingerprint::file(path).map_err(|e| format!("{path}: {e}"))?;
+    let isa = pocket_core::kernels::isa().to_string();
+    let build = fingerprint::build();
+    let config = json!({
+        "model": path,
+        "architecture": summary.architecture,
+        "quantization": summary.quantization,
+        "file_bytes": summary.file_bytes,
+        "bytes_per_token_estimate": summary.bytes_per_token_estimate,
+        "n_prompt": n_prompt,
+        "n_gen": n_gen,
+        "threads": threads,
+        "isa": isa,
+        "kv_type": kv.name(),
+        "context": n_ctx,
+        "draws": draws,
+        "build": build,
+        "load_ms": load_ms,
+    });
+    let fingerprint = format!(
+        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen} {build}",
+        summary.architecture,
+        summary.quantization,
+        kv.name()
+    );
+
+    // Deterministic pseudo-random prompt tokens, away from control tokens.
+    let vocab = model.n_vocab() as u64;
+    let prompt: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 7919 + 1009) % (vocab - 300) + 256) as u32).collect();
+    let gen_token = (vocab / 2) as u32;
+
+    let mut samples = Vec::with_capacity(draws);
+    for d in 0..=draws {
+        let mut state = model.new_state(n_ctx, kv).map_err(|e| e.to_string())?;
+        let mut pp = 0.0;
+        if n_prompt > 0 {
+            let t = Instant::now();
+            model.forward(&pool, &mut state, &prompt, Logits::Last).map_err(|e| e.to_string())?;
+            pp = n_prompt as f64 / t.elapsed().as_secs_f64();
+        } else {
+            model.forward(&pool, &mut state, &[gen_token], Logits::Last).map_err(|e| e.to_string())?;
+        }
+        let mut tg = 0.0;
+        if n_gen > 0 {
+            let t = Instant::now();
+            for _ in 0..n_gen {
+                model.forward(&pool, &mut state, &[gen_token], Logits::Last).map_err(|e| e.to_string())?;
+            }
+            tg = n_gen as f64 / t.elapsed().as_secs_f64();
+        }
+        if d == 0 {
+            continue; // warm-up: page in the weights, spin up the threads
+        }
+        if !args.switch("--json") {
+            eprintln!("draw {d}/{draws}: prefill {pp:.2} t/s, decode {tg:.2} t/s");
+        }
+        samples.push((pp, tg));
+    }
+
+    let pps: Vec<f64> = samples.iter().map(|s| s.0).collect();
+    let tgs: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let (p, t) = (spread(&pps), spread(&tgs));
+    if args.switch("--json") {
+        let sj = |s: &Spread| json!({"mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max});
+        let v = json!({
+            "fingerprint": fingerprint,
+            "config": config,
+            "draws": samples.iter().map(|&(pp, tg)| json!({"prefill_tps": pp, "decode_tps": tg})).collect::<Vec<_>>(),
+            "prefill_tps": sj(&p),
+            "decode_tps": sj(&t),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+    } else {
+        println!("fingerprint  {fingerprint}");
+        println!(
+            "model        {} ({}, {:.2} GiB, {:.0} MiB read per token est.)",
+            summary.architecture,
+            summary.quantization,
+            summary.file_bytes as f64 / (1u64 << 30) as f64,
+            summary.bytes_per_token_estimate as f64 / (1u64 << 20) as f64
+        );
+        println!("load         {load_ms:.1} ms");
+        println!("{:<14} {:>10} {:>8} {:>10} {:>10}", "test", "mean t/s", "sd", "min", "max");
+        if n_prompt > 0 {
+            println!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("pp{n_prompt}"), p.mean, p.sd, p.min, p.max);
+        }
+        if n_gen > 0 {
+            println!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("tg{n_gen}"), t.mean, t.sd, t.min, t.max);
+        }
+    }
+    Ok(())
+}
