@@ -20,7 +20,7 @@ use super::scratch::{split, take, Scratch, SharedMut};
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops};
+use crate::kernels::{self, ops, MatJob};
 use crate::threads::ThreadPool;
 
 /// Shape of a DeltaNet layer.
@@ -128,13 +128,18 @@ pub fn forward(
     // Input projections: q|k|v (pre-conv) into s.q, z into s.gate, beta and alpha into s.router.
     s.shared.prepare(xn, n, n_embd, &[w.qkv.ty, w.gate.ty, w.beta.ty, w.alpha.ty]);
     let qkv = take(&mut s.q, n * cd);
-    kernels::matmul(pool, &w.qkv.view(file), s.shared.get(w.qkv.ty), qkv);
     let z = take(&mut s.gate, n * vd);
-    kernels::matmul(pool, &w.gate.view(file), s.shared.get(w.gate.ty), z);
     let ba = take(&mut s.router, 2 * n * hv);
     let (beta, alpha) = ba.split_at_mut(n * hv);
-    kernels::matmul(pool, &w.beta.view(file), s.shared.get(w.beta.ty), beta);
-    kernels::matmul(pool, &w.alpha.view(file), s.shared.get(w.alpha.ty), alpha);
+    kernels::matmul_batch(
+        pool,
+        &mut [
+            MatJob { w: w.qkv.view(file), x: s.shared.get(w.qkv.ty), rows: None, out: qkv },
+            MatJob { w: w.gate.view(file), x: s.shared.get(w.gate.ty), rows: None, out: z },
+            MatJob { w: w.beta.view(file), x: s.shared.get(w.beta.ty), rows: None, out: beta },
+            MatJob { w: w.alpha.view(file), x: s.shared.get(w.alpha.ty), rows: None, out: alpha },
+        ],
+    );
     // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
     beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
     for row in alpha.chunks_exact_mut(hv) {
