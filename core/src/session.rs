@@ -261,8 +261,10 @@ impl Session {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
+        // The prompt itself must fit (a sliding window only drops older turns
+        // and generated text).
         let n_ctx = self.state.n_ctx();
-        if prompt.len() >= n_ctx && self.opts.context_policy == ContextPolicy::Error {
+        if prompt.len() >= n_ctx {
             return Err(Error::ContextFull { n_ctx });
         }
         let mut sampler =

@@ -1,21 +1,24 @@
 //! A persistent pool of worker threads for data-parallel kernels.
 //!
 //! One decoded token runs some 500 parallel operations of ~50 us each, so a
-//! dispatch must cost far less than that: `run` publishes a borrowed closure by
-//! bumping an epoch counter, workers that are spinning see it within
+//! dispatch must cost far less than that: `run` publishes a borrowed closure
+//! with one atomic store, workers that are spinning see it within
 //! nanoseconds, and sleeping ones are unparked. Nothing is allocated and no
 //! lock is taken per `run` (a mutex guards only the rare panic payload).
 //!
-//! Protocol: the caller writes the job, then increments `epoch` (release);
-//! each worker waits for a new epoch (acquire), runs the job, then decrements
-//! `pending` (release); the last one wakes the caller, which waits for
-//! `pending == 0` (acquire) before returning, so the borrowed closure outlives
-//! every use.
+//! Thread slots are *claimed*, not assigned: `claim` packs the job's epoch
+//! with the next unclaimed `ith`. A worker that wakes for the job takes a slot
+//! with a compare-exchange; after running slot 0 the caller claims every slot
+//! still free and runs it itself, then waits only for the workers that did
+//! start. So a worker the OS has not scheduled (a busy core, a phone's little
+//! core asleep) never holds the caller up, and every `f(ith, nth)` still runs
+//! exactly once. A worker that wakes late sees the slots gone (or a newer
+//! epoch) and never touches the old job.
 
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -25,19 +28,23 @@ use std::time::{Duration, Instant};
 /// between tokens.
 const SPIN: Duration = Duration::from_micros(100);
 
+/// Low bits of `claim`: the next free slot; high bits: the job's epoch.
+const SLOT_BITS: u32 = 16;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
 type Job = dyn Fn(usize, usize) + Sync;
 
 struct Shared {
     n_threads: usize,
-    /// Incremented once per `run` (and once at shutdown).
-    epoch: AtomicUsize,
-    /// Workers still running the current job.
-    pending: AtomicUsize,
+    /// `epoch << SLOT_BITS | next free slot` of the current job.
+    claim: AtomicU64,
+    /// Slots finished by workers in the current job.
+    finished: AtomicUsize,
     shutdown: AtomicBool,
     /// The current job, with its lifetime erased; written only by the thread
     /// that holds `busy`, before it publishes the epoch.
     job: UnsafeCell<Option<*const Job>>,
-    /// The thread waiting in `run`, woken by the last worker to finish.
+    /// The thread waiting in `run`, woken by workers as they finish.
     caller: UnsafeCell<Option<Thread>>,
     /// The first panic of a worker in the current job.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
@@ -47,9 +54,9 @@ struct Shared {
 }
 
 // SAFETY: `job` and `caller` are written only by the holder of `busy` while no
-// worker reads them (all have finished the previous job), and read by workers
-// only between the epoch publication and their `pending` decrement. The job
-// itself is `Sync`.
+// worker holds a slot (the caller waited for every claimed slot to finish),
+// and read by a worker only after it claimed a slot of the current epoch,
+// which keeps the caller waiting until that worker reports back.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -63,11 +70,11 @@ impl ThreadPool {
     /// A pool of `n_threads` (at least 1): `n_threads - 1` workers plus the
     /// thread that calls [`run`](Self::run).
     pub fn new(n_threads: usize) -> ThreadPool {
-        let n_threads = n_threads.max(1);
+        let n_threads = n_threads.clamp(1, SLOT_MASK as usize);
         let shared = Arc::new(Shared {
             n_threads,
-            epoch: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
+            claim: AtomicU64::new(SLOT_MASK), // epoch 0, no free slot
+            finished: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             job: UnsafeCell::new(None),
             caller: UnsafeCell::new(None),
@@ -75,11 +82,11 @@ impl ThreadPool {
             busy: AtomicBool::new(false),
         });
         let workers = (1..n_threads)
-            .map(|ith| {
+            .map(|i| {
                 let shared = Arc::clone(&shared);
                 thread::Builder::new()
-                    .name(format!("pocket-worker-{ith}"))
-                    .spawn(move || worker_loop(&shared, ith))
+                    .name(format!("pocket-worker-{i}"))
+                    .spawn(move || worker_loop(&shared))
                     .expect("spawn a worker thread")
             })
             .collect();
@@ -90,9 +97,10 @@ impl ThreadPool {
         self.shared.n_threads
     }
 
-    /// Run `f(ith, nth)` on every thread (the caller is `ith` 0); returns when
-    /// all have finished. A panic in any of them is re-raised here after all
-    /// have stopped.
+    /// Run `f(ith, nth)` for every `ith` in `0..nth`, each exactly once and in
+    /// parallel on the pool's threads (the caller runs `ith` 0, and any slot
+    /// no worker has started); returns when all have finished. A panic in any
+    /// of them is re-raised here after all have stopped.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let s = &*self.shared;
         let nth = s.n_threads;
@@ -101,15 +109,15 @@ impl ThreadPool {
         }
         if s.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             // Called from inside a job or from a second thread at once: run the
-            // parts one after another here rather than deadlock.
+            // slots one after another here rather than deadlock.
             for ith in 0..nth {
                 f(ith, nth);
             }
             return;
         }
-        // SAFETY: we hold `busy` and every worker finished the previous job, so
-        // nobody reads these cells now. The erased lifetime is sound because we
-        // do not return before `pending` is back to 0.
+        // SAFETY: we hold `busy` and no worker holds a slot, so nobody reads
+        // these cells now. The erased lifetime is sound because we do not
+        // return before every claimed slot has finished.
         unsafe {
             let job: *const Job = std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), *const Job>(f);
             *s.job.get() = Some(job);
@@ -117,22 +125,45 @@ impl ThreadPool {
                 *s.caller.get() = Some(thread::current());
             }
         }
-        s.pending.store(nth - 1, Ordering::Relaxed);
-        s.epoch.fetch_add(1, Ordering::Release);
+        s.finished.store(0, Ordering::Relaxed);
+        let epoch = (s.claim.load(Ordering::Relaxed) >> SLOT_BITS) + 1;
+        // Publish: epoch and "slot 1 is the next free one".
+        s.claim.store(epoch << SLOT_BITS | 1, Ordering::Release);
         for w in &self.workers {
             w.thread().unpark();
         }
 
-        let mine = panic::catch_unwind(AssertUnwindSafe(|| f(0, nth)));
+        let mut first_panic = panic::catch_unwind(AssertUnwindSafe(|| f(0, nth))).err();
+        // Run every slot no worker has claimed yet.
+        let mut mine = 0;
+        while let Some(ith) = try_claim(s, epoch) {
+            mine += 1;
+            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| f(ith, nth))) {
+                first_panic.get_or_insert(p);
+            }
+        }
+        let theirs = nth - 1 - mine;
+        wait_for(|| s.finished.load(Ordering::Acquire) == theirs);
 
-        wait_for(|| s.pending.load(Ordering::Acquire) == 0);
-        let theirs = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let worker_panic = s.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         s.busy.store(false, Ordering::Release);
-        if let Err(p) = mine {
+        if let Some(p) = first_panic.or(worker_panic) {
             panic::resume_unwind(p);
         }
-        if let Some(p) = theirs {
-            panic::resume_unwind(p);
+    }
+}
+
+/// Claim the next free slot of job `epoch`, if any is left.
+fn try_claim(s: &Shared, epoch: u64) -> Option<usize> {
+    let mut cur = s.claim.load(Ordering::Acquire);
+    loop {
+        let slot = (cur & SLOT_MASK) as usize;
+        if cur >> SLOT_BITS != epoch || slot >= s.n_threads {
+            return None;
+        }
+        match s.claim.compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(slot),
+            Err(now) => cur = now,
         }
     }
 }
@@ -152,27 +183,27 @@ fn wait_for(done: impl Fn() -> bool) {
     }
 }
 
-fn worker_loop(s: &Shared, ith: usize) {
-    let mut seen = 0usize;
+fn worker_loop(s: &Shared) {
+    let mut seen = 0u64;
     loop {
-        wait_for(|| s.epoch.load(Ordering::Acquire) != seen);
-        seen = s.epoch.load(Ordering::Acquire);
+        wait_for(|| s.claim.load(Ordering::Acquire) >> SLOT_BITS != seen || s.shutdown.load(Ordering::Acquire));
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: published before the epoch we acquired; valid until we
-        // decrement `pending` below.
+        seen = s.claim.load(Ordering::Acquire) >> SLOT_BITS;
+        let Some(ith) = try_claim(s, seen) else { continue };
+        // SAFETY: we hold a slot of the current job: the caller published the
+        // job before the epoch and keeps it alive until we report back.
         let (job, caller) = unsafe { ((*s.job.get()).expect("job published"), (*s.caller.get()).clone()) };
-        // SAFETY: the caller keeps the closure alive until `pending` reaches 0.
+        // SAFETY: as above.
         let result = panic::catch_unwind(AssertUnwindSafe(|| unsafe { (*job)(ith, s.n_threads) }));
         if let Err(p) = result {
             let mut slot = s.panic.lock().unwrap_or_else(|e| e.into_inner());
             slot.get_or_insert(p);
         }
-        if s.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(t) = caller {
-                t.unpark();
-            }
+        s.finished.fetch_add(1, Ordering::Release);
+        if let Some(t) = caller {
+            t.unpark();
         }
     }
 }
@@ -180,7 +211,6 @@ fn worker_loop(s: &Shared, ith: usize) {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.shared.shutdown.store(true, Ordering::Release);
-        self.shared.epoch.fetch_add(1, Ordering::Release);
         for w in self.workers.drain(..) {
             w.thread().unpark();
             let _ = w.join();

@@ -275,6 +275,27 @@ fn non_utf8_string_value() {
 }
 
 #[test]
+fn non_utf8_string_array_element() {
+    let mut r = Raw::header(3, 0, 1);
+    r.str(b"tokenizer.ggml.tokens").u32(9).u32(8).u64(3).str(b"ok").str(b"\xff").str(b"fine");
+    match r.open() {
+        Err(Error::InvalidUtf8 { context }) => assert!(context.contains("element 1"), "{context}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn multibyte_char_split_across_array_elements() {
+    // "é" is C3 A9: each half alone is invalid, though the concatenation is valid.
+    let mut r = Raw::header(3, 0, 1);
+    r.str(b"tokenizer.ggml.tokens").u32(9).u32(8).u64(2).str(b"a\xc3").str(b"\xa9b");
+    match r.open() {
+        Err(Error::InvalidUtf8 { context }) => assert!(context.contains("element 0"), "{context}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn duplicate_key() {
     let mut r = Raw::header(3, 0, 2);
     r.kv_u32("llama.block_count", 1).kv_u32("llama.block_count", 2);

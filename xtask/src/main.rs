@@ -4,6 +4,8 @@
 mod android;
 mod apple;
 mod bindings;
+mod compare;
+mod llama;
 mod synth;
 mod util;
 
@@ -13,6 +15,10 @@ usage: cargo xtask <command> [options]
 commands:
   synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant q2_k|q4_k_m --out FILE
       a GGUF with a real model's exact geometry, random valid weights
+  bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5]
+      llama.cpp and pocket alternately on one file, with the roofline
+  insn-count --model FILE [-p 16] [-n 8]
+      aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)
   bindings swift|kotlin|python [--release] [--out DIR]
       generate bindings in library mode from the host build of pocket_ffi; without --out,
       Swift goes to ios/Sources/Pocket, Kotlin to android/pocket/src/main/kotlin,
@@ -36,6 +42,8 @@ fn main() {
     let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
         Some("synth-model") => synth::run(rest),
+        Some("bench-compare") => compare::bench_compare(rest),
+        Some("insn-count") => compare::insn_count(rest),
         Some("bindings") => bindings::command(rest),
         Some("test-bindings") => bindings::test_command(rest),
         Some("staticlibs") => android::staticlibs_command(rest),

@@ -257,18 +257,33 @@ fn read_array(c: &mut Cursor, key: &str, depth: usize) -> Result<Array> {
             Array::Bool(c.take(len, &|| format!("array of key '{key}'"))?.iter().map(|&b| b != 0).collect())
         }
         ValueType::String => {
-            let start = c.pos;
-            // First pass validates and sizes, second pass copies: two allocations in all.
-            let mut total = 0usize;
+            // One pass copies the bytes (bounds-checked); UTF-8 is then
+            // validated once over the whole buffer, plus a char-boundary check
+            // at every string end: together that proves each string valid.
+            let mut bytes = Vec::new();
+            let mut ends = Vec::with_capacity(n);
             for i in 0..n {
-                total += c.string(u64::MAX, &|| format!("element {i} of key '{key}'"))?.len();
+                let what = || format!("element {i} of key '{key}'");
+                let at = c.pos as u64;
+                let len = c.u64(&what)?;
+                if len > c.remaining() {
+                    return Err(Error::StringTooLong { context: what(), offset: at, len });
+                }
+                bytes.extend_from_slice(c.take(len, &what)?);
+                ends.push(bytes.len());
             }
-            c.pos = start;
-            let mut out = StringArray::with_capacity(n, total);
-            for i in 0..n {
-                out.push(c.string(u64::MAX, &|| format!("element {i} of key '{key}'"))?);
+            let bad = |i: usize| Error::InvalidUtf8 { context: format!("element {i} of key '{key}'") };
+            let text = match String::from_utf8(bytes) {
+                Ok(t) => t,
+                Err(e) => {
+                    let at = e.utf8_error().valid_up_to();
+                    return Err(bad(ends.partition_point(|&end| end <= at)));
+                }
+            };
+            if let Some(i) = ends.iter().position(|&end| !text.is_char_boundary(end)) {
+                return Err(bad(i));
             }
-            Array::String(out)
+            Array::String(StringArray::from_parts(text, ends))
         }
         ValueType::Array => {
             let mut out = Vec::with_capacity(n);

@@ -90,15 +90,27 @@ impl Summary {
         let arch = architecture.as_str();
         let u = |k: Key| g.get_u64(&k.for_arch(arch));
 
+        // Multi-token-prediction layers follow the trunk; decoding does not read them.
+        let trunk = match (u(Key::BlockCount)?, u(Key::NextnPredictLayers)?) {
+            (Some(b), Some(n)) if n < b => b - n,
+            _ => u64::MAX,
+        };
         let mut tensor_types: BTreeMap<GgmlType, TypeTotals> = BTreeMap::new();
-        let (mut params, mut expert_bytes, mut embd_bytes, mut all_bytes) = (0u64, 0u64, 0u64, 0u64);
+        let (mut params, mut expert_bytes, mut embd_bytes, mut all_bytes, mut unread) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for t in g.tensors() {
             let e = tensor_types.entry(t.ty).or_default();
             e.count += 1;
             e.bytes += t.size;
             params += t.n_elements();
             all_bytes += t.size;
-            match TensorName::parse(&t.name).map(|n| n.kind) {
+            let name = TensorName::parse(&t.name);
+            let layer =
+                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<u64>().ok());
+            if layer.is_some_and(|l| l >= trunk) {
+                unread += t.size;
+                continue;
+            }
+            match name.map(|n| n.kind) {
                 Some(k) if k.is_routed_expert() => expert_bytes += t.size,
                 Some(TensorKind::TokenEmbd) => embd_bytes += t.size,
                 _ => {}
@@ -114,7 +126,7 @@ impl Summary {
         // A model without an output head reads the (tied) embedding matrix in full.
         let has_output = g.tensor(&TensorKind::Output.weight(0)).is_some();
         let head = if has_output { 0 } else { embd_bytes };
-        let bytes_per_token_estimate = all_bytes - expert_bytes - embd_bytes + routed + head;
+        let bytes_per_token_estimate = all_bytes - unread - expert_bytes - embd_bytes + routed + head;
 
         let vocab_size = match u(Key::VocabSize)? {
             Some(v) => Some(v),

@@ -128,6 +128,13 @@ impl StringArray {
         StringArray { buf: String::with_capacity(bytes), ends: Vec::with_capacity(count) }
     }
 
+    /// Strings given as one buffer and the end offset of each (ends must be
+    /// ascending char boundaries of `buf`).
+    pub fn from_parts(buf: String, ends: Vec<usize>) -> Self {
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]) && ends.last().map_or(true, |&e| e == buf.len()));
+        StringArray { buf, ends }
+    }
+
     pub fn push(&mut self, s: &str) {
         self.buf.push_str(s);
         self.ends.push(self.buf.len());

@@ -98,6 +98,7 @@ pub(crate) enum Multi<B: 'static> {
     Tile2x2(Tile2x2<B>),
     /// One weight row with four activation rows: each unpacked weight
     /// register serves four tokens.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Acts4(Acts4<B>),
 }
 

@@ -34,6 +34,79 @@ impl Kernels {
         self.run(pool, w, x, Some(rows), out)
     }
 
+    /// Several products in one pass over the pool: their tiles share one
+    /// counter, so the threads meet once instead of once per product (the
+    /// experts of a MoE layer during decode).
+    pub fn matmul_batch(&self, pool: &ThreadPool, jobs: &mut [super::MatJob<'_>]) {
+        let work_bytes: usize = jobs.iter().map(|j| j.w.data.len() * j.rows.map_or(j.x.n, <[usize]>::len)).sum();
+        let mut runners: Vec<Box<dyn Runner + '_>> = Vec::with_capacity(jobs.len());
+        for j in jobs.iter_mut() {
+            if let Some(r) = self.runner(pool.n_threads(), &j.w, j.x, j.rows, &mut *j.out) {
+                runners.push(r);
+            }
+        }
+        let total: usize = runners.iter().map(|r| r.tiles()).sum();
+        let next = AtomicUsize::new(0);
+        let runners = &runners;
+        let work = |_ith: usize, _nth: usize| {
+            // Walk the jobs in order; each tile index belongs to one job.
+            let (mut job, mut base) = (0usize, 0usize);
+            loop {
+                let t = next.fetch_add(1, Ordering::Relaxed);
+                if t >= total {
+                    break;
+                }
+                while t >= base + runners[job].tiles() {
+                    base += runners[job].tiles();
+                    job += 1;
+                }
+                runners[job].tile(t - base);
+            }
+        };
+        if work_bytes < SMALL_WORK || pool.n_threads() == 1 || total <= 1 {
+            work(0, 1);
+        } else {
+            pool.run(&work);
+        }
+    }
+
+    /// A product ready to run tile by tile (`None` when it is empty).
+    fn runner<'a>(
+        &self,
+        threads: usize,
+        w: &'a QMatrix<'a>,
+        x: &'a QActs,
+        rows: Option<&'a [usize]>,
+        out: &'a mut [f32],
+    ) -> Option<Box<dyn Runner + 'a>> {
+        let n = self.check(w, x, rows, out);
+        if n == 0 || w.rows == 0 {
+            return None;
+        }
+        let plan = Plan::new(threads, w, n);
+        let out = Out(out.as_mut_ptr());
+        let (k, row_bytes) = (x.k, w.row_bytes());
+        Some(match self.row_dot(w.ty).expect("a supported type has kernels") {
+            RowDot::Q8_0(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, out })),
+            RowDot::Q8_1(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, out })),
+            RowDot::Q8K(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out })),
+            RowDot::F32(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out })),
+        })
+    }
+
+    /// Validate a product's operands; returns its activation row count.
+    fn check(&self, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &[f32]) -> usize {
+        let n = rows.map_or(x.n, <[usize]>::len);
+        assert_eq!(x.k, w.cols, "matmul: activations have {} columns, weights {}", x.k, w.cols);
+        assert!(out.len() >= n * w.rows, "matmul: output holds {} values, needs {}", out.len(), n * w.rows);
+        let fmt = ActFormat::for_weights(w.ty);
+        assert!(x.fmt == fmt, "matmul: activations quantised as {:?}, {} weights need {fmt:?}", x.fmt, w.ty);
+        if let Some(rows) = rows {
+            assert!(rows.iter().all(|&i| i < x.n), "matmul_rows: row index out of range (n = {})", x.n);
+        }
+        n
+    }
+
     fn run(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &mut [f32]) {
         let n = rows.map_or(x.n, <[usize]>::len);
         assert_eq!(x.k, w.cols, "matmul: activations have {} columns, weights {}", x.k, w.cols);
@@ -153,6 +226,27 @@ impl<B: 'static> Job<'_, B> {
     }
 }
 
+/// A planned product, run tile by tile from any thread.
+trait Runner: Sync {
+    fn tiles(&self) -> usize;
+    fn tile(&self, t: usize);
+}
+
+impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
+    fn tiles(&self) -> usize {
+        self.0.n_tiles()
+    }
+
+    fn tile(&self, t: usize) {
+        let (plan, job) = self;
+        let act_tiles = plan.n.div_ceil(plan.acts_per_tile);
+        let (rt, at) = (t / act_tiles, t % act_tiles);
+        let r0 = rt * plan.rows_per_tile;
+        let j0 = at * plan.acts_per_tile;
+        job.tile(r0, (r0 + plan.rows_per_tile).min(plan.n_rows), j0, (j0 + plan.acts_per_tile).min(plan.n));
+    }
+}
+
 /// How a product is cut into tiles.
 struct Plan {
     threads: usize,
@@ -163,6 +257,10 @@ struct Plan {
 }
 
 impl Plan {
+    fn n_tiles(&self) -> usize {
+        self.n_rows.div_ceil(self.rows_per_tile) * self.n.div_ceil(self.acts_per_tile)
+    }
+
     fn new(n_threads: usize, w: &QMatrix, n: usize) -> Plan {
         let work = w.data.len().saturating_mul(n);
         let threads = if work < SMALL_WORK { 1 } else { n_threads };

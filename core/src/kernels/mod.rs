@@ -178,6 +178,21 @@ pub fn matmul_rows(pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: &[usize], ou
     Kernels::selected().matmul_rows(pool, w, x, rows, out)
 }
 
+/// One product of a [`matmul_batch`]: `out = w x` over all activation rows,
+/// or over `rows` of them.
+pub struct MatJob<'a> {
+    pub w: QMatrix<'a>,
+    pub x: &'a QActs,
+    pub rows: Option<&'a [usize]>,
+    pub out: &'a mut [f32],
+}
+
+/// Several products at once: the threads share their tiles and meet once,
+/// not once per product.
+pub fn matmul_batch(pool: &ThreadPool, jobs: &mut [MatJob<'_>]) {
+    Kernels::selected().matmul_batch(pool, jobs)
+}
+
 /// Convenience: quantise `n` rows of `x` into a scratch buffer, then [`matmul`].
 pub fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut [f32]) {
     let mut acts = QActs::new();

@@ -197,6 +197,7 @@ pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base
 
 /// Scalar twins of the table's f32 kernels.
 pub(crate) mod scalar {
+    use crate::quant::f16_to_f32;
     use half::f16;
 
     pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
@@ -204,7 +205,7 @@ pub(crate) mod scalar {
     }
 
     pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-        a.iter().zip(b).map(|(&x, &y)| x * y.to_f32()).sum()
+        a.iter().zip(b).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum()
     }
 
     pub fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
@@ -212,7 +213,7 @@ pub(crate) mod scalar {
     }
 
     pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
-        out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v.to_f32());
+        out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * f16_to_f32(v.to_bits()));
     }
 }
 

@@ -6,7 +6,7 @@ use super::scratch::{split, take, Scratch, SharedMut};
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops};
+use crate::kernels::{self, ops, MatJob};
 use crate::threads::ThreadPool;
 
 /// How positions rotate queries and keys.
@@ -99,9 +99,14 @@ pub fn forward(
     let k = take(&mut s.k, n * kv_k);
     let v = take(&mut s.v, n * kv_v);
     s.shared.prepare(xn, n, n_embd, &[w.q.ty, w.k.ty, w.v.ty]);
-    kernels::matmul(pool, &w.q.view(file), s.shared.get(w.q.ty), q);
-    kernels::matmul(pool, &w.k.view(file), s.shared.get(w.k.ty), k);
-    kernels::matmul(pool, &w.v.view(file), s.shared.get(w.v.ty), v);
+    kernels::matmul_batch(
+        pool,
+        &mut [
+            MatJob { w: w.q.view(file), x: s.shared.get(w.q.ty), rows: None, out: q },
+            MatJob { w: w.k.view(file), x: s.shared.get(w.k.ty), rows: None, out: k },
+            MatJob { w: w.v.view(file), x: s.shared.get(w.v.ty), rows: None, out: v },
+        ],
+    );
     for (bias, out, width) in [(&w.q_bias, &mut *q, q_rows), (&w.k_bias, &mut *k, kv_k), (&w.v_bias, &mut *v, kv_v)] {
         if let Some(b) = bias {
             out.chunks_exact_mut(width).for_each(|row| ops::add(row, b));

@@ -20,7 +20,7 @@ use super::scratch::{split, take, Scratch, SharedMut};
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops};
+use crate::kernels::{self, ops, MatJob};
 use crate::threads::ThreadPool;
 
 /// Shape of a DeltaNet layer.
@@ -128,13 +128,18 @@ pub fn forward(
     // Input projections: q|k|v (pre-conv) into s.q, z into s.gate, beta and alpha into s.router.
     s.shared.prepare(xn, n, n_embd, &[w.qkv.ty, w.gate.ty, w.beta.ty, w.alpha.ty]);
     let qkv = take(&mut s.q, n * cd);
-    kernels::matmul(pool, &w.qkv.view(file), s.shared.get(w.qkv.ty), qkv);
     let z = take(&mut s.gate, n * vd);
-    kernels::matmul(pool, &w.gate.view(file), s.shared.get(w.gate.ty), z);
     let ba = take(&mut s.router, 2 * n * hv);
     let (beta, alpha) = ba.split_at_mut(n * hv);
-    kernels::matmul(pool, &w.beta.view(file), s.shared.get(w.beta.ty), beta);
-    kernels::matmul(pool, &w.alpha.view(file), s.shared.get(w.alpha.ty), alpha);
+    kernels::matmul_batch(
+        pool,
+        &mut [
+            MatJob { w: w.qkv.view(file), x: s.shared.get(w.qkv.ty), rows: None, out: qkv },
+            MatJob { w: w.gate.view(file), x: s.shared.get(w.gate.ty), rows: None, out: z },
+            MatJob { w: w.beta.view(file), x: s.shared.get(w.beta.ty), rows: None, out: beta },
+            MatJob { w: w.alpha.view(file), x: s.shared.get(w.alpha.ty), rows: None, out: alpha },
+        ],
+    );
     // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
     beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
     for row in alpha.chunks_exact_mut(hv) {
@@ -161,14 +166,11 @@ pub fn forward(
         }
         ops::silu(out);
     }
-    // The window now holds the last `hist` inputs.
-    let mut window = vec![0f32; hist * cd];
-    for j in 0..hist {
-        let i = n + j; // position in [state | inputs] of the j-th newest-window row
-        let src = if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
-        window[j * cd..(j + 1) * cd].copy_from_slice(src);
-    }
-    st.conv.copy_from_slice(&window);
+    // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
+    let keep = hist.saturating_sub(n);
+    st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
+    let fresh = hist - keep;
+    st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
 
     // L2-normalise q and k of every key head.
     let kd = p.key_dim();
@@ -179,17 +181,19 @@ pub fn forward(
 
     // The delta rule, token by token; value heads are independent: split them over threads.
     let o = take(&mut s.att, n * vd);
-    let (o_out, ssm) = (SharedMut::new(o), SharedMut::new(&mut st.ssm));
+    // Per-thread scratch: the scaled queries of every token, and u.
+    let per_thread = n * p.d_k + p.d_v;
+    let tmp = take(&mut s.tmp, pool.n_threads() * per_thread);
+    let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(&mut st.ssm), SharedMut::new(tmp));
     let conv_out = &*conv_out;
     let (beta, g) = (&*beta, &*alpha);
     let q_scale = 1.0 / (p.d_k as f32).sqrt();
     pool.run(&|ith, nth| {
         let (h0, h1) = split(hv, ith, nth);
-        let mut qs = vec![0f32; n * p.d_k];
-        let mut u = vec![0f32; p.d_v];
+        // SAFETY: each thread owns its stripe of `tmp`, and heads h0..h1 of the state and outputs.
+        let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
         let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
         for h in h0..h1 {
-            // SAFETY: each thread owns heads h0..h1 of the state and of every output row.
             let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
             let kh = h % p.n_k_heads;
             let row = |t: usize| &conv_out[t * cd..(t + 1) * cd];
@@ -204,7 +208,7 @@ pub fn forward(
                     for t in 0..n {
                         let out = unsafe { o_out.slice(t * vd + h * p.d_v, p.d_v) };
                         let q = &qs[t * p.d_k..(t + 1) * p.d_k];
-                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], &mut u, out);
+                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], u, out);
                     }
                 }
                 Some(cs) => {

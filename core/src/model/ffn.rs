@@ -6,7 +6,7 @@ use super::scratch::{take, Scratch};
 use super::weights::{Experts, Loader, Matrix};
 use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops};
+use crate::kernels::{self, ops, MatJob};
 use crate::threads::ThreadPool;
 
 /// The activation between gate and up.
@@ -55,8 +55,13 @@ impl Dense {
         let (n_ff, n_embd) = (self.gate.rows, self.gate.cols);
         let gate = take(&mut s.gate, n * n_ff);
         let up = take(&mut s.up, n * n_ff);
-        kernels::matmul(pool, &self.gate.view(file), s.shared.get(self.gate.ty), gate);
-        kernels::matmul(pool, &self.up.view(file), s.shared.get(self.up.ty), up);
+        kernels::matmul_batch(
+            pool,
+            &mut [
+                MatJob { w: self.gate.view(file), x: s.shared.get(self.gate.ty), rows: None, out: gate },
+                MatJob { w: self.up.view(file), x: s.shared.get(self.up.ty), rows: None, out: up },
+            ],
+        );
         activate(act, gate, up);
         let out = take(&mut s.out, n * n_embd);
         project(pool, file, &self.down, &mut s.acts2, &s.gate[..n * n_ff], n, out);
@@ -202,7 +207,8 @@ impl Moe {
             tr.push(Routing { experts: s.chosen.clone() });
         }
 
-        // Group tokens by expert.
+        // Group tokens by expert: expert e's tokens take rows seg[e]..seg[e+1]
+        // of the stacked expert inputs and outputs.
         s.members.resize_with(n_expert, Vec::new);
         s.members.iter_mut().for_each(Vec::clear);
         for t in 0..n {
@@ -210,35 +216,104 @@ impl Moe {
                 s.members[s.chosen[t * k + j] as usize].push((t, s.weights[t * k + j]));
             }
         }
+        let members = std::mem::take(&mut s.members);
+        let active: Vec<usize> = (0..n_expert).filter(|&e| !members[e].is_empty()).collect();
+        let mut seg = Vec::with_capacity(active.len() + 1);
+        seg.push(0usize);
+        for &e in &active {
+            seg.push(seg.last().copied().unwrap_or(0) + members[e].len());
+        }
+        let total = n * k;
+        s.rows.clear();
+        for &e in &active {
+            s.rows.extend(members[e].iter().map(|&(t, _)| t));
+        }
+        if s.iota.len() < total.max(n) {
+            s.iota = (0..total.max(n)).collect();
+        }
+        let n_ffs = self.shared.as_ref().map_or(0, |sh| sh.ffn.gate.rows);
 
+        // gate and up of every routed expert (and of the shared expert) in one pass.
+        let g_all = take(&mut s.gate, total * n_ff + n * n_ffs);
+        let u_all = take(&mut s.up, total * n_ff + n * n_ffs);
+        {
+            let (g_routed, g_shared) = g_all.split_at_mut(total * n_ff);
+            let (u_routed, u_shared) = u_all.split_at_mut(total * n_ff);
+            let mut jobs = Vec::with_capacity(2 * active.len() + 2);
+            let (mut g_rest, mut u_rest) = (g_routed, u_routed);
+            for (i, &e) in active.iter().enumerate() {
+                let m = seg[i + 1] - seg[i];
+                let rows = &s.rows[seg[i]..seg[i + 1]];
+                let (g, gr) = std::mem::take(&mut g_rest).split_at_mut(m * n_ff);
+                let (u, ur) = std::mem::take(&mut u_rest).split_at_mut(m * n_ff);
+                (g_rest, u_rest) = (gr, ur);
+                jobs.push(MatJob {
+                    w: self.gate.slab(file, e),
+                    x: s.shared.get(self.gate.all.ty),
+                    rows: Some(rows),
+                    out: g,
+                });
+                jobs.push(MatJob {
+                    w: self.up.slab(file, e),
+                    x: s.shared.get(self.up.all.ty),
+                    rows: Some(rows),
+                    out: u,
+                });
+            }
+            if let Some(sh) = &self.shared {
+                jobs.push(MatJob {
+                    w: sh.ffn.gate.view(file),
+                    x: s.shared.get(sh.ffn.gate.ty),
+                    rows: None,
+                    out: g_shared,
+                });
+                jobs.push(MatJob { w: sh.ffn.up.view(file), x: s.shared.get(sh.ffn.up.ty), rows: None, out: u_shared });
+            }
+            kernels::matmul_batch(pool, &mut jobs);
+        }
+        activate(Act::Silu, g_all, u_all);
+
+        // down: one quantisation of all expert inputs, then every expert in one pass.
+        let d_all = take(&mut s.tmp, total * n_embd);
+        let sh_out = take(&mut s.out, n * n_embd);
+        s.acts2.quantize(self.down.all.ty, &g_all[..total * n_ff], total, n_ff);
+        let shared_down_ty = self.shared.as_ref().map(|sh| sh.ffn.down.ty);
+        if let Some(ty) = shared_down_ty {
+            s.acts.quantize(ty, &g_all[total * n_ff..total * n_ff + n * n_ffs], n, n_ffs);
+        }
+        {
+            let mut jobs = Vec::with_capacity(active.len() + 1);
+            let mut d_rest = &mut d_all[..];
+            for (i, &e) in active.iter().enumerate() {
+                let m = seg[i + 1] - seg[i];
+                let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(m * n_embd);
+                d_rest = dr;
+                jobs.push(MatJob {
+                    w: self.down.slab(file, e),
+                    x: &s.acts2,
+                    rows: Some(&s.iota[seg[i]..seg[i + 1]]),
+                    out: d,
+                });
+            }
+            if let Some(sh) = &self.shared {
+                jobs.push(MatJob { w: sh.ffn.down.view(file), x: &s.acts, rows: None, out: sh_out });
+            }
+            kernels::matmul_batch(pool, &mut jobs);
+        }
+
+        // The weighted sum of the experts' outputs, per token.
         let out = take(&mut s.moe, n * n_embd);
         out.fill(0.0);
-        let members = std::mem::take(&mut s.members);
-        for (e, toks) in members.iter().enumerate() {
-            if toks.is_empty() {
-                continue;
-            }
-            let m = toks.len();
-            s.rows.clear();
-            s.rows.extend(toks.iter().map(|&(t, _)| t));
-            // gate and up over this expert's tokens, then act(gate) * up.
-            let g = take(&mut s.gate, m * n_ff);
-            let u = take(&mut s.up, m * n_ff);
-            kernels::matmul_rows(pool, &self.gate.slab(file, e), s.shared.get(self.gate.all.ty), &s.rows, g);
-            kernels::matmul_rows(pool, &self.up.slab(file, e), s.shared.get(self.up.all.ty), &s.rows, u);
-            activate(Act::Silu, g, u);
-            // down, then the weighted sum into each token's output.
-            let d = take(&mut s.tmp, m * n_embd);
-            s.acts2.quantize(self.down.all.ty, &s.gate[..m * n_ff], m, n_ff);
-            kernels::matmul(pool, &self.down.slab(file, e), &s.acts2, d);
-            for (j, &(t, wgt)) in toks.iter().enumerate() {
-                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], wgt, &d[j * n_embd..(j + 1) * n_embd]);
+        for (i, &e) in active.iter().enumerate() {
+            for (j, &(t, wgt)) in members[e].iter().enumerate() {
+                let row = seg[i] + j;
+                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], wgt, &s.tmp[row * n_embd..(row + 1) * n_embd]);
             }
         }
         s.members = members;
 
         if let Some(sh) = &self.shared {
-            sh.ffn.forward_prepared(file, pool, Act::Silu, n, s);
+            // The shared expert, gated by sigmoid(gate_inp · x), joins the routed sum.
             if let Some(gi) = &sh.gate_inp {
                 for t in 0..n {
                     let g = ops::sigmoid(ops::dot_f32(&s.xn[t * n_embd..(t + 1) * n_embd], gi));

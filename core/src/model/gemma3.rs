@@ -50,19 +50,13 @@ impl Hparams {
         m.ensure(Key::RopeDimensionCount, n_rot <= head_dim && n_rot % 2 == 0, "must be even and <= head dim")?;
         let eps = m.f32_or(Key::LayerNormRmsEpsilon, 1e-6)?;
         let window = m.usize_or(Key::SlidingWindow, 0)?;
-        let factor = m.f32_or(Key::RopeScalingFactor, m.f32_or(Key::RopeScaleLinear, 0.0)?)?;
         // Query scaling: 1/sqrt(head_dim) (query_pre_attn_scalar = head_dim), as the reference does below 27B.
         let global = AttnParams {
             n_head,
             n_kv_head,
             head_dim,
             head_dim_v,
-            rope: Rope {
-                n_rot,
-                base: m.f32_or(Key::RopeFreqBase, 10_000.0)?,
-                scale: if factor == 0.0 { 1.0 } else { 1.0 / factor },
-                neox: true,
-            },
+            rope: Rope { n_rot, base: m.f32_or(Key::RopeFreqBase, 10_000.0)?, scale: m.rope_freq_scale()?, neox: true },
             scale: 1.0 / (head_dim as f32).sqrt(),
             window: None,
             eps,

@@ -88,6 +88,23 @@ impl<'a> Meta<'a> {
         }
     }
 
+    /// The linear RoPE frequency scale (`1 / factor`). Other scaling types
+    /// (YaRN, LongRoPE) are not implemented: such a file is refused rather
+    /// than run with wrong positions.
+    pub fn rope_freq_scale(&self) -> Result<f32> {
+        match self.file.get_str(&self.key(Key::RopeScalingType))? {
+            None | Some("none") | Some("linear") => {}
+            Some(other) => {
+                return Err(Error::InvalidHyperparameter {
+                    key: self.key(Key::RopeScalingType),
+                    reason: format!("RoPE scaling '{other}' is not supported"),
+                })
+            }
+        }
+        let factor = self.f32_or(Key::RopeScalingFactor, self.f32_or(Key::RopeScaleLinear, 0.0)?)?;
+        Ok(if factor == 0.0 { 1.0 } else { 1.0 / factor })
+    }
+
     /// Require `cond`, else an error naming the key.
     pub fn ensure(&self, k: Key, cond: bool, reason: impl Into<String>) -> Result<()> {
         if cond {

@@ -38,7 +38,6 @@ impl Hparams {
         let head_dim_v = m.usize_or(Key::ValueLength, head_dim)?;
         let n_rot = m.usize_or(Key::RopeDimensionCount, head_dim)?;
         m.ensure(Key::RopeDimensionCount, n_rot <= head_dim && n_rot % 2 == 0, "must be even and <= head dim")?;
-        let scale = m.f32_or(Key::RopeScalingFactor, m.f32_or(Key::RopeScaleLinear, 0.0)?)?;
         let eps = m.f32_or(Key::LayerNormRmsEpsilon, 1e-5)?;
         Ok(Hparams {
             arch,
@@ -56,7 +55,7 @@ impl Hparams {
                 rope: Rope {
                     n_rot,
                     base: m.f32_or(Key::RopeFreqBase, 10_000.0)?,
-                    scale: if scale == 0.0 { 1.0 } else { 1.0 / scale },
+                    scale: m.rope_freq_scale()?,
                     // Llama rotates adjacent pairs; the Qwen family NeoX halves.
                     neox: arch != Arch::Llama,
                 },

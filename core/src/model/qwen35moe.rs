@@ -102,7 +102,12 @@ impl Hparams {
                 n_kv_head,
                 head_dim,
                 head_dim_v: head_dim,
-                rope: Rope { n_rot, base: m.f32_or(Key::RopeFreqBase, 10_000_000.0)?, scale: 1.0, neox: true },
+                rope: Rope {
+                    n_rot,
+                    base: m.f32_or(Key::RopeFreqBase, 10_000_000.0)?,
+                    scale: m.rope_freq_scale()?,
+                    neox: true,
+                },
                 scale: 1.0 / (head_dim as f32).sqrt(),
                 window: None,
                 eps,

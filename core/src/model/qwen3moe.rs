@@ -42,7 +42,6 @@ impl Hparams {
         let n_expert_used = m.nonzero(Key::ExpertUsedCount)?;
         let ff = m.usize_or(Key::FeedForwardLength, 0)?;
         let n_ff_exp = m.usize_or(Key::ExpertFeedForwardLength, ff / n_expert_used)?;
-        let scale = m.f32_or(Key::RopeScalingFactor, 0.0)?;
         Ok(Hparams {
             n_embd,
             n_layer: m.nonzero(Key::BlockCount)?,
@@ -58,7 +57,7 @@ impl Hparams {
                 rope: Rope {
                     n_rot,
                     base: m.f32_or(Key::RopeFreqBase, 10_000.0)?,
-                    scale: if scale == 0.0 { 1.0 } else { 1.0 / scale },
+                    scale: m.rope_freq_scale()?,
                     neox: true,
                 },
                 scale: 1.0 / (head_dim as f32).sqrt(),

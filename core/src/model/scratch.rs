@@ -36,6 +36,8 @@ pub struct Scratch {
     pub weights: Vec<f32>,
     pub members: Vec<Vec<(usize, f32)>>,
     pub rows: Vec<usize>,
+    /// 0, 1, 2, ...: row lists of contiguous segments.
+    pub iota: Vec<usize>,
 }
 
 /// One input quantised for every activation format a group of matrices

@@ -116,6 +116,8 @@ impl<'a> Loader<'a> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64])?;
         Self::computable(t)?;
+        // Dense weights are read front to back every token.
+        self.file.advise(t, AccessPattern::Sequential);
         Ok(self.matrix_of(t, rows, cols))
     }
 

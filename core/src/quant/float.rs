@@ -3,7 +3,7 @@
 //! Their dot products take f32 activations and accumulate in f32.
 
 fn f16_at(b: &[u8]) -> f32 {
-    half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32()
+    super::f16_to_f32(u16::from_le_bytes([b[0], b[1]]))
 }
 
 fn bf16_at(b: &[u8]) -> f32 {

@@ -40,10 +40,26 @@ pub const QK_K: usize = 256;
 #[repr(transparent)]
 pub struct F16Bytes(pub [u8; 2]);
 
+/// f16 bits -> f32, exactly, without branches on the common path: the
+/// exponent and mantissa are moved into f32 position and rescaled by 2^112,
+/// which also turns f16 subnormals into the right normal f32; infinities
+/// and NaNs keep an all-ones exponent.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = ((h & 0x8000) as u32) << 16;
+    let rest = (h & 0x7FFF) as u32;
+    let v = if rest >= 0x7C00 {
+        f32::from_bits((rest << 13) | 0x7F80_0000)
+    } else {
+        f32::from_bits(rest << 13) * f32::from_bits(0x7780_0000) // 2^112
+    };
+    f32::from_bits(v.to_bits() | sign)
+}
+
 impl F16Bytes {
     #[inline(always)]
     pub fn to_f32(self) -> f32 {
-        half::f16::from_bits(u16::from_le_bytes(self.0)).to_f32()
+        f16_to_f32(u16::from_le_bytes(self.0))
     }
 
     /// Round to nearest even, as `GGML_FP32_TO_FP16` does.
@@ -260,6 +276,14 @@ mod tests {
         }
         for id in [4, 5, 31, 32, 33, 36, 37, 38, 43, 1000] {
             assert_eq!(GgmlType::from_id(id), None, "id {id}");
+        }
+    }
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_value() {
+        for bits in 0..=u16::MAX {
+            let (want, got) = (half::f16::from_bits(bits).to_f32(), f16_to_f32(bits));
+            assert!(want.to_bits() == got.to_bits() || (want.is_nan() && got.is_nan()), "{bits:#06x}: {got} vs {want}");
         }
     }
 

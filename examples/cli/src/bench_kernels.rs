@@ -114,7 +114,7 @@ fn print_table(r: &Report) {
         "shape",
         "path",
         "1 thread",
-        format!("{} threads", r.threads)
+        if r.threads > 1 { format!("{} threads", r.threads) } else { String::new() }
     );
     let mut last: Option<(GgmlType, &str)> = None;
     let find = |c: &Case, t: usize| {

@@ -6,7 +6,7 @@
 //! once per super-block through the activation group sums (`bsums`): e.g.
 //! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
 
-use super::{dot_i16, fp16, hsum_ps, load32, paths};
+use super::{dot_i16, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::q3_k::unpack_scales;
 use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
@@ -89,6 +89,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
@@ -121,6 +122,7 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ3K).cast(), 110);
         let scales = unpack_scales(&xb.scales);
         let sc8 = _mm_loadu_si128(scales.as_ptr().cast());
         let sc = scales_even_odd(sc8);
@@ -176,6 +178,7 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ4K).cast(), 144);
         let (sc, mins) = scales_mins(&xb.scales);
         let mut sumi = [_mm256_setzero_si256(); N];
         for c in 0..4 {
@@ -204,6 +207,7 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ5K).cast(), 176);
         let (sc, mins) = scales_mins(&xb.scales);
         let qh = load32(xb.qh.as_ptr());
         let mut sumi = [_mm256_setzero_si256(); N];
@@ -235,6 +239,7 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     let mut acc = [_mm256_setzero_ps(); N];
     let m30 = _mm256_set1_epi8(0x30);
     for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ6K).cast(), 210);
         let sc8 = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = scales_even_odd(sc8);
         let mut sumi = [_mm256_setzero_si256(); N];

@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
 //! blocks per iteration keep two FMA chains in flight.
 
-use super::{dot_u8i8, fp16, hsum_ps, load32, paths};
+use super::{dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use std::arch::x86_64::*;
 
@@ -140,6 +140,8 @@ unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[Bl
     let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     let mut i = 0;
     while i + 1 < x.len() {
+        // One line ahead per pair of blocks (18 to 34 bytes each).
+        prefetch_ahead((&x[i] as *const B).cast(), 1);
         signed_step::<B, V, N>(&x[i], &a, i, &mut acc0);
         signed_step::<B, V, N>(&x[i + 1], &a, i + 1, &mut acc1);
         i += 2;
@@ -177,6 +179,9 @@ unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_m = [0.0f32; N];
     for (i, xb) in x.iter().enumerate() {
+        if i % 2 == 0 {
+            prefetch_ahead((xb as *const B).cast(), 1);
+        }
         let (d, m) = xb.scale_min();
         let (d, m) = (fp16(d), fp16(m));
         let u = xb.values();

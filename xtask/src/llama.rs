@@ -1,0 +1,110 @@
+//! Building the reference engine, llama.cpp, outside the repository: the copy
+//! vendored in the PyPI sdist of llama-cpp-python 0.3.36 (commit 0c1e570),
+//! for the host (side-by-side benchmarks) and for aarch64 (instruction counts
+//! under qemu). Builds are cached in `$POCKET_CACHE` (~/.cache/pocket).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const SDIST: &str = "llama_cpp_python-0.3.36";
+
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("POCKET_CACHE") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/pocket"),
+    }
+}
+
+pub fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().map_err(|e| format!("{cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed: {status}"))
+    }
+}
+
+/// The unpacked llama.cpp source tree (downloading the sdist with pip if needed).
+pub fn source() -> Result<PathBuf, String> {
+    let root = cache_dir().join("llama-src");
+    let src = root.join(SDIST).join("vendor/llama.cpp");
+    if src.join("CMakeLists.txt").is_file() {
+        return Ok(src);
+    }
+    std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+    run(Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"])
+        .arg(format!("llama-cpp-python=={}", &SDIST["llama_cpp_python-".len()..]))
+        .arg("-d")
+        .arg(&root))?;
+    run(Command::new("tar").arg("xzf").arg(root.join(format!("{SDIST}.tar.gz"))).arg("-C").arg(&root))?;
+    Ok(src)
+}
+
+/// Flags that keep AMX out (its instructions fault on some VMs).
+const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
+
+/// Host build of llama-bench (native ISA); returns the bin directory.
+pub fn host_build() -> Result<PathBuf, String> {
+    let build = cache_dir().join("llama-build-host");
+    let bin = build.join("bin");
+    if bin.join("llama-bench").is_file() {
+        return Ok(bin);
+    }
+    let src = source()?;
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(&src)
+        .arg("-B")
+        .arg(&build)
+        .args(["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON"])
+        .arg(format!("-DCMAKE_C_FLAGS={NO_AMX}"))
+        .arg(format!("-DCMAKE_CXX_FLAGS={NO_AMX}")))?;
+    run(Command::new("cmake").arg("--build").arg(&build).args(["-j", &jobs(), "--target", "llama-bench"]))?;
+    Ok(bin)
+}
+
+/// Static aarch64 build of llama-bench for `-march=armv8.2-a+dotprod(+i8mm)`.
+pub fn aarch64_build(i8mm: bool) -> Result<PathBuf, String> {
+    let name = if i8mm { "llama-build-aarch64-i8mm" } else { "llama-build-aarch64-dotprod" };
+    let build = cache_dir().join(name);
+    let exe = build.join("bin/llama-bench");
+    if exe.is_file() {
+        return Ok(exe);
+    }
+    let src = source()?;
+    let march = if i8mm { "-march=armv8.2-a+dotprod+i8mm" } else { "-march=armv8.2-a+dotprod" };
+    run(Command::new("cmake")
+        .arg("-S")
+        .arg(&src)
+        .arg("-B")
+        .arg(&build)
+        .args([
+            "-DCMAKE_BUILD_TYPE=Release",
+            "-DCMAKE_SYSTEM_NAME=Linux",
+            "-DCMAKE_SYSTEM_PROCESSOR=aarch64",
+            "-DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc",
+            "-DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++",
+            "-DLLAMA_USE_PREBUILT_UI=OFF",
+            "-DLLAMA_CURL=OFF",
+            "-DGGML_NATIVE=OFF",
+            "-DGGML_OPENMP=OFF",
+            "-DBUILD_SHARED_LIBS=OFF",
+            "-DLLAMA_BUILD_TESTS=OFF",
+        ])
+        .arg(format!("-DCMAKE_C_FLAGS={march}"))
+        .arg(format!("-DCMAKE_CXX_FLAGS={march}"))
+        .arg("-DCMAKE_EXE_LINKER_FLAGS=-static"))?;
+    run(Command::new("cmake").arg("--build").arg(&build).args(["-j", &jobs(), "--target", "llama-bench"]))?;
+    Ok(exe)
+}
+
+fn jobs() -> String {
+    std::thread::available_parallelism().map_or(2, |n| n.get()).to_string()
+}
+
+/// The workspace root (xtask runs from anywhere inside it).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
