@@ -94,7 +94,7 @@ fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64), String> {
     ]);
     if big {
         // Repacking copies the weights: on files over about half the RAM it thrashes.
-        cmd.args(["-mmp", "1", "--repack", "0"]);
+        cmd.args(["-lm", "mmap", "--repack", "0"]);
     }
     let out = output(&mut cmd)?;
     let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("llama-bench output: {e}"))?;
@@ -162,7 +162,7 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
         "threads    {}   draws {}   llama.cpp flags {}",
         o.threads,
         o.draws,
-        if big { "-mmp 1 --repack 0" } else { "(default)" }
+        if big { "-lm mmap --repack 0" } else { "(default)" }
     );
     println!(
         "bandwidth  {bw:.1} GB/s read; {:.2} GB per decoded token (est.) -> roofline {roofline:.2} t/s",
