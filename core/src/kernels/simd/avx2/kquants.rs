@@ -12,11 +12,11 @@ use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, Bloc
 use std::arch::x86_64::*;
 
 paths! {
-    q2_k, q2_k_x4 = dot_q2_k(BlockQ8K);
-    q3_k, q3_k_x4 = dot_q3_k(BlockQ8K);
-    q4_k, q4_k_x4 = dot_q4_k(BlockQ8K);
-    q5_k, q5_k_x4 = dot_q5_k(BlockQ8K);
-    q6_k, q6_k_x4 = dot_q6_k(BlockQ8K);
+    q2_k, q2_k_x4, q2_k_rows = dot_q2_k(BlockQ8K);
+    q3_k, q3_k_x4, q3_k_rows = dot_q3_k(BlockQ8K);
+    q4_k, q4_k_x4, q4_k_rows = dot_q4_k(BlockQ8K);
+    q5_k, q5_k_x4, q5_k_rows = dot_q5_k(BlockQ8K);
+    q6_k, q6_k_x4, q6_k_rows = dot_q6_k(BlockQ8K);
 }
 
 // Every body dots one weight row with `N` activation rows: each weight
