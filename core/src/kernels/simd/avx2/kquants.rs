@@ -62,6 +62,7 @@ static SCALE_MASKS: [[u8; 32]; 8] = {
 /// word shuffles, `vpshuflw` + `vpshufd`, on the two busiest pipes; the empty
 /// `asm!` makes the mask table opaque and costs no instruction.)
 #[inline(always)]
+#[allow(clippy::pointers_in_nomem_asm_block)] // the asm only hides the pointer's value; it reads nothing
 unsafe fn scale_i16(sc: __m256i, i: usize) -> __m256i {
     let mut masks = SCALE_MASKS.as_ptr();
     std::arch::asm!("/* {0} */", inout(reg) masks, options(pure, nomem, nostack, preserves_flags));
