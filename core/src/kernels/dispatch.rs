@@ -69,6 +69,9 @@ pub(crate) struct Dot<B: 'static> {
     pub(crate) one: unsafe fn(&[u8], &[B]) -> f32,
     /// Several products per pass over the weights (prefill), if the path has them.
     pub(crate) multi: Multi<B>,
+    /// Consecutive weight rows with one activation row in one call (no call
+    /// and setup per row: rows of 512 values are only two K-quant blocks).
+    pub(crate) rows: Option<Rows<B>>,
 }
 
 impl<B> Clone for Dot<B> {
@@ -80,10 +83,13 @@ impl<B> Copy for Dot<B> {}
 
 impl<B> Dot<B> {
     pub(crate) const fn one(f: unsafe fn(&[u8], &[B]) -> f32) -> Dot<B> {
-        Dot { one: f, multi: Multi::None }
+        Dot { one: f, multi: Multi::None, rows: None }
     }
 }
 
+/// `out.len()` consecutive weight rows of `row_bytes` bytes each (`w`) with one
+/// activation row, into `out`.
+pub(crate) type Rows<B> = unsafe fn(&[u8], usize, &[B], &mut [f32]);
 /// Two weight rows with two activation rows.
 pub(crate) type Tile2x2<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
 /// One weight row with four activation rows.

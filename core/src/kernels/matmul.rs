@@ -172,6 +172,14 @@ impl<B: 'static> Job<'_, B> {
         unsafe { *self.out.0.add(j * self.w.rows + r) = v }
     }
 
+    /// The outputs of activation row `j` for weight rows `r0..r1`.
+    #[allow(clippy::mut_from_ref)]
+    fn out_row(&self, j: usize, r0: usize, r1: usize) -> &mut [f32] {
+        // SAFETY: in bounds as for `store`; this tile alone writes these
+        // elements, and the slice lives only for one kernel call.
+        unsafe { std::slice::from_raw_parts_mut(self.out.0.add(j * self.w.rows + r0), r1 - r0) }
+    }
+
     /// Weight rows `r0..r1` times activation rows `j0..j1`.
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
         let one = self.dot.one;
@@ -216,10 +224,21 @@ impl<B: 'static> Job<'_, B> {
                 }
                 Multi::None => {}
             }
-            for r in r0..r1 {
-                let row = self.wrow(r);
-                for jj in j..je {
-                    self.store(jj, r, unsafe { one(row, self.act(jj)) });
+            match self.dot.rows {
+                // The tile's rows in one call per remaining activation row.
+                Some(rows) if r1 - r0 > 1 => {
+                    let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
+                    for jj in j..je {
+                        unsafe { rows(w, self.row_bytes, self.act(jj), self.out_row(jj, r0, r1)) };
+                    }
+                }
+                _ => {
+                    for r in r0..r1 {
+                        let row = self.wrow(r);
+                        for jj in j..je {
+                            self.store(jj, r, unsafe { one(row, self.act(jj)) });
+                        }
+                    }
                 }
             }
         }

@@ -153,6 +153,42 @@ fn multi_row_kernels_equal_scalar_twins() {
     }
 }
 
+/// The rows kernel of a path (if any) on all rows of `m` with activation row 0.
+fn rows_products<B>(dot: super::dispatch::Dot<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Option<Vec<f32>> {
+    let mut out = vec![f32::NAN; m.rows];
+    // SAFETY: the kernels come from a path this CPU has.
+    unsafe { (dot.rows?)(m.data, m.row_bytes(), &acts[..per_row], &mut out) };
+    Some(out)
+}
+
+#[test]
+fn rows_kernels_equal_scalar_twins() {
+    let mut rng = Rng::new(17);
+    for k in simd_paths() {
+        for ty in TYPES {
+            for (rows, nb) in [(1, 1), (5, 2), (9, 3)] {
+                let cols = cols_for(ty, nb);
+                let w = random_weights(ty, rows, cols, &mut rng);
+                let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+                let x = rng.vec(cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, 1, cols);
+                let got = match k.row_dot(ty).expect("supported") {
+                    RowDot::Q8_0(d) => rows_products(d, &m, &acts.q8_0, cols / 32),
+                    RowDot::Q8_1(d) => rows_products(d, &m, &acts.q8_1, cols / 32),
+                    RowDot::Q8K(d) => rows_products(d, &m, &acts.q8k, cols / 256),
+                    RowDot::F32(d) => rows_products(d, &m, &acts.f32, cols),
+                };
+                for (r, g) in got.into_iter().flatten().enumerate() {
+                    let want = dot_on(scalar(), ty, m.row(r), &acts, 0);
+                    let mag = magnitude(ty, m.row(r), &x);
+                    assert!(close(g, want, mag), "{} {ty} rows kernel, row {r}: {g} vs scalar {want}", k.isa());
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_equals_per_row_dots() {
     let mut rng = Rng::new(13);

@@ -7,16 +7,15 @@
 //! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
 
 use super::{dot_i16, fp16, hsum_ps, load32, paths, prefetch_ahead};
-use crate::quant::q3_k::unpack_scales;
 use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
 
 paths! {
-    q2_k, q2_k_x4 = dot_q2_k(BlockQ8K);
-    q3_k, q3_k_x4 = dot_q3_k(BlockQ8K);
-    q4_k, q4_k_x4 = dot_q4_k(BlockQ8K);
-    q5_k, q5_k_x4 = dot_q5_k(BlockQ8K);
-    q6_k, q6_k_x4 = dot_q6_k(BlockQ8K);
+    q2_k, q2_k_x4, q2_k_rows = dot_q2_k(BlockQ8K);
+    q3_k, q3_k_x4, q3_k_rows = dot_q3_k(BlockQ8K);
+    q4_k, q4_k_x4, q4_k_rows = dot_q4_k(BlockQ8K);
+    q5_k, q5_k_x4, q5_k_rows = dot_q5_k(BlockQ8K);
+    q6_k, q6_k_x4, q6_k_rows = dot_q6_k(BlockQ8K);
 }
 
 // Every body dots one weight row with `N` activation rows: each weight
@@ -43,10 +42,31 @@ unsafe fn scales_even_odd(sc: __m128i) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, order))
 }
 
-/// i16 lane `i` of each 128-bit half, broadcast over that half.
+/// Shuffle masks broadcasting i16 lane `i` of each 128-bit half.
+static SCALE_MASKS: [[u8; 32]; 8] = {
+    let mut m = [[0u8; 32]; 8];
+    let mut i = 0;
+    while i < 8 {
+        let mut b = 0;
+        while b < 32 {
+            m[i][b] = (2 * i + b % 2) as u8;
+            b += 1;
+        }
+        i += 1;
+    }
+    m
+};
+
+/// i16 lane `i` of each 128-bit half, broadcast over that half: one `vpshufb`
+/// with its mask from memory. (With a constant mask LLVM rewrites it as two
+/// word shuffles, `vpshuflw` + `vpshufd`, on the two busiest pipes; the empty
+/// `asm!` makes the mask table opaque and costs no instruction.)
 #[inline(always)]
+#[allow(clippy::pointers_in_nomem_asm_block)] // the asm only hides the pointer's value; it reads nothing
 unsafe fn scale_i16(sc: __m256i, i: usize) -> __m256i {
-    _mm256_shuffle_epi8(sc, _mm256_set1_epi16((0x0100 + 0x0202 * i) as i16))
+    let mut masks = SCALE_MASKS.as_ptr();
+    std::arch::asm!("/* {0} */", inout(reg) masks, options(pure, nomem, nostack, preserves_flags));
+    _mm256_shuffle_epi8(sc, _mm256_loadu_si256(masks.add(i).cast()))
 }
 
 /// `v >> shift` per byte, keeping `mask` (shifting 16-bit lanes is exact for
@@ -116,6 +136,36 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     hsums(acc)
 }
 
+/// The sixteen Q3_K group scales (6 bits, minus 32) as i8, in SIMD: low
+/// nibbles from bytes 0..8 (groups 0..8) and their high nibbles (groups
+/// 8..16); the top two bits of group `g` are bit pair `g / 4` of byte
+/// `8 + g % 4`, shifted per 32-bit lane with `vpsrlvd`.
+#[inline(always)]
+unsafe fn q3_scales(packed: &[u8; 12]) -> __m128i {
+    let lo8 = _mm_loadl_epi64(packed.as_ptr().cast());
+    let nib = _mm_set1_epi8(0x0F);
+    let low = _mm_unpacklo_epi64(_mm_and_si128(lo8, nib), _mm_and_si128(_mm_srli_epi16(lo8, 4), nib));
+    let top = _mm_set1_epi32(i32::from_le_bytes([packed[8], packed[9], packed[10], packed[11]]));
+    let top = _mm_and_si128(_mm_srlv_epi32(top, _mm_set_epi32(6, 4, 2, 0)), _mm_set1_epi8(3));
+    _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32))
+}
+
+/// Bit `r` of every byte of `hm`, moved to bit 2 (value 4), in two or three ops.
+#[inline(always)]
+unsafe fn bit_r_as_4(hm: __m256i, r: usize) -> __m256i {
+    let four = _mm256_set1_epi8(4);
+    match r {
+        0 => _mm256_and_si256(_mm256_slli_epi16(hm, 2), four),
+        1 => _mm256_and_si256(_mm256_slli_epi16(hm, 1), four),
+        2 => _mm256_and_si256(hm, four),
+        3 => _mm256_and_si256(_mm256_srli_epi16(hm, 1), four),
+        4 => _mm256_and_si256(_mm256_srli_epi16(hm, 2), four),
+        5 => _mm256_and_si256(_mm256_srli_epi16(hm, 3), four),
+        6 => _mm256_and_si256(_mm256_srli_epi16(hm, 4), four),
+        _ => _mm256_and_si256(_mm256_srli_epi16(hm, 5), four),
+    }
+}
+
 #[inline(always)]
 unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ3K>(w);
@@ -123,8 +173,7 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ3K).cast(), 110);
-        let scales = unpack_scales(&xb.scales);
-        let sc8 = _mm_loadu_si128(scales.as_ptr().cast());
+        let sc8 = q3_scales(&xb.scales);
         let sc = scales_even_odd(sc8);
         let hm = load32(xb.hmask.as_ptr());
         let mut sumi = [_mm256_setzero_si256(); N];
@@ -133,8 +182,7 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             for j in 0..4 {
                 let r = 4 * h + j;
                 // low 2 bits | high bit << 2: q + 4, in 0..8
-                let high = bits(hm, r as i32, 1);
-                let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), _mm256_slli_epi16(high, 2));
+                let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), bit_r_as_4(hm, r));
                 let s = scale_i16(sc, r);
                 for n in 0..N {
                     sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(u, acts(&a[n][i], r)), s);

@@ -46,16 +46,56 @@ macro_rules! table {
     ($m:ident, $isa:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: Dot { one: legacy::$m::q4_0, multi: Multi::Acts4(legacy::$m::q4_0_x4) },
-            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::Acts4(legacy::$m::q5_0_x4) },
-            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::Acts4(legacy::$m::q8_0_x4) },
-            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::Acts4(legacy::$m::q4_1_x4) },
-            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::Acts4(legacy::$m::q5_1_x4) },
-            q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::Acts4(kquants::$m::q2_k_x4) },
-            q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::Acts4(kquants::$m::q3_k_x4) },
-            q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::Acts4(kquants::$m::q4_k_x4) },
-            q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::Acts4(kquants::$m::q5_k_x4) },
-            q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::Acts4(kquants::$m::q6_k_x4) },
+            q4_0: Dot {
+                one: legacy::$m::q4_0,
+                multi: Multi::Acts4(legacy::$m::q4_0_x4),
+                rows: Some(legacy::$m::q4_0_rows),
+            },
+            q5_0: Dot {
+                one: legacy::$m::q5_0,
+                multi: Multi::Acts4(legacy::$m::q5_0_x4),
+                rows: Some(legacy::$m::q5_0_rows),
+            },
+            q8_0: Dot {
+                one: legacy::$m::q8_0,
+                multi: Multi::Acts4(legacy::$m::q8_0_x4),
+                rows: Some(legacy::$m::q8_0_rows),
+            },
+            q4_1: Dot {
+                one: legacy::$m::q4_1,
+                multi: Multi::Acts4(legacy::$m::q4_1_x4),
+                rows: Some(legacy::$m::q4_1_rows),
+            },
+            q5_1: Dot {
+                one: legacy::$m::q5_1,
+                multi: Multi::Acts4(legacy::$m::q5_1_x4),
+                rows: Some(legacy::$m::q5_1_rows),
+            },
+            q2_k: Dot {
+                one: kquants::$m::q2_k,
+                multi: Multi::Acts4(kquants::$m::q2_k_x4),
+                rows: Some(kquants::$m::q2_k_rows),
+            },
+            q3_k: Dot {
+                one: kquants::$m::q3_k,
+                multi: Multi::Acts4(kquants::$m::q3_k_x4),
+                rows: Some(kquants::$m::q3_k_rows),
+            },
+            q4_k: Dot {
+                one: kquants::$m::q4_k,
+                multi: Multi::Acts4(kquants::$m::q4_k_x4),
+                rows: Some(kquants::$m::q4_k_rows),
+            },
+            q5_k: Dot {
+                one: kquants::$m::q5_k,
+                multi: Multi::Acts4(kquants::$m::q5_k_x4),
+                rows: Some(kquants::$m::q5_k_rows),
+            },
+            q6_k: Dot {
+                one: kquants::$m::q6_k,
+                multi: Multi::Acts4(kquants::$m::q6_k_x4),
+                rows: Some(kquants::$m::q6_k_rows),
+            },
             f32: Dot::one(float::avx2::f32),
             f16: Dot::one(float::avx2::f16),
             bf16: Dot::one(float::avx2::bf16),
@@ -69,15 +109,16 @@ macro_rules! table {
 use table;
 
 /// Instantiate kernel bodies `$body::<V, N>` as `#[target_feature]` functions
-/// in modules `avx2`, `avxvnni` and `avx512vnni`: `$one` (one activation row)
-/// and `$four` (four activation rows per pass over the weights).
+/// in modules `avx2`, `avxvnni` and `avx512vnni`: `$one` (one activation row),
+/// `$four` (four activation rows per pass over the weights) and `$rows`
+/// (consecutive weight rows with one activation row).
 macro_rules! paths {
-    ($($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
-        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($one, $four = $body($act);)*);
-        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($one, $four = $body($act);)*);
-        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($one, $four = $body($act);)*);
+    ($($one:ident, $four:ident, $rows:ident = $body:ident ($act:ty);)*) => {
+        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($one, $four, $rows = $body($act);)*);
+        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($one, $four, $rows = $body($act);)*);
+        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($one, $four, $rows = $body($act);)*);
     };
-    (@isa $m:ident, $features:literal, $v:ident; $($one:ident, $four:ident = $body:ident ($act:ty);)*) => {
+    (@isa $m:ident, $features:literal, $v:ident; $($one:ident, $four:ident, $rows:ident = $body:ident ($act:ty);)*) => {
         pub(crate) mod $m {
             #[allow(unused_imports)]
             use crate::quant::*;
@@ -89,6 +130,12 @@ macro_rules! paths {
                 #[target_feature(enable = $features)]
                 pub(crate) unsafe fn $four(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
                     super::$body::<{ super::super::$v }, 4>(w, a)
+                }
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
+                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                        *o = super::$body::<{ super::super::$v }, 1>(row, [a])[0];
+                    }
                 }
             )*
         }

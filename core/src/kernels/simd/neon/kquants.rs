@@ -11,11 +11,11 @@ use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, Bloc
 use std::arch::aarch64::*;
 
 paths! {
-    q2_k = dot_q2_k(BlockQ8K);
-    q3_k = dot_q3_k(BlockQ8K);
-    q4_k = dot_q4_k(BlockQ8K);
-    q5_k = dot_q5_k(BlockQ8K);
-    q6_k = dot_q6_k(BlockQ8K);
+    q2_k, q2_k_rows = dot_q2_k(BlockQ8K);
+    q3_k, q3_k_rows = dot_q3_k(BlockQ8K);
+    q4_k, q4_k_rows = dot_q4_k(BlockQ8K);
+    q5_k, q5_k_rows = dot_q5_k(BlockQ8K);
+    q6_k, q6_k_rows = dot_q6_k(BlockQ8K);
 }
 
 /// Activations `16i..16i + 16` of a Q8_K block.

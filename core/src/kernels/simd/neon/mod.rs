@@ -48,16 +48,16 @@ macro_rules! table {
     ($m:ident, $isa:expr, $t40:expr, $t80:expr, $t4k:expr, $t6k:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40 },
-            q5_0: Dot::one(legacy::$m::q5_0),
-            q8_0: Dot { one: legacy::$m::q8_0, multi: $t80 },
-            q4_1: Dot::one(legacy::$m::q4_1),
-            q5_1: Dot::one(legacy::$m::q5_1),
-            q2_k: Dot::one(kquants::$m::q2_k),
-            q3_k: Dot::one(kquants::$m::q3_k),
-            q4_k: Dot { one: kquants::$m::q4_k, multi: $t4k },
-            q5_k: Dot::one(kquants::$m::q5_k),
-            q6_k: Dot { one: kquants::$m::q6_k, multi: $t6k },
+            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40, rows: Some(legacy::$m::q4_0_rows) },
+            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::None, rows: Some(legacy::$m::q5_0_rows) },
+            q8_0: Dot { one: legacy::$m::q8_0, multi: $t80, rows: Some(legacy::$m::q8_0_rows) },
+            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::None, rows: Some(legacy::$m::q4_1_rows) },
+            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::None, rows: Some(legacy::$m::q5_1_rows) },
+            q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::None, rows: Some(kquants::$m::q2_k_rows) },
+            q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::None, rows: Some(kquants::$m::q3_k_rows) },
+            q4_k: Dot { one: kquants::$m::q4_k, multi: $t4k, rows: Some(kquants::$m::q4_k_rows) },
+            q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::None, rows: Some(kquants::$m::q5_k_rows) },
+            q6_k: Dot { one: kquants::$m::q6_k, multi: $t6k, rows: Some(kquants::$m::q6_k_rows) },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
@@ -71,9 +71,10 @@ macro_rules! table {
 use table;
 
 /// Instantiate kernel bodies `$body::<D>` as `#[target_feature]` functions
-/// `$name` in modules `neon` (D = false) and `dotprod` (D = true).
+/// in modules `neon` (D = false) and `dotprod` (D = true): `$name` (one row)
+/// and `$rows` (consecutive weight rows with one activation row).
 macro_rules! paths {
-    ($($name:ident = $body:ident ($act:ty);)*) => {
+    ($($name:ident, $rows:ident = $body:ident ($act:ty);)*) => {
         pub(crate) mod neon {
             #[allow(unused_imports)]
             use crate::quant::*;
@@ -81,6 +82,12 @@ macro_rules! paths {
                 #[target_feature(enable = "neon")]
                 pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
                     super::$body::<false>(w, a)
+                }
+                #[target_feature(enable = "neon")]
+                pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
+                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                        *o = super::$body::<false>(row, a);
+                    }
                 }
             )*
         }
@@ -91,6 +98,12 @@ macro_rules! paths {
                 #[target_feature(enable = "neon,dotprod")]
                 pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
                     super::$body::<true>(w, a)
+                }
+                #[target_feature(enable = "neon,dotprod")]
+                pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
+                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                        *o = super::$body::<true>(row, a);
+                    }
                 }
             )*
         }
