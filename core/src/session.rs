@@ -346,7 +346,12 @@ impl Session {
             if !emit.is_empty() {
                 stats.text.push_str(&emit);
                 if !on_piece(&emit) {
-                    stats.stop_reason = StopReason::ListenerStopped;
+                    // A listener that stops because the caller cancelled reports the cancel.
+                    stats.stop_reason = if self.cancel.load(Ordering::SeqCst) {
+                        StopReason::Cancelled
+                    } else {
+                        StopReason::ListenerStopped
+                    };
                     break;
                 }
             }

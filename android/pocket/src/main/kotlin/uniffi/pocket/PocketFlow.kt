@@ -63,8 +63,9 @@ private fun PocketSession.tokenFlow(
             }
         }
         awaitClose {
-            open.set(false)
+            // Cancel first: a token in flight then reports Cancelled, not a stopped listener.
             if (!finished.get()) session.cancel()
+            open.set(false)
         }
     }.buffer(Channel.UNLIMITED)
 }
