@@ -75,17 +75,21 @@ fn silu1(x: f32) -> f32 {
 /// identity/zero beyond +-10.
 #[inline]
 fn gelu1(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    const COEF_A: f32 = 0.044715;
     if x <= -10.0 {
         0.0
     } else if x >= 10.0 {
         x
     } else {
-        let h = f16::from_f32(x).to_f32();
-        let g = 0.5 * h * (1.0 + (SQRT_2_OVER_PI * h * (1.0 + COEF_A * h * h)).tanh());
-        f16::from_f32(g).to_f32()
+        f16::from_f32(gelu_formula(f16::from_f32(x).to_f32())).to_f32()
     }
+}
+
+/// `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+#[inline]
+fn gelu_formula(h: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044715;
+    0.5 * h * (1.0 + (SQRT_2_OVER_PI * h * (1.0 + COEF_A * h * h)).tanh())
 }
 
 /// In-place SiLU: `x * sigmoid(x)`.
@@ -93,9 +97,24 @@ pub fn silu(x: &mut [f32]) {
     x.iter_mut().for_each(|v| *v = silu1(*v));
 }
 
-/// In-place GELU, tanh approximation (ggml's `gelu`).
+/// The GELU of every f16 value, by bit pattern (ggml's table): between -10
+/// and 10 the function only ever sees f16 inputs, so 128 KiB replace the tanh.
+static GELU_TABLE: once_cell::sync::Lazy<Box<[f16]>> = once_cell::sync::Lazy::new(|| {
+    (0..=u16::MAX).map(|b| f16::from_f32(gelu_formula(f16::from_bits(b).to_f32()))).collect()
+});
+
+/// In-place GELU, tanh approximation (ggml's `gelu`), through the f16 table.
 pub fn gelu_tanh(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = gelu1(*v));
+    let table = &**GELU_TABLE;
+    for v in x.iter_mut() {
+        *v = if *v <= -10.0 {
+            0.0
+        } else if *v >= 10.0 {
+            *v
+        } else {
+            table[f16::from_f32(*v).to_bits() as usize].to_f32()
+        };
+    }
 }
 
 /// `out = silu(gate) * up` (SwiGLU feed-forward).
@@ -191,6 +210,20 @@ pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * cos - x1 * sin;
             head[b] = x0 * sin + x1 * cos;
+        }
+    }
+}
+
+#[cfg(test)]
+mod gelu_table_tests {
+    #[test]
+    fn the_table_equals_the_formula() {
+        let mut x: Vec<f32> = (-12_000..12_000).map(|i| i as f32 * 1e-3).collect();
+        x.extend((0..=u16::MAX).map(|b| half::f16::from_bits(b).to_f32()).filter(|v| v.is_finite()));
+        let mut y = x.clone();
+        super::gelu_tanh(&mut y);
+        for (&a, &b) in x.iter().zip(&y) {
+            assert_eq!(super::gelu1(a).to_bits(), b.to_bits(), "gelu({a})");
         }
     }
 }

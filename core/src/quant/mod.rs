@@ -56,6 +56,15 @@ pub fn f16_to_f32(h: u16) -> f32 {
     f32::from_bits(v.to_bits() | sign)
 }
 
+/// Round half to even for |x| < 2^22, without a libm call: adding and
+/// removing 1.5 * 2^23 leaves the nearest integer under IEEE
+/// round-to-nearest-even (bit-identical to `f32::round_ties_even` there).
+#[inline(always)]
+pub fn round_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (x + MAGIC) - MAGIC
+}
+
 impl F16Bytes {
     #[inline(always)]
     pub fn to_f32(self) -> f32 {
@@ -305,5 +314,23 @@ mod tests {
         assert_eq!(GgmlType::Q4K.row_bytes(2048), Some(8 * 144));
         assert_eq!(GgmlType::Q4K.row_bytes(100), None);
         assert_eq!(GgmlType::F32.row_bytes(3), Some(12));
+    }
+}
+
+#[cfg(test)]
+mod round_tests {
+    #[test]
+    fn round_even_matches_the_std_rounding() {
+        let mut x = -300.0f32;
+        while x < 300.0 {
+            for v in [x, x + 0.5, x - 0.5, x + 0.499_999_97, -x] {
+                assert_eq!(
+                    super::round_even(v).to_bits() | 0x8000_0000,
+                    v.round_ties_even().to_bits() | 0x8000_0000,
+                    "{v}"
+                );
+            }
+            x += 0.037;
+        }
     }
 }

@@ -53,7 +53,7 @@ pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
         let (d, id) = block_scale(xb);
         yb.d = F16Bytes::from_f32(d);
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round_ties_even() as i8;
+            *q = super::round_even(v * id) as i8;
         }
     }
 }
@@ -66,7 +66,7 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
         yb.d = F16Bytes::from_f32(d);
         let mut sum = 0i32;
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = (v * id).round_ties_even() as i8;
+            *q = super::round_even(v * id) as i8;
             sum += *q as i32;
         }
         yb.s = F16Bytes::from_f32(sum as f32 * d);

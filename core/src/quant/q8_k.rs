@@ -43,7 +43,7 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
         }
         let iscale = -127.0 / max;
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+            *q = (super::round_even(iscale * v) as i32).min(127) as i8;
         }
         for (s, g) in yb.bsums.iter_mut().zip(yb.qs.chunks_exact(16)) {
             *s = g.iter().map(|&q| q as i16).sum();
