@@ -145,6 +145,9 @@ pub struct Kernels {
     pub(crate) dot_f16: unsafe fn(&[f32], &[f16]) -> f32,
     pub(crate) axpy_f32: unsafe fn(&mut [f32], f32, &[f32]),
     pub(crate) axpy_f16: unsafe fn(&mut [f32], f32, &[f16]),
+    // recurrent state (Gated DeltaNet): see ops::state_read / state_update
+    pub(crate) state_read: unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]),
+    pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
 }
 
 impl Kernels {
@@ -168,6 +171,8 @@ impl Kernels {
         dot_f16: super::ops::scalar::dot_f16,
         axpy_f32: super::ops::scalar::axpy_f32,
         axpy_f16: super::ops::scalar::axpy_f16,
+        state_read: super::ops::scalar::state_read,
+        state_update: super::ops::scalar::state_update,
     };
 
     /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.

@@ -285,11 +285,12 @@ impl Plan {
         let threads = if work < SMALL_WORK { 1 } else { n_threads };
         let want_tiles = threads * TILES_PER_THREAD;
         // Rows per tile: a cache-sized chunk, fewer if that leaves threads idle;
-        // even, so that 2x2 kernels rarely meet a lone row (activation rows go by
-        // fours, which suits both multi-row kernels).
+        // a multiple of four where possible, so that the four-row kernels and
+        // the 2x2 tiles rarely meet a remainder (activation rows go by fours,
+        // which suits both multi-row kernels).
         let by_cache = (TILE_WEIGHT_BYTES / w.row_bytes().max(1)).max(2);
         let by_balance = w.rows.div_ceil(want_tiles).max(1);
-        let rows_per_tile = round_even(by_cache.min(by_balance)).min(w.rows).max(1);
+        let rows_per_tile = round_rows(by_cache.min(by_balance)).min(w.rows).max(1);
         let row_tiles = w.rows.div_ceil(rows_per_tile);
         // Split activation rows too when there are few weight rows (a router
         // over a long prompt).
@@ -321,6 +322,11 @@ impl Plan {
     }
 }
 
-fn round_even(x: usize) -> usize {
-    x + (x & 1)
+/// Up to a multiple of four from 3 on, else up to even.
+fn round_rows(x: usize) -> usize {
+    if x >= 3 {
+        x.next_multiple_of(4)
+    } else {
+        x + (x & 1)
+    }
 }

@@ -178,6 +178,23 @@ pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
     unsafe { (Kernels::selected().axpy_f16)(out, a, x) }
 }
 
+/// The two reads of a recurrent state matrix `s` (`k.len()` rows of
+/// `u.len()` values) in one pass: `u = s^T k` and `out = s^T q`.
+pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
+    assert!(k.len() == q.len() && u.len() == out.len(), "state_read: lengths");
+    assert_eq!(s.len(), k.len() * u.len(), "state_read: state size");
+    // SAFETY: as above.
+    unsafe { (Kernels::selected().state_read)(s, k, q, u, out) }
+}
+
+/// The decayed rank-one update of a recurrent state matrix `s` (`k.len()`
+/// rows of `d.len()` values): `s = decay * s + k d^T`.
+pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
+    assert_eq!(s.len(), k.len() * d.len(), "state_update: state size");
+    // SAFETY: as above.
+    unsafe { (Kernels::selected().state_update)(s, decay, k, d) }
+}
+
 /// Rotary position embedding of `x` (`n_heads * head_dim` values, heads
 /// contiguous) at position `pos`, on the first `n_rot` dims of each head
 /// (partial rotary; the rest pass through).
@@ -247,6 +264,21 @@ pub(crate) mod scalar {
 
     pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
         out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * f16_to_f32(v.to_bits()));
+    }
+
+    pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
+        u.fill(0.0);
+        out.fill(0.0);
+        for ((row, &ki), &qi) in s.chunks_exact(u.len()).zip(k).zip(q) {
+            axpy_f32(u, ki, row);
+            axpy_f32(out, qi, row);
+        }
+    }
+
+    pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
+        for (row, &ki) in s.chunks_exact_mut(d.len()).zip(k) {
+            row.iter_mut().zip(d).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
+        }
     }
 }
 

@@ -306,6 +306,35 @@ fn mismatched_activations_panic() {
 }
 
 #[test]
+fn state_kernels_equal_scalar_twins() {
+    let mut rng = Rng::new(23);
+    for k in simd_paths() {
+        // Column counts around the block sizes (16 on NEON, 32 on AVX2), odd rows.
+        for (rows, dv) in [(1, 1), (3, 7), (5, 16), (7, 33), (9, 48), (16, 128), (4, 130)] {
+            let s = rng.vec(rows * dv, 1.0);
+            let (kk, q, d) = (rng.vec(rows, 1.0), rng.vec(rows, 1.0), rng.vec(dv, 1.0));
+            let (mut u1, mut o1) = (vec![f32::NAN; dv], vec![f32::NAN; dv]);
+            let (mut u2, mut o2) = (vec![0.0; dv], vec![0.0; dv]);
+            let (mut s1, mut s2) = (s.clone(), s.clone());
+            // SAFETY: `k` came from `for_isa`.
+            unsafe {
+                (k.state_read)(&s, &kk, &q, &mut u1, &mut o1);
+                (scalar().state_read)(&s, &kk, &q, &mut u2, &mut o2);
+                (k.state_update)(&mut s1, 0.9, &kk, &d);
+                (scalar().state_update)(&mut s2, 0.9, &kk, &d);
+            }
+            for c in 0..dv {
+                let mag: f32 = (0..rows).map(|r| (s[r * dv + c] * kk[r]).abs() + (s[r * dv + c] * q[r]).abs()).sum::<f32>() + 1e-20;
+                assert!(close(u1[c], u2[c], mag) && close(o1[c], o2[c], mag), "{} state_read {rows}x{dv} col {c}", k.isa());
+            }
+            for (i, (a, b)) in s1.iter().zip(&s2).enumerate() {
+                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{} state_update {rows}x{dv} at {i}: {a} vs {b}", k.isa());
+            }
+        }
+    }
+}
+
+#[test]
 fn f32_helpers_equal_scalar_twins() {
     let mut rng = Rng::new(16);
     for k in simd_paths() {

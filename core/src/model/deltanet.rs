@@ -383,23 +383,14 @@ pub fn delta_step(
     u: &mut [f32],
     out: &mut [f32],
 ) {
-    let d_v = v.len();
-    u.fill(0.0);
-    out.fill(0.0);
-    for ((row, &ki), &qi) in s.chunks_exact(d_v).zip(k).zip(q) {
-        ops::axpy_f32(u, ki, row);
-        ops::axpy_f32(out, qi, row);
-    }
+    ops::state_read(s, k, q, u, out);
     let qk = ops::dot_f32(q, k);
     for ((ui, &vi), oi) in u.iter_mut().zip(v).zip(out.iter_mut()) {
         let d = (vi - decay * *ui) * beta;
         *ui = d;
         *oi = decay * *oi + qk * d;
     }
-    for (row, &ki) in s.chunks_exact_mut(d_v).zip(k) {
-        ops::scale(row, decay);
-        ops::axpy_f32(row, ki, u);
-    }
+    ops::state_update(s, decay, k, u);
 }
 
 /// `log(1 + e^x)`, linear above 20 (as the reference does).

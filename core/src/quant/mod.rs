@@ -116,6 +116,14 @@ pub fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 /// word-wise (no per-pair branches): the same values as [`scale_min_k4`].
 #[inline(always)]
 pub fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let (sc, m) = scales_mins_k4_words(q);
+    (sc.to_le_bytes(), m.to_le_bytes())
+}
+
+/// [`scales_mins_k4`] as two little-endian words (byte `j` = pair `j`),
+/// ready to move into a vector register.
+#[inline(always)]
+pub fn scales_mins_k4_words(q: &[u8; 12]) -> (u64, u64) {
     const LOW6: u32 = 0x3F3F_3F3F;
     const NIBBLES: u32 = 0x0F0F_0F0F;
     const TOP2: u32 = 0x0303_0303;
@@ -125,9 +133,7 @@ pub fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     // Pairs 4..8: nibbles of bytes 8..12, plus the top 2 bits of bytes 0..4 / 4..8.
     let scales_hi = (c & NIBBLES) | (((a >> 6) & TOP2) << 4);
     let mins_hi = ((c >> 4) & NIBBLES) | (((b >> 6) & TOP2) << 4);
-    let sc = ((a & LOW6) as u64 | (scales_hi as u64) << 32).to_le_bytes();
-    let m = ((b & LOW6) as u64 | (mins_hi as u64) << 32).to_le_bytes();
-    (sc, m)
+    ((a & LOW6) as u64 | (scales_hi as u64) << 32, (b & LOW6) as u64 | (mins_hi as u64) << 32)
 }
 
 /// A tensor element type as numbered in GGUF (`ggml_type`).

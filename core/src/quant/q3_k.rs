@@ -25,23 +25,29 @@ unsafe impl FileBlock for BlockQ3K {}
 /// bytes 8..12 supplies the top two bits of scales `4k..4k + 4`.
 #[inline(always)]
 pub fn unpack_scales(s: &[u8; 12]) -> [i8; 16] {
-    const NIBBLES: u32 = 0x0F0F_0F0F;
-    const PAIRS: u32 = 0x0303_0303;
-    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-    let (a, b, high) = (word(0), word(1), word(2));
-    let words = [
-        (a & NIBBLES) | ((high & PAIRS) << 4),
-        (b & NIBBLES) | (((high >> 2) & PAIRS) << 4),
-        ((a >> 4) & NIBBLES) | (((high >> 4) & PAIRS) << 4),
-        ((b >> 4) & NIBBLES) | (((high >> 6) & PAIRS) << 4),
-    ];
     let mut out = [0i8; 16];
-    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+    for (o, w) in out.chunks_exact_mut(4).zip(unpack_scales_words(s)) {
         for (v, byte) in o.iter_mut().zip(w.to_le_bytes()) {
             *v = byte as i8 - 32;
         }
     }
     out
+}
+
+/// [`unpack_scales`] as four little-endian words of biased scales (byte `i`
+/// of word `k` is scale `4k + i` plus 32), ready for a vector register.
+#[inline(always)]
+pub fn unpack_scales_words(s: &[u8; 12]) -> [u32; 4] {
+    const NIBBLES: u32 = 0x0F0F_0F0F;
+    const PAIRS: u32 = 0x0303_0303;
+    let word = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a, b, high) = (word(0), word(1), word(2));
+    [
+        (a & NIBBLES) | ((high & PAIRS) << 4),
+        (b & NIBBLES) | (((high >> 2) & PAIRS) << 4),
+        ((a >> 4) & NIBBLES) | (((high >> 4) & PAIRS) << 4),
+        ((b >> 4) & NIBBLES) | (((high >> 6) & PAIRS) << 4),
+    ]
 }
 
 /// The 256 signed 3-bit values (-4..4) of a super-block, in element order.

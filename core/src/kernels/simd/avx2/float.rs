@@ -115,4 +115,66 @@ pub(crate) mod avx2 {
         let p = x.as_ptr().cast::<u8>();
         axpy_with(out, a, |i| load_f16(p.add(2 * i)), |j| x[j].to_f32())
     }
+
+    /// Columns per block of the state kernels: 4 registers of 8 lanes per
+    /// vector kept in registers while the rows stream past.
+    const STATE_COLS: usize = 32;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
+        let dv = u.len();
+        let rows = k.len().min(s.len() / dv.max(1));
+        let blocks = dv / STATE_COLS * STATE_COLS;
+        let sp = s.as_ptr();
+        for c in (0..blocks).step_by(STATE_COLS) {
+            let mut au = [_mm256_setzero_ps(); 4];
+            let mut ao = [_mm256_setzero_ps(); 4];
+            for r in 0..rows {
+                let (kr, qr) = (_mm256_set1_ps(k[r]), _mm256_set1_ps(q[r]));
+                let p = sp.add(r * dv + c);
+                for i in 0..4 {
+                    let v = _mm256_loadu_ps(p.add(8 * i));
+                    au[i] = _mm256_fmadd_ps(kr, v, au[i]);
+                    ao[i] = _mm256_fmadd_ps(qr, v, ao[i]);
+                }
+            }
+            for i in 0..4 {
+                _mm256_storeu_ps(u.as_mut_ptr().add(c + 8 * i), au[i]);
+                _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * i), ao[i]);
+            }
+        }
+        for c in blocks..dv {
+            let (mut su, mut so) = (0.0f32, 0.0f32);
+            for r in 0..rows {
+                su += k[r] * s[r * dv + c];
+                so += q[r] * s[r * dv + c];
+            }
+            (u[c], out[c]) = (su, so);
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
+        let dv = d.len();
+        let rows = k.len().min(s.len() / dv.max(1));
+        let blocks = dv / STATE_COLS * STATE_COLS;
+        let sp = s.as_mut_ptr();
+        let g = _mm256_set1_ps(decay);
+        for c in (0..blocks).step_by(STATE_COLS) {
+            let dd: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(d.as_ptr().add(c + 8 * i)));
+            for r in 0..rows {
+                let kr = _mm256_set1_ps(k[r]);
+                let p = sp.add(r * dv + c);
+                for (i, di) in dd.iter().enumerate() {
+                    let v = _mm256_mul_ps(g, _mm256_loadu_ps(p.add(8 * i)));
+                    _mm256_storeu_ps(p.add(8 * i), _mm256_fmadd_ps(kr, *di, v));
+                }
+            }
+        }
+        for r in 0..rows {
+            for c in blocks..dv {
+                s[r * dv + c] = decay * s[r * dv + c] + k[r] * d[c];
+            }
+        }
+    }
 }

@@ -103,6 +103,8 @@ macro_rules! table {
             dot_f16: float::avx2::dot_f16,
             axpy_f32: float::avx2::axpy_f32,
             axpy_f16: float::avx2::axpy_f16,
+            state_read: float::avx2::state_read,
+            state_update: float::avx2::state_update,
         }
     };
 }

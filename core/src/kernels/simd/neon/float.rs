@@ -131,3 +131,72 @@ pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, x: &[F16]) {
     let p = x.as_ptr().cast::<u8>();
     axpy_with(out, a, |i| load_f16x8(p.add(2 * i)), |j| x[j].to_f32())
 }
+
+/// Columns per block of the state kernels: 4 registers per vector kept in
+/// registers while the rows stream past.
+const STATE_COLS: usize = 16;
+
+/// `u = s^T k`, `out = s^T q` for a row-major state of `k.len()` rows of
+/// `u.len()`: one pass over the state, column blocks held in registers.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
+    let dv = u.len();
+    let rows = k.len().min(s.len() / dv.max(1));
+    let blocks = dv / STATE_COLS * STATE_COLS;
+    let sp = s.as_ptr();
+    for c in (0..blocks).step_by(STATE_COLS) {
+        let mut au = [vdupq_n_f32(0.0); 4];
+        let mut ao = [vdupq_n_f32(0.0); 4];
+        for r in 0..rows {
+            let (kr, qr) = (*k.get_unchecked(r), *q.get_unchecked(r));
+            let p = sp.add(r * dv + c);
+            for i in 0..4 {
+                let v = vld1q_f32(p.add(4 * i));
+                au[i] = vfmaq_n_f32(au[i], v, kr);
+                ao[i] = vfmaq_n_f32(ao[i], v, qr);
+            }
+        }
+        for i in 0..4 {
+            vst1q_f32(u.as_mut_ptr().add(c + 4 * i), au[i]);
+            vst1q_f32(out.as_mut_ptr().add(c + 4 * i), ao[i]);
+        }
+    }
+    for c in blocks..dv {
+        let (mut su, mut so) = (0.0f32, 0.0f32);
+        for r in 0..rows {
+            su += k[r] * s[r * dv + c];
+            so += q[r] * s[r * dv + c];
+        }
+        (u[c], out[c]) = (su, so);
+    }
+}
+
+/// `s = decay * s + k d^T`, column blocks of `d` held in registers.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
+    let dv = d.len();
+    let rows = k.len().min(s.len() / dv.max(1));
+    let blocks = dv / STATE_COLS * STATE_COLS;
+    let sp = s.as_mut_ptr();
+    for c in (0..blocks).step_by(STATE_COLS) {
+        let dd = [
+            vld1q_f32(d.as_ptr().add(c)),
+            vld1q_f32(d.as_ptr().add(c + 4)),
+            vld1q_f32(d.as_ptr().add(c + 8)),
+            vld1q_f32(d.as_ptr().add(c + 12)),
+        ];
+        for r in 0..rows {
+            let kr = *k.get_unchecked(r);
+            let p = sp.add(r * dv + c);
+            for (i, di) in dd.iter().enumerate() {
+                let v = vmulq_n_f32(vld1q_f32(p.add(4 * i)), decay);
+                vst1q_f32(p.add(4 * i), vfmaq_n_f32(v, *di, kr));
+            }
+        }
+    }
+    for r in 0..rows {
+        for c in blocks..dv {
+            s[r * dv + c] = decay * s[r * dv + c] + k[r] * d[c];
+        }
+    }
+}

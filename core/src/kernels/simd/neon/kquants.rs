@@ -4,18 +4,25 @@
 //! removed, so no correction pass is needed except for the minimums), dotted
 //! with 16 activations, and the 4-lane result is multiply-accumulated with the
 //! group scale into an i32 accumulator; one horizontal sum per super-block.
+//!
+//! The multi-row bodies (`dotn_*`, used by the rows kernels of the formats
+//! that dominate decode) load each 16 activations once for R weight rows,
+//! gather the group sums of a row with pairwise adds into vectors of four
+//! groups, apply the scales with one vector multiply per four groups, and
+//! keep a 4-lane f32 accumulator per row: one horizontal sum per row, not per
+//! super-block.
 
 use super::{dot16, fp16, paths};
-use crate::quant::q3_k::unpack_scales;
-use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
+use crate::quant::{as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::aarch64::*;
 
 paths! {
-    q2_k, q2_k_rows = dot_q2_k(BlockQ8K);
-    q3_k, q3_k_rows = dot_q3_k(BlockQ8K);
-    q4_k, q4_k_rows = dot_q4_k(BlockQ8K);
+    q2_k, q2_k_rows = dot_q2_k(BlockQ8K) / dotn_q2_k * 2;
+    q3_k, q3_k_rows = dot_q3_k(BlockQ8K) / dotn_q3_k * 4;
+    q4_k, q4_k_rows = dot_q4_k(BlockQ8K) / dotn_q4_k * 4;
     q5_k, q5_k_rows = dot_q5_k(BlockQ8K);
-    q6_k, q6_k_rows = dot_q6_k(BlockQ8K);
+    q6_k, q6_k_rows = dot_q6_k(BlockQ8K) / dotn_q6_k * 2;
 }
 
 /// Activations `16i..16i + 16` of a Q8_K block.
@@ -207,4 +214,324 @@ unsafe fn dot_q6_k<const D: bool>(w: &[u8], a: &[BlockQ8K]) -> f32 {
         sum += yb.d * fp16(xb.d) * vaddvq_s32(sumi) as f32;
     }
     sum
+}
+
+/// Four lanes of group sums `[sum a, sum b, sum c, sum d]` (each an `sdot`
+/// accumulator) by pairwise adds.
+#[inline(always)]
+unsafe fn sums4(a: int32x4_t, b: int32x4_t, c: int32x4_t, d: int32x4_t) -> int32x4_t {
+    vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d))
+}
+
+/// Unsigned bytes as two i32 vectors (lanes 0..4, 4..8).
+#[inline(always)]
+unsafe fn widen_u8x8(v: u64) -> (int32x4_t, int32x4_t) {
+    let w = vmovl_u8(vcreate_u8(v));
+    (vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(w))), vreinterpretq_s32_u32(vmovl_high_u16(w)))
+}
+
+/// The 8 activation registers of half `h` (values 128h..128h + 128) of a block.
+#[inline(always)]
+unsafe fn acts_half(y: &BlockQ8K, h: usize) -> [int8x16_t; 8] {
+    let p = y.qs.as_ptr().add(128 * h);
+    [
+        vld1q_s8(p),
+        vld1q_s8(p.add(16)),
+        vld1q_s8(p.add(32)),
+        vld1q_s8(p.add(48)),
+        vld1q_s8(p.add(64)),
+        vld1q_s8(p.add(80)),
+        vld1q_s8(p.add(96)),
+        vld1q_s8(p.add(112)),
+    ]
+}
+
+/// Sums of groups 4h..4h + 4 of a Q4_K block against half `h` of its
+/// activations `y`: bytes 64h..64h + 64, low nibbles then high nibbles of
+/// each 32 bytes.
+#[inline(always)]
+unsafe fn q4_k_half<const D: bool>(xb: &BlockQ4K, h: usize, y: &[int8x16_t; 8]) -> int32x4_t {
+    let (low, zero) = (vdupq_n_u8(0x0F), vdupq_n_s32(0));
+    let p = xb.qs.as_ptr().add(64 * h);
+    let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
+    let dot2 = |a: uint8x16_t, b: uint8x16_t, ya: int8x16_t, yb: int8x16_t| {
+        dot16::<D>(dot16::<D>(zero, s8(a), ya), s8(b), yb)
+    };
+    sums4(
+        dot2(vandq_u8(q0, low), vandq_u8(q1, low), y[0], y[1]),
+        dot2(vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1), y[2], y[3]),
+        dot2(vandq_u8(q2, low), vandq_u8(q3, low), y[4], y[5]),
+        dot2(vshrq_n_u8::<4>(q2), vshrq_n_u8::<4>(q3), y[6], y[7]),
+    )
+}
+
+/// One Q4_K super-block's contribution to a row's 4-lane accumulator, from
+/// its group sums (groups 0..4, 4..8) and the activations' pair sums.
+#[inline(always)]
+unsafe fn q4_k_scale(acc: float32x4_t, g: [int32x4_t; 2], xb: &BlockQ4K, yb: &BlockQ8K, pairs: int16x8_t) -> float32x4_t {
+    let (sc, m) = scales_mins_k4_words(&xb.scales);
+    let (s0, s1) = widen_u8x8(sc);
+    let isum = vmlaq_s32(vmulq_s32(g[0], s0), g[1], s1);
+    let m = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(m)));
+    let msum = vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs);
+    let acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d));
+    vfmaq_n_f32(acc, vcvtq_f32_s32(msum), -yb.d * fp16(xb.dmin))
+}
+
+#[inline(always)]
+unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ4K>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for (b, yb) in a.iter().enumerate() {
+        let xb: [&BlockQ4K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let y = acts_half(yb, 0);
+        let lo: [_; R] = std::array::from_fn(|r| q4_k_half::<D>(xb[r], 0, &y));
+        let y = acts_half(yb, 1);
+        let hi: [_; R] = std::array::from_fn(|r| q4_k_half::<D>(xb[r], 1, &y));
+        let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
+        for r in 0..R {
+            acc[r] = q4_k_scale(acc[r], [lo[r], hi[r]], xb[r], yb, pairs);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
+}
+
+/// The 8 registers of unsigned 6-bit values (0..64, offset not removed) in
+/// half `h` of a Q6_K block, in the order of [`q6_half`]; the high bit pairs
+/// are inserted with shift-and-insert (`sli` / `sri`), which also masks.
+#[inline(always)]
+unsafe fn q6_half_unsigned(xb: &BlockQ6K, h: usize) -> [int8x16_t; 8] {
+    let ql = |i: usize| vld1q_u8(xb.ql.as_ptr().add(64 * h + 16 * i));
+    let (ql0, ql1, ql2, ql3) = (ql(0), ql(1), ql(2), ql(3));
+    let qh0 = vld1q_u8(xb.qh.as_ptr().add(32 * h));
+    let qh1 = vld1q_u8(xb.qh.as_ptr().add(32 * h + 16));
+    let (m03, m30) = (vdupq_n_u8(0x03), vdupq_n_u8(0x30));
+    let (qs0, qs1) = (vshrq_n_u8::<2>(qh0), vshrq_n_u8::<2>(qh1));
+    [
+        // low nibble | bits 0..2 << 4, low nibble | bits 2..4 << 4
+        s8(vsliq_n_u8::<4>(ql0, vandq_u8(qh0, m03))),
+        s8(vsliq_n_u8::<4>(ql1, vandq_u8(qh1, m03))),
+        s8(vsliq_n_u8::<4>(ql2, vandq_u8(qs0, m03))),
+        s8(vsliq_n_u8::<4>(ql3, vandq_u8(qs1, m03))),
+        // high nibble | bits 4..6 (already in place), high nibble | bits 6..8
+        s8(vsriq_n_u8::<4>(vandq_u8(qh0, m30), ql0)),
+        s8(vsriq_n_u8::<4>(vandq_u8(qh1, m30), ql1)),
+        s8(vsriq_n_u8::<4>(vandq_u8(qs0, m30), ql2)),
+        s8(vsriq_n_u8::<4>(vandq_u8(qs1, m30), ql3)),
+    ]
+}
+
+/// Sums of groups 8h..8h + 4 and 8h + 4..8h + 8 of a Q6_K block (unsigned
+/// values) against half `h` of its activations `y`.
+#[inline(always)]
+unsafe fn q6_k_half<const D: bool>(xb: &BlockQ6K, h: usize, y: &[int8x16_t; 8]) -> [int32x4_t; 2] {
+    let zero = vdupq_n_s32(0);
+    let v = q6_half_unsigned(xb, h);
+    let d = |i: usize| dot16::<D>(zero, v[i], y[i]);
+    [sums4(d(0), d(1), d(2), d(3)), sums4(d(4), d(5), d(6), d(7))]
+}
+
+/// One Q6_K super-block's contribution to a row's 4-lane accumulator, from
+/// its group sums on unsigned values (groups 4k..4k + 4 in `g[k]`).
+#[inline(always)]
+unsafe fn q6_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ6K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+    let sc = vld1q_s8(xb.scales.as_ptr());
+    let (sl, sh) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
+    let mut isum = vmulq_s32(g[0], vmovl_s16(vget_low_s16(sl)));
+    isum = vmlaq_s32(isum, g[1], vmovl_high_s16(sl));
+    isum = vmlaq_s32(isum, g[2], vmovl_s16(vget_low_s16(sh)));
+    isum = vmlaq_s32(isum, g[3], vmovl_high_s16(sh));
+    // The offset 32 of every value: minus 32 * sum_g scale_g * bsum_g.
+    let [b0, b1] = bsums;
+    let corr = vmull_s16(vget_low_s16(sl), vget_low_s16(b0));
+    let corr = vmlal_high_s16(corr, sl, b0);
+    let corr = vmlal_s16(corr, vget_low_s16(sh), vget_low_s16(b1));
+    let corr = vmlal_high_s16(corr, sh, b1);
+    isum = vsubq_s32(isum, vshlq_n_s32::<5>(corr));
+    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d))
+}
+
+#[inline(always)]
+unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ6K>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for (b, yb) in a.iter().enumerate() {
+        let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let y = acts_half(yb, 0);
+        let lo: [_; R] = std::array::from_fn(|r| q6_k_half::<D>(xb[r], 0, &y));
+        let y = acts_half(yb, 1);
+        let hi: [_; R] = std::array::from_fn(|r| q6_k_half::<D>(xb[r], 1, &y));
+        let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
+        for r in 0..R {
+            acc[r] = q6_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
+}
+
+/// Scale multipliers of the groups of a half block in the Q2_K/Q3_K four-row
+/// bodies. Bit pair `j` of a byte is used in place (`q & 3 << 2j`, values
+/// times `4^j`) for j < 3 and shifted down for j = 3, so the group sums of a
+/// half come out times [1, 1, 4, 4, 16, 16, 1, 1]; multiplying the scales by
+/// [16, 16, 4, 4, 1, 1, 16, 16] makes every product 16 times its true value,
+/// and the super-block scale is divided by 16 (exactly) instead. This saves a
+/// shift per 16 values.
+const PAIR_SCALE: u64 = 0x1010_0101_0404_1010;
+
+/// Group sums (times the in-place factors of [`PAIR_SCALE`]) of 2-bit values
+/// `qs` (32 bytes: groups 8h + 2j from the first 16, 8h + 2j + 1 from the
+/// second) plus optional high bits already placed per pair, against the half's
+/// activations `y`.
+#[inline(always)]
+unsafe fn pairs_half<const D: bool>(v: [uint8x16_t; 8], y: &[int8x16_t; 8]) -> [int32x4_t; 2] {
+    let zero = vdupq_n_s32(0);
+    let d = |i: usize| dot16::<D>(zero, s8(v[i]), y[i]);
+    [sums4(d(0), d(1), d(2), d(3)), sums4(d(4), d(5), d(6), d(7))]
+}
+
+/// The eight registers of bit pairs of half `h` of a Q2_K/Q3_K block in group
+/// order (pair j of the first 16 bytes, pair j of the second, ...), in place.
+#[inline(always)]
+unsafe fn bit_pairs(qs: &[u8; 64], h: usize) -> [uint8x16_t; 8] {
+    let p = qs.as_ptr().add(32 * h);
+    let (q0, q1) = (vld1q_u8(p), vld1q_u8(p.add(16)));
+    let (m0, m1, m2) = (vdupq_n_u8(0x03), vdupq_n_u8(0x0C), vdupq_n_u8(0x30));
+    [
+        vandq_u8(q0, m0),
+        vandq_u8(q1, m0),
+        vandq_u8(q0, m1),
+        vandq_u8(q1, m1),
+        vandq_u8(q0, m2),
+        vandq_u8(q1, m2),
+        vshrq_n_u8::<6>(q0),
+        vshrq_n_u8::<6>(q1),
+    ]
+}
+
+/// `sum_k g[k] * scales[4k..4k + 4]` for 16 scales as i16 lanes.
+#[inline(always)]
+unsafe fn scale16(g: [int32x4_t; 4], lo: int16x8_t, hi: int16x8_t) -> int32x4_t {
+    let isum = vmulq_s32(g[0], vmovl_s16(vget_low_s16(lo)));
+    let isum = vmlaq_s32(isum, g[1], vmovl_high_s16(lo));
+    let isum = vmlaq_s32(isum, g[2], vmovl_s16(vget_low_s16(hi)));
+    vmlaq_s32(isum, g[3], vmovl_high_s16(hi))
+}
+
+/// `sum_g w[g] * bsums[g]` for 16 i16 weights.
+#[inline(always)]
+unsafe fn dot_bsums16(lo: int16x8_t, hi: int16x8_t, bsums: [int16x8_t; 2]) -> int32x4_t {
+    let [b0, b1] = bsums;
+    let s = vmull_s16(vget_low_s16(lo), vget_low_s16(b0));
+    let s = vmlal_high_s16(s, lo, b0);
+    let s = vmlal_s16(s, vget_low_s16(hi), vget_low_s16(b1));
+    vmlal_high_s16(s, hi, b1)
+}
+
+#[inline(always)]
+unsafe fn q2_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ2K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+    let raw = vld1q_u8(xb.scales.as_ptr());
+    let mult = vcombine_u8(vcreate_u8(PAIR_SCALE), vcreate_u8(PAIR_SCALE));
+    // Scales (4 bits) times at most 16 fit a byte.
+    let sc = vmulq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), mult);
+    let isum = scale16(g, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(sc))), vreinterpretq_s16_u16(vmovl_high_u8(sc)));
+    let m = vshrq_n_u8::<4>(raw);
+    let msum = dot_bsums16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))), vreinterpretq_s16_u16(vmovl_high_u8(m)), bsums);
+    let acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0));
+    vfmaq_n_f32(acc, vcvtq_f32_s32(msum), -yb.d * fp16(xb.dmin))
+}
+
+#[inline(always)]
+unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ2K>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for (b, yb) in a.iter().enumerate() {
+        let xb: [&BlockQ2K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let y = acts_half(yb, 0);
+        let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(bit_pairs(&xb[r].qs, 0), &y));
+        let y = acts_half(yb, 1);
+        let hi: [_; R] = std::array::from_fn(|r| pairs_half::<D>(bit_pairs(&xb[r].qs, 1), &y));
+        let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
+        for r in 0..R {
+            acc[r] = q2_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
+}
+
+/// Half `H` of a Q3_K block as unsigned 3-bit values (value + 4) in place:
+/// [`bit_pairs`] plus each value's high bit (bit 4H + j of its `hmask` byte)
+/// moved just above its pair (to bit 2j + 2 for j < 3, bit 2 for j = 3).
+#[inline(always)]
+unsafe fn q3_k_half<const H: usize>(xb: &BlockQ3K) -> [uint8x16_t; 8] {
+    let v = bit_pairs(&xb.qs, H);
+    let (hm0, hm1) = (vld1q_u8(xb.hmask.as_ptr()), vld1q_u8(xb.hmask.as_ptr().add(16)));
+    let (b2, b4, b6) = (vdupq_n_u8(0x04), vdupq_n_u8(0x10), vdupq_n_u8(0x40));
+    // Immediate shifts only: a vector shift count per pair would hold eight
+    // more registers across the four rows.
+    let high = |hm: uint8x16_t| -> [uint8x16_t; 4] {
+        if H == 0 {
+            [
+                vandq_u8(vshlq_n_u8::<2>(hm), b2),
+                vandq_u8(vshlq_n_u8::<3>(hm), b4),
+                vandq_u8(vshlq_n_u8::<4>(hm), b6),
+                vandq_u8(vshrq_n_u8::<1>(hm), b2),
+            ]
+        } else {
+            [
+                vandq_u8(vshrq_n_u8::<2>(hm), b2),
+                vandq_u8(vshrq_n_u8::<1>(hm), b4),
+                vandq_u8(hm, b6),
+                vandq_u8(vshrq_n_u8::<5>(hm), b2),
+            ]
+        }
+    };
+    let (h0, h1) = (high(hm0), high(hm1));
+    [
+        vorrq_u8(v[0], h0[0]),
+        vorrq_u8(v[1], h1[0]),
+        vorrq_u8(v[2], h0[1]),
+        vorrq_u8(v[3], h1[1]),
+        vorrq_u8(v[4], h0[2]),
+        vorrq_u8(v[5], h1[2]),
+        vorrq_u8(v[6], h0[3]),
+        vorrq_u8(v[7], h1[3]),
+    ]
+}
+
+#[inline(always)]
+unsafe fn q3_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ3K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+    let w = unpack_scales_words(&xb.scales);
+    let biased = vcombine_u8(
+        vcreate_u8(w[0] as u64 | (w[1] as u64) << 32),
+        vcreate_u8(w[2] as u64 | (w[3] as u64) << 32),
+    );
+    let sc = vsubq_s8(s8(biased), vdupq_n_s8(32));
+    let (lo, hi) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
+    let mult = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(PAIR_SCALE)));
+    let isum = scale16(g, vmulq_s16(lo, mult), vmulq_s16(hi, mult));
+    // Values are stored plus 4: minus 4 * sum_g scale_g * bsum_g, times 16.
+    let isum = vsubq_s32(isum, vshlq_n_s32::<6>(dot_bsums16(lo, hi, bsums)));
+    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0))
+}
+
+#[inline(always)]
+unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ3K>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for (b, yb) in a.iter().enumerate() {
+        let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let y = acts_half(yb, 0);
+        let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(q3_k_half::<0>(xb[r]), &y));
+        let y = acts_half(yb, 1);
+        let hi: [_; R] = std::array::from_fn(|r| pairs_half::<D>(q3_k_half::<1>(xb[r]), &y));
+        let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
+        for r in 0..R {
+            acc[r] = q3_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
 }

@@ -65,6 +65,8 @@ macro_rules! table {
             dot_f16: float::dot_f16,
             axpy_f32: float::axpy_f32,
             axpy_f16: float::axpy_f16,
+            state_read: float::state_read,
+            state_update: float::state_update,
         }
     };
 }
@@ -72,37 +74,37 @@ use table;
 
 /// Instantiate kernel bodies `$body::<D>` as `#[target_feature]` functions
 /// in modules `neon` (D = false) and `dotprod` (D = true): `$name` (one row)
-/// and `$rows` (consecutive weight rows with one activation row).
+/// and `$rows` (consecutive weight rows with one activation row). A format
+/// with a multi-row body (`/ $bodyn * N`) runs its rows N at a time, sharing
+/// every activation load, and the last `rows % N` through `$body`.
 macro_rules! paths {
-    ($($name:ident, $rows:ident = $body:ident ($act:ty);)*) => {
-        pub(crate) mod neon {
+    ($($name:ident, $rows:ident = $body:ident ($act:ty) $(/ $bodyn:ident * $n:literal)?;)*) => {
+        paths!(@path neon, "neon", false; $($name, $rows = $body ($act) $(/ $bodyn * $n)?;)*);
+        paths!(@path dotprod, "neon,dotprod", true; $($name, $rows = $body ($act) $(/ $bodyn * $n)?;)*);
+    };
+    (@path $m:ident, $feat:literal, $d:literal; $($name:ident, $rows:ident = $body:ident ($act:ty) $(/ $bodyn:ident * $n:literal)?;)*) => {
+        pub(crate) mod $m {
             #[allow(unused_imports)]
             use crate::quant::*;
             $(
-                #[target_feature(enable = "neon")]
+                #[target_feature(enable = $feat)]
                 pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<false>(w, a)
+                    super::$body::<$d>(w, a)
                 }
-                #[target_feature(enable = "neon")]
+                #[target_feature(enable = $feat)]
+                #[allow(unused_mut)]
                 pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
-                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-                        *o = super::$body::<false>(row, a);
-                    }
-                }
-            )*
-        }
-        pub(crate) mod dotprod {
-            #[allow(unused_imports)]
-            use crate::quant::*;
-            $(
-                #[target_feature(enable = "neon,dotprod")]
-                pub(crate) unsafe fn $name(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<true>(w, a)
-                }
-                #[target_feature(enable = "neon,dotprod")]
-                pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
-                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-                        *o = super::$body::<true>(row, a);
+                    let mut done = 0;
+                    $(
+                        for (o, r) in out.chunks_exact_mut($n).zip(w.chunks_exact($n * row_bytes)) {
+                            let rows: [&[u8]; $n] = std::array::from_fn(|i| &r[i * row_bytes..(i + 1) * row_bytes]);
+                            o.copy_from_slice(&super::$bodyn::<$d, $n>(rows, a));
+                            done += $n;
+                        }
+                    )?
+                    let rest = w.get(done * row_bytes..).unwrap_or_default();
+                    for (o, row) in out[done..].iter_mut().zip(rest.chunks_exact(row_bytes)) {
+                        *o = super::$body::<$d>(row, a);
                     }
                 }
             )*
