@@ -63,8 +63,8 @@ fn pocket_release() -> Result<PathBuf, String> {
     Ok(root.join("target/release/pocket"))
 }
 
-/// One Pocket draw: (prefill t/s, decode t/s).
-fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64), String> {
+/// One Pocket draw: (prefill t/s, decode t/s, peak RSS bytes, private RSS bytes).
+fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64, u64, u64), String> {
     let out = output(Command::new(exe).args(["bench", "--json", "--draws", "1"]).arg("--model").arg(&o.model).args([
         "-p",
         &o.p.to_string(),
@@ -74,12 +74,26 @@ fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64), String> {
         &o.threads.to_string(),
     ]))?;
     let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("pocket bench output: {e}"))?;
-    Ok((v["prefill_tps"]["mean"].as_f64().unwrap_or(0.0), v["decode_tps"]["mean"].as_f64().unwrap_or(0.0)))
+    Ok((
+        v["prefill_tps"]["mean"].as_f64().unwrap_or(0.0),
+        v["decode_tps"]["mean"].as_f64().unwrap_or(0.0),
+        v["memory"]["peak_rss_bytes"].as_u64().unwrap_or(0),
+        v["memory"]["anon_rss_bytes"].as_u64().unwrap_or(0),
+    ))
 }
 
-/// One llama-bench draw (its own warm-up included): (pp t/s, tg t/s).
-fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64), String> {
-    let mut cmd = Command::new(bin.join("llama-bench"));
+/// One llama-bench draw (its own warm-up included): (pp t/s, tg t/s, peak
+/// RSS bytes as GNU time reports it, 0 without it).
+fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64, u64), String> {
+    let rss_file = std::env::temp_dir().join(format!("pocket-llama-rss-{}.txt", std::process::id()));
+    let time = Path::new("/usr/bin/time");
+    let mut cmd = if time.exists() {
+        let mut c = Command::new(time);
+        c.args(["-f", "%M", "-o"]).arg(&rss_file).arg(bin.join("llama-bench"));
+        c
+    } else {
+        Command::new(bin.join("llama-bench"))
+    };
     cmd.env("LD_LIBRARY_PATH", bin).arg("-m").arg(&o.model).args([
         "-t",
         &o.threads.to_string(),
@@ -107,7 +121,8 @@ fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64), String> {
             tg = tps;
         }
     }
-    Ok((pp, tg))
+    let rss_kib = std::fs::read_to_string(&rss_file).ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(0);
+    Ok((pp, tg, rss_kib * 1024))
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -147,7 +162,8 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
         eprintln!("draw {}: llama pp {:.2} tg {:.2} | pocket pp {:.2} tg {:.2}", d + 1, l.0, l.1, p.0, p.1);
         rows.push((l, p));
     }
-    let col = |f: &dyn Fn(&((f64, f64), (f64, f64))) -> f64| mean_sd(&rows.iter().map(f).collect::<Vec<_>>());
+    type Row = ((f64, f64, u64), (f64, f64, u64, u64));
+    let col = |f: &dyn Fn(&Row) -> f64| mean_sd(&rows.iter().map(f).collect::<Vec<_>>());
     let (lpp, ltg) = (col(&|r| r.0 .0), col(&|r| r.0 .1));
     let (ppp, ptg) = (col(&|r| r.1 .0), col(&|r| r.1 .1));
     let (rpp, rtg) = (col(&|r| r.1 .0 / r.0 .0), col(&|r| r.1 .1 / r.0 .1));
@@ -190,6 +206,14 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
         rtg.1
     );
     println!("roofline   llama.cpp {:.0} %   pocket {:.0} %", 100.0 * ltg.0 / roofline, 100.0 * ptg.0 / roofline);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let max = |f: &dyn Fn(&Row) -> u64| rows.iter().map(f).max().unwrap_or(0);
+    println!(
+        "peak RSS   llama.cpp {:.2} GiB   pocket {:.2} GiB (of which private {:.2} GiB; the rest is mapped file pages)",
+        gib(max(&|r| r.0 .2)),
+        gib(max(&|r| r.1 .2)),
+        gib(max(&|r| r.1 .3))
+    );
     Ok(())
 }
 

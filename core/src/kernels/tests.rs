@@ -324,11 +324,21 @@ fn state_kernels_equal_scalar_twins() {
                 (scalar().state_update)(&mut s2, 0.9, &kk, &d);
             }
             for c in 0..dv {
-                let mag: f32 = (0..rows).map(|r| (s[r * dv + c] * kk[r]).abs() + (s[r * dv + c] * q[r]).abs()).sum::<f32>() + 1e-20;
-                assert!(close(u1[c], u2[c], mag) && close(o1[c], o2[c], mag), "{} state_read {rows}x{dv} col {c}", k.isa());
+                let mag: f32 =
+                    (0..rows).map(|r| (s[r * dv + c] * kk[r]).abs() + (s[r * dv + c] * q[r]).abs()).sum::<f32>()
+                        + 1e-20;
+                assert!(
+                    close(u1[c], u2[c], mag) && close(o1[c], o2[c], mag),
+                    "{} state_read {rows}x{dv} col {c}",
+                    k.isa()
+                );
             }
             for (i, (a, b)) in s1.iter().zip(&s2).enumerate() {
-                assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{} state_update {rows}x{dv} at {i}: {a} vs {b}", k.isa());
+                assert!(
+                    (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                    "{} state_update {rows}x{dv} at {i}: {a} vs {b}",
+                    k.isa()
+                );
             }
         }
     }

@@ -119,6 +119,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         samples.push((pp, tg));
     }
 
+    let mem = memory();
     let pps: Vec<f64> = samples.iter().map(|s| s.0).collect();
     let tgs: Vec<f64> = samples.iter().map(|s| s.1).collect();
     let (p, t) = (spread(&pps), spread(&tgs));
@@ -130,6 +131,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             "draws": samples.iter().map(|&(pp, tg)| json!({"prefill_tps": pp, "decode_tps": tg})).collect::<Vec<_>>(),
             "prefill_tps": sj(&p),
             "decode_tps": sj(&t),
+            "memory": mem.map(|m| json!({
+                "peak_rss_bytes": m.peak_rss,
+                "anon_rss_bytes": m.anon_rss,
+                "file_rss_bytes": m.file_rss,
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
@@ -142,6 +148,15 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             summary.bytes_per_token_estimate as f64 / (1u64 << 20) as f64
         );
         println!("load         {load_ms:.1} ms");
+        if let Some(m) = mem {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            println!(
+                "memory       peak RSS {:.0} MiB (now: {:.0} MiB private, {:.0} MiB mapped file pages)",
+                mib(m.peak_rss),
+                mib(m.anon_rss),
+                mib(m.file_rss)
+            );
+        }
         println!("{:<14} {:>10} {:>8} {:>10} {:>10}", "test", "mean t/s", "sd", "min", "max");
         if n_prompt > 0 {
             println!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("pp{n_prompt}"), p.mean, p.sd, p.min, p.max);
@@ -151,4 +166,23 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The process's memory as Linux reports it (`/proc/self/status`): peak
+/// resident set, and the current private (anonymous) and file-backed parts.
+/// Mapped weights count as file pages: the kernel can drop them at will.
+#[derive(Clone, Copy)]
+struct Memory {
+    peak_rss: u64,
+    anon_rss: u64,
+    file_rss: u64,
+}
+
+fn memory() -> Option<Memory> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib = |key: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        Some(line[key.len()..].trim().trim_end_matches("kB").trim().parse::<u64>().ok()? * 1024)
+    };
+    Some(Memory { peak_rss: kib("VmHWM:")?, anon_rss: kib("RssAnon:")?, file_rss: kib("RssFile:")? })
 }

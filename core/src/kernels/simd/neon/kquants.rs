@@ -14,7 +14,9 @@
 
 use super::{dot16, fp16, paths};
 use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
-use crate::quant::{as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::{
+    as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+};
 use std::arch::aarch64::*;
 
 paths! {
@@ -254,9 +256,8 @@ unsafe fn q4_k_half<const D: bool>(xb: &BlockQ4K, h: usize, y: &[int8x16_t; 8]) 
     let (low, zero) = (vdupq_n_u8(0x0F), vdupq_n_s32(0));
     let p = xb.qs.as_ptr().add(64 * h);
     let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
-    let dot2 = |a: uint8x16_t, b: uint8x16_t, ya: int8x16_t, yb: int8x16_t| {
-        dot16::<D>(dot16::<D>(zero, s8(a), ya), s8(b), yb)
-    };
+    let dot2 =
+        |a: uint8x16_t, b: uint8x16_t, ya: int8x16_t, yb: int8x16_t| dot16::<D>(dot16::<D>(zero, s8(a), ya), s8(b), yb);
     sums4(
         dot2(vandq_u8(q0, low), vandq_u8(q1, low), y[0], y[1]),
         dot2(vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1), y[2], y[3]),
@@ -268,7 +269,13 @@ unsafe fn q4_k_half<const D: bool>(xb: &BlockQ4K, h: usize, y: &[int8x16_t; 8]) 
 /// One Q4_K super-block's contribution to a row's 4-lane accumulator, from
 /// its group sums (groups 0..4, 4..8) and the activations' pair sums.
 #[inline(always)]
-unsafe fn q4_k_scale(acc: float32x4_t, g: [int32x4_t; 2], xb: &BlockQ4K, yb: &BlockQ8K, pairs: int16x8_t) -> float32x4_t {
+unsafe fn q4_k_scale(
+    acc: float32x4_t,
+    g: [int32x4_t; 2],
+    xb: &BlockQ4K,
+    yb: &BlockQ8K,
+    pairs: int16x8_t,
+) -> float32x4_t {
     let (sc, m) = scales_mins_k4_words(&xb.scales);
     let (s0, s1) = widen_u8x8(sc);
     let isum = vmlaq_s32(vmulq_s32(g[0], s0), g[1], s1);
@@ -335,7 +342,13 @@ unsafe fn q6_k_half<const D: bool>(xb: &BlockQ6K, h: usize, y: &[int8x16_t; 8]) 
 /// One Q6_K super-block's contribution to a row's 4-lane accumulator, from
 /// its group sums on unsigned values (groups 4k..4k + 4 in `g[k]`).
 #[inline(always)]
-unsafe fn q6_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ6K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+unsafe fn q6_k_scale(
+    acc: float32x4_t,
+    g: [int32x4_t; 4],
+    xb: &BlockQ6K,
+    yb: &BlockQ8K,
+    bsums: [int16x8_t; 2],
+) -> float32x4_t {
     let sc = vld1q_s8(xb.scales.as_ptr());
     let (sl, sh) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
     let mut isum = vmulq_s32(g[0], vmovl_s16(vget_low_s16(sl)));
@@ -430,14 +443,21 @@ unsafe fn dot_bsums16(lo: int16x8_t, hi: int16x8_t, bsums: [int16x8_t; 2]) -> in
 }
 
 #[inline(always)]
-unsafe fn q2_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ2K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+unsafe fn q2_k_scale(
+    acc: float32x4_t,
+    g: [int32x4_t; 4],
+    xb: &BlockQ2K,
+    yb: &BlockQ8K,
+    bsums: [int16x8_t; 2],
+) -> float32x4_t {
     let raw = vld1q_u8(xb.scales.as_ptr());
     let mult = vcombine_u8(vcreate_u8(PAIR_SCALE), vcreate_u8(PAIR_SCALE));
     // Scales (4 bits) times at most 16 fit a byte.
     let sc = vmulq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), mult);
     let isum = scale16(g, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(sc))), vreinterpretq_s16_u16(vmovl_high_u8(sc)));
     let m = vshrq_n_u8::<4>(raw);
-    let msum = dot_bsums16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))), vreinterpretq_s16_u16(vmovl_high_u8(m)), bsums);
+    let msum =
+        dot_bsums16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))), vreinterpretq_s16_u16(vmovl_high_u8(m)), bsums);
     let acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0));
     vfmaq_n_f32(acc, vcvtq_f32_s32(msum), -yb.d * fp16(xb.dmin))
 }
@@ -502,12 +522,16 @@ unsafe fn q3_k_half<const H: usize>(xb: &BlockQ3K) -> [uint8x16_t; 8] {
 }
 
 #[inline(always)]
-unsafe fn q3_k_scale(acc: float32x4_t, g: [int32x4_t; 4], xb: &BlockQ3K, yb: &BlockQ8K, bsums: [int16x8_t; 2]) -> float32x4_t {
+unsafe fn q3_k_scale(
+    acc: float32x4_t,
+    g: [int32x4_t; 4],
+    xb: &BlockQ3K,
+    yb: &BlockQ8K,
+    bsums: [int16x8_t; 2],
+) -> float32x4_t {
     let w = unpack_scales_words(&xb.scales);
-    let biased = vcombine_u8(
-        vcreate_u8(w[0] as u64 | (w[1] as u64) << 32),
-        vcreate_u8(w[2] as u64 | (w[3] as u64) << 32),
-    );
+    let biased =
+        vcombine_u8(vcreate_u8(w[0] as u64 | (w[1] as u64) << 32), vcreate_u8(w[2] as u64 | (w[3] as u64) << 32));
     let sc = vsubq_s8(s8(biased), vdupq_n_s8(32));
     let (lo, hi) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
     let mult = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(PAIR_SCALE)));
