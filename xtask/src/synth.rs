@@ -102,7 +102,7 @@ impl Geometry {
     }
 
     fn is_recurrent(&self, il: usize) -> bool {
-        self.arch == Arch::Qwen35Moe && (il + 1) % self.full_attention_interval != 0
+        self.arch == Arch::Qwen35Moe && !(il + 1).is_multiple_of(self.full_attention_interval)
     }
 
     fn arch_name(&self) -> &'static str {

@@ -158,7 +158,7 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
     let data_len = file_len.saturating_sub(data_offset);
     for t in &tensors {
         let end = t.offset.checked_add(t.size);
-        if end.map_or(true, |e| e > data_len) {
+        if end.is_none_or(|e| e > data_len) {
             return Err(Error::TensorOutOfBounds {
                 tensor: t.name.clone(),
                 start: t.offset,
@@ -179,7 +179,7 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
 
 /// Byte size of a tensor, with every step checked.
 fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64> {
-    if dims.iter().any(|&d| d == 0) {
+    if dims.contains(&0) {
         return Err(Error::ZeroDim { tensor: name.to_string() });
     }
     let overflow = || Error::ShapeOverflow { tensor: name.to_string() };
@@ -191,7 +191,7 @@ fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64> {
         return Err(overflow());
     }
     let block = ty.block_size() as u64;
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(Error::PartialBlock { tensor: name.to_string(), ty: ty.name().to_string(), row: dims[0], block });
     }
     (elements / block).checked_mul(ty.type_size() as u64).ok_or_else(overflow)

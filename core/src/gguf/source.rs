@@ -52,7 +52,7 @@ impl Source {
     fn map_range(file: &File, offset: u64, len: u64) -> Result<Source> {
         let file_len = file.metadata()?.len();
         let end = offset.checked_add(len);
-        if end.map_or(true, |e| e > file_len) {
+        if end.is_none_or(|e| e > file_len) {
             return Err(Error::RangeOutsideFile { offset, len, file_len });
         }
         if len == 0 {

@@ -131,7 +131,7 @@ impl StringArray {
     /// Strings given as one buffer and the end offset of each (ends must be
     /// ascending char boundaries of `buf`).
     pub fn from_parts(buf: String, ends: Vec<usize>) -> Self {
-        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]) && ends.last().map_or(true, |&e| e == buf.len()));
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]) && ends.last().is_none_or(|&e| e == buf.len()));
         StringArray { buf, ends }
     }
 

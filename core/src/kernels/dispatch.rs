@@ -146,9 +146,12 @@ pub struct Kernels {
     pub(crate) axpy_f32: unsafe fn(&mut [f32], f32, &[f32]),
     pub(crate) axpy_f16: unsafe fn(&mut [f32], f32, &[f16]),
     // recurrent state (Gated DeltaNet): see ops::state_read / state_update
-    pub(crate) state_read: unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]),
+    pub(crate) state_read: StateRead,
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
 }
+
+/// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
+pub(crate) type StateRead = unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
 
 impl Kernels {
     /// The portable reference path.

@@ -141,7 +141,7 @@ pub struct KvCache {
 
 impl KvCache {
     pub fn new(ty: KvType, n_kv_head: usize, head_dim_k: usize, head_dim_v: usize, capacity: usize) -> Result<Self> {
-        if ty == KvType::Q8_0 && (head_dim_k % QK8_0 != 0 || head_dim_v % QK8_0 != 0) {
+        if ty == KvType::Q8_0 && (!head_dim_k.is_multiple_of(QK8_0) || !head_dim_v.is_multiple_of(QK8_0)) {
             return Err(Error::InvalidArgument(format!(
                 "a q8_0 KV cache needs head sizes that are multiples of {QK8_0} (this model: {head_dim_k}, {head_dim_v})"
             )));

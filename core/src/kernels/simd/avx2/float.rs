@@ -129,8 +129,8 @@ pub(crate) mod avx2 {
         for c in (0..blocks).step_by(STATE_COLS) {
             let mut au = [_mm256_setzero_ps(); 4];
             let mut ao = [_mm256_setzero_ps(); 4];
-            for r in 0..rows {
-                let (kr, qr) = (_mm256_set1_ps(k[r]), _mm256_set1_ps(q[r]));
+            for (r, (&kr, &qr)) in k[..rows].iter().zip(&q[..rows]).enumerate() {
+                let (kr, qr) = (_mm256_set1_ps(kr), _mm256_set1_ps(qr));
                 let p = sp.add(r * dv + c);
                 for i in 0..4 {
                     let v = _mm256_loadu_ps(p.add(8 * i));
@@ -162,8 +162,8 @@ pub(crate) mod avx2 {
         let g = _mm256_set1_ps(decay);
         for c in (0..blocks).step_by(STATE_COLS) {
             let dd: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(d.as_ptr().add(c + 8 * i)));
-            for r in 0..rows {
-                let kr = _mm256_set1_ps(k[r]);
+            for (r, &kr) in k[..rows].iter().enumerate() {
+                let kr = _mm256_set1_ps(kr);
                 let p = sp.add(r * dv + c);
                 for (i, di) in dd.iter().enumerate() {
                     let v = _mm256_mul_ps(g, _mm256_loadu_ps(p.add(8 * i)));
