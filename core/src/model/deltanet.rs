@@ -311,17 +311,17 @@ impl ChunkScratch {
             acc += self.g[t];
             self.cum[t] = acc;
         }
-        // D starts as beta_t (v_t - exp(G_t) S0^T k_t).
+        // D starts as beta_t (v_t - exp(G_t) S0^T k_t); the outputs start as
+        // exp(G_t) S0^T q_t. Both reads of S0 in one pass per token.
         for t in 0..c {
             let d = &mut self.d[t * dv..(t + 1) * dv];
-            d.fill(0.0);
-            for (row, &ki) in s.chunks_exact(dv).zip(&self.k[t * dk..(t + 1) * dk]) {
-                ops::axpy_f32(d, ki, row);
-            }
+            let o = &mut self.o[t * dv..(t + 1) * dv];
+            ops::state_read(s, &self.k[t * dk..(t + 1) * dk], &self.q[t * dk..(t + 1) * dk], d, o);
             let gt = self.cum[t].exp();
             for (di, &vi) in d.iter_mut().zip(&self.v[t * dv..(t + 1) * dv]) {
                 *di = self.beta[t] * (vi - gt * *di);
             }
+            ops::scale(o, gt);
         }
         // Forward substitution through (I + A).
         for t in 0..c {
@@ -333,14 +333,9 @@ impl ChunkScratch {
                 ops::axpy_f32(&mut rest[..dv], -a, &before[j * dv..(j + 1) * dv]);
             }
         }
-        // Outputs from the chunk-start state plus the intra-chunk updates.
+        // Plus the intra-chunk updates.
         for t in 0..c {
             let o = &mut self.o[t * dv..(t + 1) * dv];
-            o.fill(0.0);
-            for (row, &qi) in s.chunks_exact(dv).zip(&self.q[t * dk..(t + 1) * dk]) {
-                ops::axpy_f32(o, qi, row);
-            }
-            ops::scale(o, self.cum[t].exp());
             let qt = &self.q[t * dk..(t + 1) * dk];
             for j in 0..=t {
                 let w = (self.cum[t] - self.cum[j]).exp() * ops::dot_f32(qt, &self.k[j * dk..(j + 1) * dk]);
