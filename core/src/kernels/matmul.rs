@@ -108,14 +108,7 @@ impl Kernels {
     }
 
     fn run(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &mut [f32]) {
-        let n = rows.map_or(x.n, <[usize]>::len);
-        assert_eq!(x.k, w.cols, "matmul: activations have {} columns, weights {}", x.k, w.cols);
-        assert!(out.len() >= n * w.rows, "matmul: output holds {} values, needs {}", out.len(), n * w.rows);
-        let fmt = ActFormat::for_weights(w.ty);
-        assert!(x.fmt == fmt, "matmul: activations quantised as {:?}, {} weights need {fmt:?}", x.fmt, w.ty);
-        if let Some(rows) = rows {
-            assert!(rows.iter().all(|&i| i < x.n), "matmul_rows: row index out of range (n = {})", x.n);
-        }
+        let n = self.check(w, x, rows, out);
         if n == 0 || w.rows == 0 {
             return;
         }

@@ -267,17 +267,34 @@ pub(crate) mod scalar {
     }
 
     pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
-        u.fill(0.0);
-        out.fill(0.0);
-        for ((row, &ki), &qi) in s.chunks_exact(u.len()).zip(k).zip(q) {
-            axpy_f32(u, ki, row);
-            axpy_f32(out, qi, row);
-        }
+        state_read_cols(s, k, q, u, out, 0);
     }
 
     pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
+        state_update_cols(s, decay, k, d, 0);
+    }
+
+    /// [`state_read`] on columns `from..` only (the SIMD kernels' tails).
+    pub fn state_read_cols(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32], from: usize) {
+        let dv = u.len();
+        if dv == 0 {
+            return;
+        }
+        u[from..].fill(0.0);
+        out[from..].fill(0.0);
+        for ((row, &ki), &qi) in s.chunks_exact(dv).zip(k).zip(q) {
+            axpy_f32(&mut u[from..], ki, &row[from..]);
+            axpy_f32(&mut out[from..], qi, &row[from..]);
+        }
+    }
+
+    /// [`state_update`] on columns `from..` only (the SIMD kernels' tails).
+    pub fn state_update_cols(s: &mut [f32], decay: f32, k: &[f32], d: &[f32], from: usize) {
+        if d.is_empty() {
+            return;
+        }
         for (row, &ki) in s.chunks_exact_mut(d.len()).zip(k) {
-            row.iter_mut().zip(d).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
+            row[from..].iter_mut().zip(&d[from..]).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
         }
     }
 }

@@ -143,14 +143,7 @@ pub(crate) mod avx2 {
                 _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * i), ao[i]);
             }
         }
-        for c in blocks..dv {
-            let (mut su, mut so) = (0.0f32, 0.0f32);
-            for r in 0..rows {
-                su += k[r] * s[r * dv + c];
-                so += q[r] * s[r * dv + c];
-            }
-            (u[c], out[c]) = (su, so);
-        }
+        crate::kernels::ops::scalar::state_read_cols(s, k, q, u, out, blocks);
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -171,10 +164,6 @@ pub(crate) mod avx2 {
                 }
             }
         }
-        for r in 0..rows {
-            for c in blocks..dv {
-                s[r * dv + c] = decay * s[r * dv + c] + k[r] * d[c];
-            }
-        }
+        crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
     }
 }

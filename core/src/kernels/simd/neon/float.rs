@@ -161,14 +161,7 @@ pub(crate) unsafe fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], 
             vst1q_f32(out.as_mut_ptr().add(c + 4 * i), ao[i]);
         }
     }
-    for c in blocks..dv {
-        let (mut su, mut so) = (0.0f32, 0.0f32);
-        for r in 0..rows {
-            su += k[r] * s[r * dv + c];
-            so += q[r] * s[r * dv + c];
-        }
-        (u[c], out[c]) = (su, so);
-    }
+    crate::kernels::ops::scalar::state_read_cols(s, k, q, u, out, blocks);
 }
 
 /// `s = decay * s + k d^T`, column blocks of `d` held in registers.
@@ -194,9 +187,5 @@ pub(crate) unsafe fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32
             }
         }
     }
-    for r in 0..rows {
-        for c in blocks..dv {
-            s[r * dv + c] = decay * s[r * dv + c] + k[r] * d[c];
-        }
-    }
+    crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
 }
