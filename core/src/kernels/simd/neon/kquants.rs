@@ -289,8 +289,10 @@ unsafe fn q4_k_scale(
 unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ4K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
-    for (b, yb) in a.iter().enumerate() {
+    for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ4K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let y = acts_half(yb, 0);
         let lo: [_; R] = std::array::from_fn(|r| q4_k_half::<D>(xb[r], 0, &y));
@@ -369,8 +371,10 @@ unsafe fn q6_k_scale(
 unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ6K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
-    for (b, yb) in a.iter().enumerate() {
+    for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let y = acts_half(yb, 0);
         let lo: [_; R] = std::array::from_fn(|r| q6_k_half::<D>(xb[r], 0, &y));
@@ -466,8 +470,10 @@ unsafe fn q2_k_scale(
 unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ2K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
-    for (b, yb) in a.iter().enumerate() {
+    for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ2K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let y = acts_half(yb, 0);
         let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(bit_pairs(&xb[r].qs, 0), &y));
@@ -545,8 +551,10 @@ unsafe fn q3_k_scale(
 unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ3K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
-    for (b, yb) in a.iter().enumerate() {
+    for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let y = acts_half(yb, 0);
         let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(q3_k_half::<0>(xb[r]), &y));
