@@ -187,21 +187,49 @@ fn contraction(s: Cursor, pos: usize, fold: bool) -> Option<usize> {
     None
 }
 
-/// The whitespace run at `pos`: (end of the run, start of its last code
-/// point, end of its last `\r`/`\n` if any, number of code points).
+/// A run of whitespace code points.
+#[derive(Clone, Copy)]
+struct Run {
+    /// End of the run.
+    end: usize,
+    /// Start of its last code point.
+    last_start: usize,
+    /// End of its last `\r`/`\n`, if any.
+    newline_end: Option<usize>,
+    /// Number of code points.
+    count: usize,
+}
+
+impl Run {
+    /// Where a piece at the run's start ends, the text being `len` bytes and
+    /// the code point there ending at `next`: `\s+(?!\S)` leaves the last
+    /// whitespace to the next word, `\s+` takes a run that ends the text,
+    /// and no run at all is one code point.
+    fn piece_end(self, len: usize, next: usize) -> usize {
+        if self.count > 1 && self.end < len {
+            self.last_start
+        } else if self.count > 0 {
+            self.end
+        } else {
+            next
+        }
+    }
+}
+
+/// The whitespace run at `pos` (empty if there is none).
 #[inline]
-fn whitespace_run(s: Cursor, pos: usize) -> (usize, usize, Option<usize>, usize) {
-    let (mut p, mut last_start, mut last_newline_end, mut count) = (pos, pos, None, 0);
+fn whitespace_run(s: Cursor, pos: usize) -> Run {
+    let (mut p, mut last_start, mut newline_end, mut count) = (pos, pos, None, 0);
     while s.flags(p).is_whitespace() {
         let (cp, next) = s.at(p);
         if cp == '\r' as u32 || cp == '\n' as u32 {
-            last_newline_end = Some(next);
+            newline_end = Some(next);
         }
         last_start = p;
         p = next;
         count += 1;
     }
-    (p, last_start, last_newline_end, count)
+    Run { end: p, last_start, newline_end, count }
 }
 
 fn split_gpt2(s: Cursor, out: &mut Vec<(usize, usize)>) {
@@ -235,20 +263,8 @@ fn split_gpt2(s: Cursor, out: &mut Vec<(usize, usize)>) {
             w.add(pos);
             continue;
         }
-        let (end, last_start, _, count) = whitespace_run(s, pos);
-        // \s+(?!\S): leave the last space to the next word
-        if count > 1 && end < s.len() {
-            pos = last_start;
-            w.add(pos);
-            continue;
-        }
-        // \s+
-        if count > 0 {
-            pos = end;
-            w.add(pos);
-            continue;
-        }
-        pos = next;
+        // \s+(?!\S) | \s+ | any one character
+        pos = whitespace_run(s, pos).piece_end(s.len(), next);
         w.add(pos);
     }
 }
@@ -325,26 +341,9 @@ fn split_llama3_family(s: Cursor, family: Family, out: &mut Vec<(usize, usize)>)
             w.add(pos);
             continue;
         }
-        let (end, last_start, newline_end, count) = whitespace_run(s, pos);
-        // \s*[\r\n]+
-        if let Some(e) = newline_end {
-            pos = e;
-            w.add(pos);
-            continue;
-        }
-        // \s+(?!\S)
-        if count > 1 && end < s.len() {
-            pos = last_start;
-            w.add(pos);
-            continue;
-        }
-        // \s+
-        if count > 0 {
-            pos = end;
-            w.add(pos);
-            continue;
-        }
-        pos = next;
+        // \s*[\r\n]+ | \s+(?!\S) | \s+ | any one character
+        let run = whitespace_run(s, pos);
+        pos = run.newline_end.unwrap_or_else(|| run.piece_end(s.len(), next));
         w.add(pos);
     }
 }
