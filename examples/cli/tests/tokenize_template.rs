@@ -1,26 +1,8 @@
 //! `pocket tokenize` and `pocket template` through the built binary.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn fixtures() -> PathBuf {
-    let dir = match std::env::var_os("POCKET_FIXTURES") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures"),
-    };
-    assert!(dir.join("manifest.json").is_file(), "fixture store not found at {}", dir.display());
-    dir
-}
-
-fn pocket(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pocket")).args(args).output().expect("run pocket")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = pocket(args);
-    assert!(out.status.success(), "pocket {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("utf-8 stdout")
-}
+use common::{fixtures, ok, pocket};
 
 fn vocab(name: &str) -> String {
     fixtures().join("tokenizer").join(format!("ggml-vocab-{name}.gguf")).to_string_lossy().into_owned()
