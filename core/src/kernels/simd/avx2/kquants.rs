@@ -103,11 +103,68 @@ unsafe fn scale_acc(acc: __m256, d: f32, sumi: __m256i, dmin: f32, summ: __m256i
     _mm256_fnmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summ), acc)
 }
 
+/// Four activation rows' scales `d` for block `i`, as `[y0, y1, y2, y3]`.
+#[inline(always)]
+unsafe fn act_scales4<const N: usize>(a: &[&[BlockQ8K]; N], i: usize) -> __m128 {
+    _mm_set_ps(a[3][i].d, a[2][i].d, a[1][i].d, a[0][i].d)
+}
+
+/// The super-block tail of a four-token pass for formats with minimums
+/// (Q2_K, Q4_K, Q5_K): the integer sums `s[n]` (scaled by `d`) and `m[n]`
+/// (scaled by `-dmin`) of the four tokens are reduced together across lanes
+/// first, so the float work is one conversion and one multiply-add for all
+/// four. `acc` lanes: `[S0, M0, S1, M1 | S2, M2, S3, M3]`, see [`finish4_min`].
+#[inline(always)]
+unsafe fn tail4_min(acc: __m256, s: &[__m256i], m: &[__m256i], d: f32, dmin: f32, yd: __m128) -> __m256 {
+    // t_n = [s01 s23 m01 m23 | s45 s67 m45 m67] (pair sums of lanes)
+    let t = [
+        _mm256_hadd_epi32(s[0], m[0]),
+        _mm256_hadd_epi32(s[1], m[1]),
+        _mm256_hadd_epi32(s[2], m[2]),
+        _mm256_hadd_epi32(s[3], m[3]),
+    ];
+    // [S0 M0 S1 M1 | same, other half's lanes], likewise tokens 2, 3
+    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    let w = _mm256_add_epi32(_mm256_permute2x128_si256(u01, u23, 0x20), _mm256_permute2x128_si256(u01, u23, 0x31));
+    let ydd = _mm256_set_m128(_mm_unpackhi_ps(yd, yd), _mm_unpacklo_ps(yd, yd));
+    let dd = _mm256_blend_ps(_mm256_set1_ps(d), _mm256_set1_ps(-dmin), 0b1010_1010);
+    _mm256_fmadd_ps(_mm256_cvtepi32_ps(w), _mm256_mul_ps(ydd, dd), acc)
+}
+
+/// The four dot products from a [`tail4_min`] accumulator.
+#[inline(always)]
+unsafe fn finish4_min(acc: __m256) -> [f32; 4] {
+    let h = _mm256_hadd_ps(acc, acc); // [S0+M0, S1+M1, .., .. | S2+M2, S3+M3, .., ..]
+    let (lo, hi) = (_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    let mut out = [0.0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), _mm_movelh_ps(lo, hi));
+    out
+}
+
+/// The super-block tail of a four-token pass for formats without minimums
+/// (Q3_K, Q6_K): the four tokens' integer sums `t[n]` are reduced across
+/// lanes together, then scaled by `d * y_n` in one multiply-add.
+#[inline(always)]
+unsafe fn tail4(acc: __m128, t: &[__m256i], d: f32, yd: __m128) -> __m128 {
+    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    let v = _mm256_hadd_epi32(u01, u23); // [T0 T1 T2 T3 | T0 T1 T2 T3], each half its lanes' part
+    let w = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_fmadd_ps(_mm_cvtepi32_ps(w), _mm_mul_ps(yd, _mm_set1_ps(d)), acc)
+}
+
+/// `N` results from a four-token accumulator (only called with `N == 4`).
+#[inline(always)]
+unsafe fn out4<const N: usize>(v: [f32; 4]) -> [f32; N] {
+    let mut out = [0.0f32; N];
+    out.copy_from_slice(&v[..N]);
+    out
+}
+
 #[inline(always)]
 unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ2K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
@@ -126,12 +183,19 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        // Minimums meet the activation group sums.
+        let summ: [__m256i; N] = std::array::from_fn(|n| _mm256_madd_epi16(mins, bsums(&a[n][i])));
+        if N == 4 {
+            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            continue;
+        }
         for n in 0..N {
             let y = &a[n][i];
-            // Minimums meet the activation group sums.
-            let summ = _mm256_madd_epi16(mins, bsums(y));
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
         }
+    }
+    if N == 4 {
+        return out4(finish4_min(acc4));
     }
     hsums(acc)
 }
@@ -170,7 +234,7 @@ unsafe fn bit_r_as_4(hm: __m256i, r: usize) -> __m256i {
 unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ3K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm_setzero_ps());
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ3K).cast(), 110);
         let sc8 = q3_scales(&xb.scales);
@@ -190,13 +254,22 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
-        for n in 0..N {
-            let y = &a[n][i];
-            // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
-            let offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(y)), 2);
-            acc[n] =
-                _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
+        // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
+        let t: [__m256i; N] = std::array::from_fn(|n| {
+            _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 2))
+        });
+        if N == 4 {
+            acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
+            continue;
         }
+        for n in 0..N {
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(a[n][i].d * d), _mm256_cvtepi32_ps(t[n]), acc[n]);
+        }
+    }
+    if N == 4 {
+        let mut v = [0.0f32; 4];
+        _mm_storeu_ps(v.as_mut_ptr(), acc4);
+        return out4(v);
     }
     hsums(acc)
 }
@@ -224,7 +297,7 @@ unsafe fn mins_dot_bsums(mins: __m128i, y: &BlockQ8K) -> __m256i {
 unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ4K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ4K).cast(), 144);
         let (sc, mins) = scales_mins(&xb.scales);
@@ -241,10 +314,18 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        let summ: [__m256i; N] = std::array::from_fn(|n| mins_dot_bsums(mins, &a[n][i]));
+        if N == 4 {
+            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            continue;
+        }
         for n in 0..N {
             let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
         }
+    }
+    if N == 4 {
+        return out4(finish4_min(acc4));
     }
     hsums(acc)
 }
@@ -253,7 +334,7 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
 unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ5K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ5K).cast(), 176);
         let (sc, mins) = scales_mins(&xb.scales);
@@ -272,10 +353,18 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        let summ: [__m256i; N] = std::array::from_fn(|n| mins_dot_bsums(mins, &a[n][i]));
+        if N == 4 {
+            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            continue;
+        }
         for n in 0..N {
             let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
         }
+    }
+    if N == 4 {
+        return out4(finish4_min(acc4));
     }
     hsums(acc)
 }
@@ -284,7 +373,7 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
 unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ6K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm_setzero_ps());
     let m30 = _mm256_set1_epi8(0x30);
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ6K).cast(), 210);
@@ -311,13 +400,22 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
-        for n in 0..N {
-            let y = &a[n][i];
-            // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
-            let offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(y)), 5);
-            acc[n] =
-                _mm256_fmadd_ps(_mm256_set1_ps(y.d * d), _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[n], offset)), acc[n]);
+        // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
+        let t: [__m256i; N] = std::array::from_fn(|n| {
+            _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 5))
+        });
+        if N == 4 {
+            acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
+            continue;
         }
+        for n in 0..N {
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(a[n][i].d * d), _mm256_cvtepi32_ps(t[n]), acc[n]);
+        }
+    }
+    if N == 4 {
+        let mut v = [0.0f32; 4];
+        _mm_storeu_ps(v.as_mut_ptr(), acc4);
+        return out4(v);
     }
     hsums(acc)
 }
