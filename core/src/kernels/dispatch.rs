@@ -92,8 +92,25 @@ impl<B> Dot<B> {
 pub(crate) type Rows<B> = unsafe fn(&[u8], usize, &[B], &mut [f32]);
 /// Two weight rows with two activation rows.
 pub(crate) type Tile2x2<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
-/// One weight row with four activation rows.
+/// One weight row with two, three or four activation rows.
+pub(crate) type Acts2<B> = unsafe fn(&[u8], [&[B]; 2]) -> [f32; 2];
+pub(crate) type Acts3<B> = unsafe fn(&[u8], [&[B]; 3]) -> [f32; 3];
 pub(crate) type Acts4<B> = unsafe fn(&[u8], [&[B]; 4]) -> [f32; 4];
+
+/// One weight row with several activation rows: four per pass, and the two
+/// or three left over (a MoE expert's token count is rarely a multiple of four).
+pub(crate) struct Acts<B: 'static> {
+    pub(crate) two: Acts2<B>,
+    pub(crate) three: Acts3<B>,
+    pub(crate) four: Acts4<B>,
+}
+
+impl<B> Clone for Acts<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Acts<B> {}
 
 /// Kernels that compute several dot products per pass over the weights.
 pub(crate) enum Multi<B: 'static> {
@@ -102,10 +119,10 @@ pub(crate) enum Multi<B: 'static> {
     /// `[w0.a0, w0.a1, w1.a0, w1.a1]`.
     #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     Tile2x2(Tile2x2<B>),
-    /// One weight row with four activation rows: each unpacked weight
-    /// register serves four tokens.
+    /// One weight row with up to four activation rows: each unpacked weight
+    /// register serves every token.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    Acts4(Acts4<B>),
+    Acts(Acts<B>),
 }
 
 impl<B> Clone for Multi<B> {

@@ -165,6 +165,13 @@ impl<B: 'static> Job<'_, B> {
         unsafe { *self.out.0.add(j * self.w.rows + r) = v }
     }
 
+    /// Weight row `r` against activation rows `j..j + N`.
+    fn store_n<const N: usize>(&self, j: usize, r: usize, v: [f32; N]) {
+        for (i, vi) in v.into_iter().enumerate() {
+            self.store(j + i, r, vi);
+        }
+    }
+
     /// The outputs of activation row `j` for weight rows `r0..r1`.
     #[allow(clippy::mut_from_ref)]
     fn out_row(&self, j: usize, r0: usize, r1: usize) -> &mut [f32] {
@@ -202,17 +209,28 @@ impl<B: 'static> Job<'_, B> {
                         j += 2;
                     }
                 }
-                Multi::Acts4(four) => {
-                    // Each weight row against four activation rows.
+                Multi::Acts(k) => {
+                    // Each weight row against four activation rows, then the
+                    // two or three left (one left goes to the rows kernel).
                     while j + 3 < je {
                         let a = [self.act(j), self.act(j + 1), self.act(j + 2), self.act(j + 3)];
                         for r in r0..r1 {
-                            let v = unsafe { four(self.wrow(r), a) };
-                            for (i, &vi) in v.iter().enumerate() {
-                                self.store(j + i, r, vi);
-                            }
+                            self.store_n(j, r, unsafe { (k.four)(self.wrow(r), a) });
                         }
                         j += 4;
+                    }
+                    if je - j == 3 {
+                        let a = [self.act(j), self.act(j + 1), self.act(j + 2)];
+                        for r in r0..r1 {
+                            self.store_n(j, r, unsafe { (k.three)(self.wrow(r), a) });
+                        }
+                        j += 3;
+                    } else if je - j == 2 {
+                        let a = [self.act(j), self.act(j + 1)];
+                        for r in r0..r1 {
+                            self.store_n(j, r, unsafe { (k.two)(self.wrow(r), a) });
+                        }
+                        j += 2;
                     }
                 }
                 Multi::None => {}

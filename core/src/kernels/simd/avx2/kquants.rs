@@ -11,11 +11,11 @@ use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, Bloc
 use std::arch::x86_64::*;
 
 paths! {
-    q2_k, q2_k_x4, q2_k_rows = dot_q2_k(BlockQ8K);
-    q3_k, q3_k_x4, q3_k_rows = dot_q3_k(BlockQ8K);
-    q4_k, q4_k_x4, q4_k_rows = dot_q4_k(BlockQ8K);
-    q5_k, q5_k_x4, q5_k_rows = dot_q5_k(BlockQ8K);
-    q6_k, q6_k_x4, q6_k_rows = dot_q6_k(BlockQ8K);
+    q2_k = dot_q2_k(BlockQ8K);
+    q3_k = dot_q3_k(BlockQ8K);
+    q4_k = dot_q4_k(BlockQ8K);
+    q5_k = dot_q5_k(BlockQ8K);
+    q6_k = dot_q6_k(BlockQ8K);
 }
 
 // Every body dots one weight row with `N` activation rows: each weight
@@ -184,14 +184,20 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
         // Minimums meet the activation group sums.
-        let summ: [__m256i; N] = std::array::from_fn(|n| _mm256_madd_epi16(mins, bsums(&a[n][i])));
         if N == 4 {
-            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            let m = [
+                _mm256_madd_epi16(mins, bsums(&a[0][i])),
+                _mm256_madd_epi16(mins, bsums(&a[1][i])),
+                _mm256_madd_epi16(mins, bsums(&a[2][i])),
+                _mm256_madd_epi16(mins, bsums(&a[3][i])),
+            ];
+            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
             continue;
         }
         for n in 0..N {
             let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
+            let summ = _mm256_madd_epi16(mins, bsums(y));
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
         }
     }
     if N == 4 {
@@ -255,9 +261,10 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
         // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
-        let t: [__m256i; N] = std::array::from_fn(|n| {
-            _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 2))
-        });
+        let mut t = [_mm256_setzero_si256(); N];
+        for n in 0..N {
+            t[n] = _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 2));
+        }
         if N == 4 {
             acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
             continue;
@@ -314,14 +321,19 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        let summ: [__m256i; N] = std::array::from_fn(|n| mins_dot_bsums(mins, &a[n][i]));
         if N == 4 {
-            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            let m = [
+                mins_dot_bsums(mins, &a[0][i]),
+                mins_dot_bsums(mins, &a[1][i]),
+                mins_dot_bsums(mins, &a[2][i]),
+                mins_dot_bsums(mins, &a[3][i]),
+            ];
+            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
             continue;
         }
         for n in 0..N {
             let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
         }
     }
     if N == 4 {
@@ -353,14 +365,19 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        let summ: [__m256i; N] = std::array::from_fn(|n| mins_dot_bsums(mins, &a[n][i]));
         if N == 4 {
-            acc4 = tail4_min(acc4, &sumi, &summ, d, dmin, act_scales4(&a, i));
+            let m = [
+                mins_dot_bsums(mins, &a[0][i]),
+                mins_dot_bsums(mins, &a[1][i]),
+                mins_dot_bsums(mins, &a[2][i]),
+                mins_dot_bsums(mins, &a[3][i]),
+            ];
+            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
             continue;
         }
         for n in 0..N {
             let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ[n]);
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
         }
     }
     if N == 4 {
@@ -401,9 +418,10 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
         // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
-        let t: [__m256i; N] = std::array::from_fn(|n| {
-            _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 5))
-        });
+        let mut t = [_mm256_setzero_si256(); N];
+        for n in 0..N {
+            t[n] = _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 5));
+        }
         if N == 4 {
             acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
             continue;

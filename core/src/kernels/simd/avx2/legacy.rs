@@ -7,11 +7,11 @@ use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ
 use std::arch::x86_64::*;
 
 paths! {
-    q4_0, q4_0_x4, q4_0_rows = dot_q4_0(BlockQ8_0);
-    q4_1, q4_1_x4, q4_1_rows = dot_q4_1(BlockQ8_1);
-    q5_0, q5_0_x4, q5_0_rows = dot_q5_0(BlockQ8_0);
-    q5_1, q5_1_x4, q5_1_rows = dot_q5_1(BlockQ8_1);
-    q8_0, q8_0_x4, q8_0_rows = dot_q8_0(BlockQ8_0);
+    q4_0 = dot_q4_0(BlockQ8_0);
+    q4_1 = dot_q4_1(BlockQ8_1);
+    q5_0 = dot_q5_0(BlockQ8_0);
+    q5_1 = dot_q5_1(BlockQ8_1);
+    q8_0 = dot_q8_0(BlockQ8_0);
 }
 
 type F16 = crate::quant::F16Bytes;

@@ -16,7 +16,7 @@ mod float;
 mod kquants;
 mod legacy;
 
-use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
+use crate::kernels::dispatch::{Acts, Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::x86_64::*;
 
@@ -41,61 +41,33 @@ pub(crate) fn detected() -> Vec<Kernels> {
     out
 }
 
+/// The kernels of one format from its module of wrappers (see [`paths!`]).
+macro_rules! dot {
+    ($($p:ident)::+) => {
+        Dot {
+            one: $($p)::+::one,
+            multi: Multi::Acts(Acts { two: $($p)::+::x2, three: $($p)::+::x3, four: $($p)::+::x4 }),
+            rows: Some($($p)::+::rows),
+        }
+    };
+}
+use dot;
+
 /// A kernel table from the wrappers in module `$m` of every kernel file.
 macro_rules! table {
     ($m:ident, $isa:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: Dot {
-                one: legacy::$m::q4_0,
-                multi: Multi::Acts4(legacy::$m::q4_0_x4),
-                rows: Some(legacy::$m::q4_0_rows),
-            },
-            q5_0: Dot {
-                one: legacy::$m::q5_0,
-                multi: Multi::Acts4(legacy::$m::q5_0_x4),
-                rows: Some(legacy::$m::q5_0_rows),
-            },
-            q8_0: Dot {
-                one: legacy::$m::q8_0,
-                multi: Multi::Acts4(legacy::$m::q8_0_x4),
-                rows: Some(legacy::$m::q8_0_rows),
-            },
-            q4_1: Dot {
-                one: legacy::$m::q4_1,
-                multi: Multi::Acts4(legacy::$m::q4_1_x4),
-                rows: Some(legacy::$m::q4_1_rows),
-            },
-            q5_1: Dot {
-                one: legacy::$m::q5_1,
-                multi: Multi::Acts4(legacy::$m::q5_1_x4),
-                rows: Some(legacy::$m::q5_1_rows),
-            },
-            q2_k: Dot {
-                one: kquants::$m::q2_k,
-                multi: Multi::Acts4(kquants::$m::q2_k_x4),
-                rows: Some(kquants::$m::q2_k_rows),
-            },
-            q3_k: Dot {
-                one: kquants::$m::q3_k,
-                multi: Multi::Acts4(kquants::$m::q3_k_x4),
-                rows: Some(kquants::$m::q3_k_rows),
-            },
-            q4_k: Dot {
-                one: kquants::$m::q4_k,
-                multi: Multi::Acts4(kquants::$m::q4_k_x4),
-                rows: Some(kquants::$m::q4_k_rows),
-            },
-            q5_k: Dot {
-                one: kquants::$m::q5_k,
-                multi: Multi::Acts4(kquants::$m::q5_k_x4),
-                rows: Some(kquants::$m::q5_k_rows),
-            },
-            q6_k: Dot {
-                one: kquants::$m::q6_k,
-                multi: Multi::Acts4(kquants::$m::q6_k_x4),
-                rows: Some(kquants::$m::q6_k_rows),
-            },
+            q4_0: dot!(legacy::$m::q4_0),
+            q5_0: dot!(legacy::$m::q5_0),
+            q8_0: dot!(legacy::$m::q8_0),
+            q4_1: dot!(legacy::$m::q4_1),
+            q5_1: dot!(legacy::$m::q5_1),
+            q2_k: dot!(kquants::$m::q2_k),
+            q3_k: dot!(kquants::$m::q3_k),
+            q4_k: dot!(kquants::$m::q4_k),
+            q5_k: dot!(kquants::$m::q5_k),
+            q6_k: dot!(kquants::$m::q6_k),
             f32: Dot::one(float::avx2::f32),
             f16: Dot::one(float::avx2::f16),
             bf16: Dot::one(float::avx2::bf16),
@@ -111,32 +83,47 @@ macro_rules! table {
 use table;
 
 /// Instantiate kernel bodies `$body::<V, N>` as `#[target_feature]` functions
-/// in modules `avx2`, `avxvnni` and `avx512vnni`: `$one` (one activation row),
-/// `$four` (four activation rows per pass over the weights) and `$rows`
-/// (consecutive weight rows with one activation row).
+/// in modules `avx2`, `avxvnni` and `avx512vnni`, one module per format
+/// (`$name`) holding `one` (one activation row), `x2`, `x3`, `x4` (that many
+/// activation rows per pass over the weights) and `rows` (consecutive weight
+/// rows with one activation row).
 macro_rules! paths {
-    ($($one:ident, $four:ident, $rows:ident = $body:ident ($act:ty);)*) => {
-        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($one, $four, $rows = $body($act);)*);
-        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($one, $four, $rows = $body($act);)*);
-        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($one, $four, $rows = $body($act);)*);
+    ($($name:ident = $body:ident ($act:ty);)*) => {
+        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($name = $body($act);)*);
+        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($name = $body($act);)*);
+        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($name = $body($act);)*);
     };
-    (@isa $m:ident, $features:literal, $v:ident; $($one:ident, $four:ident, $rows:ident = $body:ident ($act:ty);)*) => {
+    (@isa $m:ident, $features:literal, $v:ident; $($name:ident = $body:ident ($act:ty);)*) => {
         pub(crate) mod $m {
-            #[allow(unused_imports)]
-            use crate::quant::*;
             $(
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn $one(w: &[u8], a: &[$act]) -> f32 {
-                    super::$body::<{ super::super::$v }, 1>(w, [a])[0]
-                }
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn $four(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
-                    super::$body::<{ super::super::$v }, 4>(w, a)
-                }
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn $rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
-                    for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-                        *o = super::$body::<{ super::super::$v }, 1>(row, [a])[0];
+                pub(crate) mod $name {
+                    #[allow(unused_imports)]
+                    use crate::quant::*;
+                    use super::super::super::$v as V;
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn one(w: &[u8], a: &[$act]) -> f32 {
+                        super::super::$body::<V, 1>(w, [a])[0]
+                    }
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn x2(w: &[u8], a: [&[$act]; 2]) -> [f32; 2] {
+                        super::super::$body::<V, 2>(w, a)
+                    }
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn x3(w: &[u8], a: [&[$act]; 3]) -> [f32; 3] {
+                        // The four-row body with the last row twice beats a
+                        // three-row body (more registers than AVX2 has).
+                        let v = super::super::$body::<V, 4>(w, [a[0], a[1], a[2], a[2]]);
+                        [v[0], v[1], v[2]]
+                    }
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn x4(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
+                        super::super::$body::<V, 4>(w, a)
+                    }
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
+                        for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                            *o = super::super::$body::<V, 1>(row, [a])[0];
+                        }
                     }
                 }
             )*
