@@ -14,7 +14,9 @@ unsafe fn load_f16x8(p: *const u8) -> (float32x4_t, float32x4_t) {
     asm!(
         "fcvtl {lo:v}.4s, {h:v}.4h",
         "fcvtl2 {hi:v}.4s, {h:v}.8h",
-        h = in(vreg) h, lo = lateout(vreg) lo, hi = lateout(vreg) hi,
+        // `lo` is written before `h` is read again: an early-clobber `out`,
+        // never `lateout` (which may share `h`'s register).
+        h = in(vreg) h, lo = out(vreg) lo, hi = lateout(vreg) hi,
         options(pure, nomem, nostack)
     );
     (lo, hi)
