@@ -10,9 +10,10 @@
 //! gather the group sums of a row with pairwise adds into vectors of four
 //! groups, apply the scales with one vector multiply per four groups, and
 //! keep a 4-lane f32 accumulator per row: one horizontal sum per row, not per
-//! super-block.
+//! super-block. Q4_K instead chains its groups through one accumulator and
+//! applies the differences of consecutive scales (see [`q4_k_half_chain`]).
 
-use super::{dot16, fp16, paths};
+use super::{dot16, fp16, fp16x2, paths};
 use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
@@ -225,13 +226,6 @@ unsafe fn sums4(a: int32x4_t, b: int32x4_t, c: int32x4_t, d: int32x4_t) -> int32
     vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d))
 }
 
-/// Unsigned bytes as two i32 vectors (lanes 0..4, 4..8).
-#[inline(always)]
-unsafe fn widen_u8x8(v: u64) -> (int32x4_t, int32x4_t) {
-    let w = vmovl_u8(vcreate_u8(v));
-    (vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(w))), vreinterpretq_s32_u32(vmovl_high_u16(w)))
-}
-
 /// The 8 activation registers of half `h` (values 128h..128h + 128) of a block.
 #[inline(always)]
 unsafe fn acts_half(y: &BlockQ8K, h: usize) -> [int8x16_t; 8] {
@@ -248,41 +242,67 @@ unsafe fn acts_half(y: &BlockQ8K, h: usize) -> [int8x16_t; 8] {
     ]
 }
 
-/// Sums of groups 4h..4h + 4 of a Q4_K block against half `h` of its
-/// activations `y`: bytes 64h..64h + 64, low nibbles then high nibbles of
-/// each 32 bytes.
+/// The steps `s_g - s_(g+1)` (with `s_8 = 0`) between a block's eight group
+/// scales (`sc`, one per byte), as i32 lanes for groups 0..4 and 4..8.
 #[inline(always)]
-unsafe fn q4_k_half<const D: bool>(xb: &BlockQ4K, h: usize, y: &[int8x16_t; 8]) -> int32x4_t {
-    let (low, zero) = (vdupq_n_u8(0x0F), vdupq_n_s32(0));
-    let p = xb.qs.as_ptr().add(64 * h);
-    let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
-    let dot2 =
-        |a: uint8x16_t, b: uint8x16_t, ya: int8x16_t, yb: int8x16_t| dot16::<D>(dot16::<D>(zero, s8(a), ya), s8(b), yb);
-    sums4(
-        dot2(vandq_u8(q0, low), vandq_u8(q1, low), y[0], y[1]),
-        dot2(vshrq_n_u8::<4>(q0), vshrq_n_u8::<4>(q1), y[2], y[3]),
-        dot2(vandq_u8(q2, low), vandq_u8(q3, low), y[4], y[5]),
-        dot2(vshrq_n_u8::<4>(q2), vshrq_n_u8::<4>(q3), y[6], y[7]),
-    )
+unsafe fn scale_steps8(sc: u64) -> [int32x4_t; 2] {
+    let s = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(sc)));
+    let d = vsubq_s16(s, vextq_s16::<1>(s, vdupq_n_s16(0)));
+    [vmovl_s16(vget_low_s16(d)), vmovl_high_s16(d)]
 }
 
-/// One Q4_K super-block's contribution to a row's 4-lane accumulator, from
-/// its group sums (groups 0..4, 4..8) and the activations' pair sums.
+/// `r + c * s[L]`, lane-wise (`mla` by element). In `asm!` because LLVM
+/// otherwise splats the lane of the widened 16-bit steps with `dup` + `sxtl`
+/// before a vector `mla`: three instructions instead of one.
 #[inline(always)]
-unsafe fn q4_k_scale(
-    acc: float32x4_t,
-    g: [int32x4_t; 2],
+unsafe fn mla_lane<const L: usize>(r: int32x4_t, c: int32x4_t, s: int32x4_t) -> int32x4_t {
+    let mut r = r;
+    std::arch::asm!(
+        "mla {r:v}.4s, {c:v}.4s, {s:v}.s[{l}]",
+        r = inout(vreg) r, c = in(vreg) c, s = in(vreg) s, l = const L,
+        options(pure, nomem, nostack)
+    );
+    r
+}
+
+/// Groups 4h..4h + 4 of a Q4_K row against half `h` of the activations `y`
+/// (bytes 64h..64h + 64: low nibbles then high nibbles of each 32 bytes),
+/// chained: `c` keeps running through every group of the block and after
+/// group g, `r += c * steps[g]`. By summation by parts, `r` ends up holding
+/// `sum_g s_g * (group g's products)`, with no per-group accumulator to zero
+/// and no pairwise reduction of group sums.
+#[inline(always)]
+unsafe fn q4_k_half_chain<const D: bool>(
     xb: &BlockQ4K,
-    yb: &BlockQ8K,
-    pairs: int16x8_t,
-) -> float32x4_t {
-    let (sc, m) = scales_mins_k4_words(&xb.scales);
-    let (s0, s1) = widen_u8x8(sc);
-    let isum = vmlaq_s32(vmulq_s32(g[0], s0), g[1], s1);
-    let m = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(m)));
+    h: usize,
+    y: &[int8x16_t; 8],
+    (c, r): (int32x4_t, int32x4_t),
+    steps: int32x4_t,
+) -> (int32x4_t, int32x4_t) {
+    let low = vdupq_n_u8(0x0F);
+    let p = xb.qs.as_ptr().add(64 * h);
+    let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
+    let c = dot16::<D>(dot16::<D>(c, s8(vandq_u8(q0, low)), y[0]), s8(vandq_u8(q1, low)), y[1]);
+    let r = mla_lane::<0>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, s8(vshrq_n_u8::<4>(q0)), y[2]), s8(vshrq_n_u8::<4>(q1)), y[3]);
+    let r = mla_lane::<1>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, s8(vandq_u8(q2, low)), y[4]), s8(vandq_u8(q3, low)), y[5]);
+    let r = mla_lane::<2>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, s8(vshrq_n_u8::<4>(q2)), y[6]), s8(vshrq_n_u8::<4>(q3)), y[7]);
+    (c, mla_lane::<3>(r, c, steps))
+}
+
+/// One Q4_K super-block's contribution to a row's 4-lane accumulator: the
+/// scaled group sums `r` and the minimums meeting the activations' pair sums
+/// go through one conversion and one multiply-add, lanes
+/// `[r, r, m, m] * [d, d, -dmin, -dmin] * y.d` (`ysign` = `[y, y, -y, -y]`).
+#[inline(always)]
+unsafe fn q4_k_finish(acc: float32x4_t, r: int32x4_t, xb: &BlockQ4K, mins: u64, pairs: int16x8_t, ysign: float32x4_t) -> float32x4_t {
+    let m = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mins)));
     let msum = vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs);
-    let acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d));
-    vfmaq_n_f32(acc, vcvtq_f32_s32(msum), -yb.d * fp16(xb.dmin))
+    let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
+    let dm = fp16x2((xb as *const BlockQ4K).cast()); // [d, dmin, 0, 0]: the block's first 4 bytes
+    vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
 }
 
 #[inline(always)]
@@ -292,15 +312,20 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
+    let sign = vld1q_f32([1.0f32, 1.0, -1.0, -1.0].as_ptr());
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ4K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let words: [(u64, u64); R] = std::array::from_fn(|r| scales_mins_k4_words(&xb[r].scales));
+        let steps: [[int32x4_t; 2]; R] = std::array::from_fn(|r| scale_steps8(words[r].0));
+        let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let lo: [_; R] = std::array::from_fn(|r| q4_k_half::<D>(xb[r], 0, &y));
+        let cr: [_; R] = std::array::from_fn(|r| q4_k_half_chain::<D>(xb[r], 0, &y, (zero, zero), steps[r][0]));
         let y = acts_half(yb, 1);
-        let hi: [_; R] = std::array::from_fn(|r| q4_k_half::<D>(xb[r], 1, &y));
+        let cr: [_; R] = std::array::from_fn(|r| q4_k_half_chain::<D>(xb[r], 1, &y, cr[r], steps[r][1]));
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
+        let ysign = vmulq_n_f32(sign, yb.d);
         for r in 0..R {
-            acc[r] = q4_k_scale(acc[r], [lo[r], hi[r]], xb[r], yb, pairs);
+            acc[r] = q4_k_finish(acc[r], cr[r].1, xb[r], words[r].1, pairs, ysign);
         }
     }
     acc.map(|v| vaddvq_f32(v))

@@ -151,6 +151,16 @@ pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
     out
 }
 
+/// The two f16 values at `p` (4 bytes, any alignment) -> `[p0, p1, 0, 0]` as
+/// f32 (`fcvtl`).
+#[inline(always)]
+pub(super) unsafe fn fp16x2(p: *const u8) -> float32x4_t {
+    let bits = std::ptr::read_unaligned(p.cast::<u32>());
+    let out: float32x4_t;
+    asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) out, i = in(vreg) bits, options(pure, nomem, nostack));
+    out
+}
+
 /// 16 bytes from `p` as int8 lanes.
 #[inline(always)]
 pub(super) unsafe fn ld_s8(p: *const u8) -> int8x16_t {
