@@ -356,39 +356,68 @@ unsafe fn q6_half_unsigned(xb: &BlockQ6K, h: usize) -> [int8x16_t; 8] {
     ]
 }
 
-/// Sums of groups 8h..8h + 4 and 8h + 4..8h + 8 of a Q6_K block (unsigned
-/// values) against half `h` of its activations `y`.
+/// The steps `s_g - s_(g+1)` (with `s_16 = 0`) between a Q6_K block's 16
+/// signed group scales, as i32 lanes (groups 4k..4k + 4 in vector k), and
+/// the scales themselves widened to i16 (for the offset correction).
 #[inline(always)]
-unsafe fn q6_k_half<const D: bool>(xb: &BlockQ6K, h: usize, y: &[int8x16_t; 8]) -> [int32x4_t; 2] {
-    let zero = vdupq_n_s32(0);
+unsafe fn q6_k_steps(xb: &BlockQ6K) -> ([int32x4_t; 4], [int16x8_t; 2]) {
+    let sc = vld1q_s8(xb.scales.as_ptr());
+    let (sl, sh) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
+    let dl = vsubq_s16(sl, vextq_s16::<1>(sl, sh));
+    let dh = vsubq_s16(sh, vextq_s16::<1>(sh, vdupq_n_s16(0)));
+    let w = |v: int16x8_t| (vmovl_s16(vget_low_s16(v)), vmovl_high_s16(v));
+    let ((s0, s1), (s2, s3)) = (w(dl), w(dh));
+    ([s0, s1, s2, s3], [sl, sh])
+}
+
+/// Groups 8h..8h + 8 (one register of 16 values each) of a Q6_K row, unsigned
+/// values, against half `h` of the activations `y`, chained through `c` with
+/// `r += c * step_g` after each group, as in [`q4_k_half_chain`].
+#[inline(always)]
+unsafe fn q6_k_half_chain<const D: bool>(
+    xb: &BlockQ6K,
+    h: usize,
+    y: &[int8x16_t; 8],
+    (c, r): (int32x4_t, int32x4_t),
+    steps: &[int32x4_t; 4],
+) -> (int32x4_t, int32x4_t) {
     let v = q6_half_unsigned(xb, h);
-    let d = |i: usize| dot16::<D>(zero, v[i], y[i]);
-    [sums4(d(0), d(1), d(2), d(3)), sums4(d(4), d(5), d(6), d(7))]
+    let (s0, s1) = (steps[2 * h], steps[2 * h + 1]);
+    let c = dot16::<D>(c, v[0], y[0]);
+    let r = mla_lane::<0>(r, c, s0);
+    let c = dot16::<D>(c, v[1], y[1]);
+    let r = mla_lane::<1>(r, c, s0);
+    let c = dot16::<D>(c, v[2], y[2]);
+    let r = mla_lane::<2>(r, c, s0);
+    let c = dot16::<D>(c, v[3], y[3]);
+    let r = mla_lane::<3>(r, c, s0);
+    let c = dot16::<D>(c, v[4], y[4]);
+    let r = mla_lane::<0>(r, c, s1);
+    let c = dot16::<D>(c, v[5], y[5]);
+    let r = mla_lane::<1>(r, c, s1);
+    let c = dot16::<D>(c, v[6], y[6]);
+    let r = mla_lane::<2>(r, c, s1);
+    let c = dot16::<D>(c, v[7], y[7]);
+    (c, mla_lane::<3>(r, c, s1))
 }
 
 /// One Q6_K super-block's contribution to a row's 4-lane accumulator, from
-/// its group sums on unsigned values (groups 4k..4k + 4 in `g[k]`).
+/// the scaled sums `r` of its unsigned values: the offset 32 of every value
+/// comes off as `32 * sum_g scale_g * bsum_g`.
 #[inline(always)]
-unsafe fn q6_k_scale(
+unsafe fn q6_k_finish(
     acc: float32x4_t,
-    g: [int32x4_t; 4],
+    r: int32x4_t,
     xb: &BlockQ6K,
     yb: &BlockQ8K,
-    bsums: [int16x8_t; 2],
+    [sl, sh]: [int16x8_t; 2],
+    [b0, b1]: [int16x8_t; 2],
 ) -> float32x4_t {
-    let sc = vld1q_s8(xb.scales.as_ptr());
-    let (sl, sh) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
-    let mut isum = vmulq_s32(g[0], vmovl_s16(vget_low_s16(sl)));
-    isum = vmlaq_s32(isum, g[1], vmovl_high_s16(sl));
-    isum = vmlaq_s32(isum, g[2], vmovl_s16(vget_low_s16(sh)));
-    isum = vmlaq_s32(isum, g[3], vmovl_high_s16(sh));
-    // The offset 32 of every value: minus 32 * sum_g scale_g * bsum_g.
-    let [b0, b1] = bsums;
     let corr = vmull_s16(vget_low_s16(sl), vget_low_s16(b0));
     let corr = vmlal_high_s16(corr, sl, b0);
     let corr = vmlal_s16(corr, vget_low_s16(sh), vget_low_s16(b1));
     let corr = vmlal_high_s16(corr, sh, b1);
-    isum = vsubq_s32(isum, vshlq_n_s32::<5>(corr));
+    let isum = vsubq_s32(r, vshlq_n_s32::<5>(corr));
     vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d))
 }
 
@@ -401,13 +430,15 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     let mut acc = [vdupq_n_f32(0.0); R];
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let steps: [_; R] = std::array::from_fn(|r| q6_k_steps(xb[r]));
+        let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let lo: [_; R] = std::array::from_fn(|r| q6_k_half::<D>(xb[r], 0, &y));
+        let cr: [_; R] = std::array::from_fn(|r| q6_k_half_chain::<D>(xb[r], 0, &y, (zero, zero), &steps[r].0));
         let y = acts_half(yb, 1);
-        let hi: [_; R] = std::array::from_fn(|r| q6_k_half::<D>(xb[r], 1, &y));
+        let cr: [_; R] = std::array::from_fn(|r| q6_k_half_chain::<D>(xb[r], 1, &y, cr[r], &steps[r].0));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
-            acc[r] = q6_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+            acc[r] = q6_k_finish(acc[r], cr[r].1, xb[r], yb, steps[r].1, bsums);
         }
     }
     acc.map(|v| vaddvq_f32(v))
