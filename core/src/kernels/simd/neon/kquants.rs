@@ -6,12 +6,13 @@
 //! group scale into an i32 accumulator; one horizontal sum per super-block.
 //!
 //! The multi-row bodies (`dotn_*`, used by the rows kernels of the formats
-//! that dominate decode) load each 16 activations once for R weight rows,
-//! gather the group sums of a row with pairwise adds into vectors of four
-//! groups, apply the scales with one vector multiply per four groups, and
+//! that dominate decode) load each 16 activations once for R weight rows and
 //! keep a 4-lane f32 accumulator per row: one horizontal sum per row, not per
-//! super-block. Q4_K instead chains its groups through one accumulator and
-//! applies the differences of consecutive scales (see [`q4_k_half_chain`]).
+//! super-block. Inside a super-block they chain the groups: one `sdot`
+//! accumulator runs through every group and, after each group, is multiplied
+//! by the difference between its scale and the next group's into the scaled
+//! sum (summation by parts: `sum_g s_g p_g = sum_g (s_g - s_g+1) * (p_0 + .. +
+//! p_g)`), so no per-group accumulator is zeroed or reduced.
 
 use super::{dot16, fp16, fp16x2, paths};
 use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
@@ -22,7 +23,7 @@ use std::arch::aarch64::*;
 
 paths! {
     q2_k, q2_k_rows = dot_q2_k(BlockQ8K) / dotn_q2_k * 2;
-    q3_k, q3_k_rows = dot_q3_k(BlockQ8K) / dotn_q3_k * 4;
+    q3_k, q3_k_rows = dot_q3_k(BlockQ8K) / dotn_q3_k * 2;
     q4_k, q4_k_rows = dot_q4_k(BlockQ8K) / dotn_q4_k * 4;
     q5_k, q5_k_rows = dot_q5_k(BlockQ8K);
     q6_k, q6_k_rows = dot_q6_k(BlockQ8K) / dotn_q6_k * 2;
@@ -219,13 +220,6 @@ unsafe fn dot_q6_k<const D: bool>(w: &[u8], a: &[BlockQ8K]) -> f32 {
     sum
 }
 
-/// Four lanes of group sums `[sum a, sum b, sum c, sum d]` (each an `sdot`
-/// accumulator) by pairwise adds.
-#[inline(always)]
-unsafe fn sums4(a: int32x4_t, b: int32x4_t, c: int32x4_t, d: int32x4_t) -> int32x4_t {
-    vpaddq_s32(vpaddq_s32(a, b), vpaddq_s32(c, d))
-}
-
 /// The 8 activation registers of half `h` (values 128h..128h + 128) of a block.
 #[inline(always)]
 unsafe fn acts_half(y: &BlockQ8K, h: usize) -> [int8x16_t; 8] {
@@ -356,33 +350,28 @@ unsafe fn q6_half_unsigned(xb: &BlockQ6K, h: usize) -> [int8x16_t; 8] {
     ]
 }
 
-/// The steps `s_g - s_(g+1)` (with `s_16 = 0`) between a Q6_K block's 16
-/// signed group scales, as i32 lanes (groups 4k..4k + 4 in vector k), and
-/// the scales themselves widened to i16 (for the offset correction).
+/// The steps `s_g - s_(g+1)` (with `s_16 = 0`) between 16 group scales
+/// (groups 0..8 in `lo`, 8..16 in `hi`), as i32 lanes: groups 4k..4k + 4 in
+/// vector k.
 #[inline(always)]
-unsafe fn q6_k_steps(xb: &BlockQ6K) -> ([int32x4_t; 4], [int16x8_t; 2]) {
-    let sc = vld1q_s8(xb.scales.as_ptr());
-    let (sl, sh) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
-    let dl = vsubq_s16(sl, vextq_s16::<1>(sl, sh));
-    let dh = vsubq_s16(sh, vextq_s16::<1>(sh, vdupq_n_s16(0)));
-    let w = |v: int16x8_t| (vmovl_s16(vget_low_s16(v)), vmovl_high_s16(v));
-    let ((s0, s1), (s2, s3)) = (w(dl), w(dh));
-    ([s0, s1, s2, s3], [sl, sh])
+unsafe fn steps16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
+    let dl = vsubq_s16(lo, vextq_s16::<1>(lo, hi));
+    let dh = vsubq_s16(hi, vextq_s16::<1>(hi, vdupq_n_s16(0)));
+    [vmovl_s16(vget_low_s16(dl)), vmovl_high_s16(dl), vmovl_s16(vget_low_s16(dh)), vmovl_high_s16(dh)]
 }
 
-/// Groups 8h..8h + 8 (one register of 16 values each) of a Q6_K row, unsigned
-/// values, against half `h` of the activations `y`, chained through `c` with
-/// `r += c * step_g` after each group, as in [`q4_k_half_chain`].
+/// Eight groups of 16 values (`v[i]` is group 8h + i) against half `h` of the
+/// activations `y`, chained through `c` with `r += c * step_g` after each
+/// group (`s0`, `s1`: the steps of groups 8h..8h + 4, 8h + 4..8h + 8), as in
+/// [`q4_k_half_chain`].
 #[inline(always)]
-unsafe fn q6_k_half_chain<const D: bool>(
-    xb: &BlockQ6K,
-    h: usize,
+unsafe fn chain8<const D: bool>(
+    v: [int8x16_t; 8],
     y: &[int8x16_t; 8],
     (c, r): (int32x4_t, int32x4_t),
-    steps: &[int32x4_t; 4],
+    s0: int32x4_t,
+    s1: int32x4_t,
 ) -> (int32x4_t, int32x4_t) {
-    let v = q6_half_unsigned(xb, h);
-    let (s0, s1) = (steps[2 * h], steps[2 * h + 1]);
     let c = dot16::<D>(c, v[0], y[0]);
     let r = mla_lane::<0>(r, c, s0);
     let c = dot16::<D>(c, v[1], y[1]);
@@ -399,6 +388,13 @@ unsafe fn q6_k_half_chain<const D: bool>(
     let r = mla_lane::<2>(r, c, s1);
     let c = dot16::<D>(c, v[7], y[7]);
     (c, mla_lane::<3>(r, c, s1))
+}
+
+/// A Q6_K block's 16 signed group scales widened to i16 (groups 0..8, 8..16).
+#[inline(always)]
+unsafe fn q6_k_scales(xb: &BlockQ6K) -> [int16x8_t; 2] {
+    let sc = vld1q_s8(xb.scales.as_ptr());
+    [vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc)]
 }
 
 /// One Q6_K super-block's contribution to a row's 4-lane accumulator, from
@@ -430,21 +426,23 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     let mut acc = [vdupq_n_f32(0.0); R];
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
-        let steps: [_; R] = std::array::from_fn(|r| q6_k_steps(xb[r]));
+        let sc: [_; R] = std::array::from_fn(|r| q6_k_scales(xb[r]));
+        let st: [_; R] = std::array::from_fn(|r| steps16(sc[r][0], sc[r][1]));
         let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let cr: [_; R] = std::array::from_fn(|r| q6_k_half_chain::<D>(xb[r], 0, &y, (zero, zero), &steps[r].0));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 0), &y, (zero, zero), st[r][0], st[r][1]));
         let y = acts_half(yb, 1);
-        let cr: [_; R] = std::array::from_fn(|r| q6_k_half_chain::<D>(xb[r], 1, &y, cr[r], &steps[r].0));
+        let cr: [_; R] = std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
-            acc[r] = q6_k_finish(acc[r], cr[r].1, xb[r], yb, steps[r].1, bsums);
+            acc[r] = q6_k_finish(acc[r], cr[r].1, xb[r], yb, sc[r], bsums);
         }
     }
     acc.map(|v| vaddvq_f32(v))
 }
 
-/// Scale multipliers of the groups of a half block in the Q2_K/Q3_K four-row
+/// Scale multipliers of the groups of a half block in the Q2_K/Q3_K multi-row
 /// bodies. Bit pair `j` of a byte is used in place (`q & 3 << 2j`, values
 /// times `4^j`) for j < 3 and shifted down for j = 3, so the group sums of a
 /// half come out times [1, 1, 4, 4, 16, 16, 1, 1]; multiplying the scales by
@@ -452,17 +450,6 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
 /// and the super-block scale is divided by 16 (exactly) instead. This saves a
 /// shift per 16 values.
 const PAIR_SCALE: u64 = 0x1010_0101_0404_1010;
-
-/// Group sums (times the in-place factors of [`PAIR_SCALE`]) of 2-bit values
-/// `qs` (32 bytes: groups 8h + 2j from the first 16, 8h + 2j + 1 from the
-/// second) plus optional high bits already placed per pair, against the half's
-/// activations `y`.
-#[inline(always)]
-unsafe fn pairs_half<const D: bool>(v: [uint8x16_t; 8], y: &[int8x16_t; 8]) -> [int32x4_t; 2] {
-    let zero = vdupq_n_s32(0);
-    let d = |i: usize| dot16::<D>(zero, s8(v[i]), y[i]);
-    [sums4(d(0), d(1), d(2), d(3)), sums4(d(4), d(5), d(6), d(7))]
-}
 
 /// The eight registers of bit pairs of half `h` of a Q2_K/Q3_K block in group
 /// order (pair j of the first 16 bytes, pair j of the second, ...), in place.
@@ -483,15 +470,6 @@ unsafe fn bit_pairs(qs: &[u8; 64], h: usize) -> [uint8x16_t; 8] {
     ]
 }
 
-/// `sum_k g[k] * scales[4k..4k + 4]` for 16 scales as i16 lanes.
-#[inline(always)]
-unsafe fn scale16(g: [int32x4_t; 4], lo: int16x8_t, hi: int16x8_t) -> int32x4_t {
-    let isum = vmulq_s32(g[0], vmovl_s16(vget_low_s16(lo)));
-    let isum = vmlaq_s32(isum, g[1], vmovl_high_s16(lo));
-    let isum = vmlaq_s32(isum, g[2], vmovl_s16(vget_low_s16(hi)));
-    vmlaq_s32(isum, g[3], vmovl_high_s16(hi))
-}
-
 /// `sum_g w[g] * bsums[g]` for 16 i16 weights.
 #[inline(always)]
 unsafe fn dot_bsums16(lo: int16x8_t, hi: int16x8_t, bsums: [int16x8_t; 2]) -> int32x4_t {
@@ -502,24 +480,37 @@ unsafe fn dot_bsums16(lo: int16x8_t, hi: int16x8_t, bsums: [int16x8_t; 2]) -> in
     vmlal_high_s16(s, hi, b1)
 }
 
+/// A Q2_K block's 16 scales times the in-place factors of [`PAIR_SCALE`]
+/// (4 bits times at most 16 fit a byte), as i16 (groups 0..8, 8..16), and its
+/// 16 minimums.
 #[inline(always)]
-unsafe fn q2_k_scale(
-    acc: float32x4_t,
-    g: [int32x4_t; 4],
-    xb: &BlockQ2K,
-    yb: &BlockQ8K,
-    bsums: [int16x8_t; 2],
-) -> float32x4_t {
+unsafe fn q2_k_scales(xb: &BlockQ2K) -> ([int16x8_t; 2], uint8x16_t) {
     let raw = vld1q_u8(xb.scales.as_ptr());
     let mult = vcombine_u8(vcreate_u8(PAIR_SCALE), vcreate_u8(PAIR_SCALE));
-    // Scales (4 bits) times at most 16 fit a byte.
     let sc = vmulq_u8(vandq_u8(raw, vdupq_n_u8(0x0F)), mult);
-    let isum = scale16(g, vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(sc))), vreinterpretq_s16_u16(vmovl_high_u8(sc)));
-    let m = vshrq_n_u8::<4>(raw);
-    let msum =
-        dot_bsums16(vreinterpretq_s16_u16(vmovl_u8(vget_low_u8(m))), vreinterpretq_s16_u16(vmovl_high_u8(m)), bsums);
-    let acc = vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0));
-    vfmaq_n_f32(acc, vcvtq_f32_s32(msum), -yb.d * fp16(xb.dmin))
+    let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
+    ([w(vmovl_u8(vget_low_u8(sc))), w(vmovl_high_u8(sc))], vshrq_n_u8::<4>(raw))
+}
+
+/// One Q2_K super-block's contribution to a row's 4-lane accumulator: the
+/// scaled sums `r` (16 times too large, see [`PAIR_SCALE`]) and the minimums
+/// meeting the activation group sums go through one conversion and one
+/// multiply-add, lanes `[r, r, m, m] * [d, d, dmin, dmin] * ysign`
+/// (`ysign` = `[y / 16, y / 16, -y, -y]`).
+#[inline(always)]
+unsafe fn q2_k_finish(
+    acc: float32x4_t,
+    r: int32x4_t,
+    xb: &BlockQ2K,
+    mins: uint8x16_t,
+    bsums: [int16x8_t; 2],
+    ysign: float32x4_t,
+) -> float32x4_t {
+    let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
+    let msum = dot_bsums16(w(vmovl_u8(vget_low_u8(mins))), w(vmovl_high_u8(mins)), bsums);
+    let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
+    let dm = fp16x2(std::ptr::addr_of!(xb.d).cast()); // [d, dmin, 0, 0]: adjacent in the block
+    vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
 }
 
 #[inline(always)]
@@ -529,15 +520,22 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
+    let sign = vld1q_f32([1.0f32 / 16.0, 1.0 / 16.0, -1.0, -1.0].as_ptr());
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ2K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let sc: [_; R] = std::array::from_fn(|r| q2_k_scales(xb[r]));
+        let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].0[0], sc[r].0[1]));
+        let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(bit_pairs(&xb[r].qs, 0), &y));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(bit_pairs(&xb[r].qs, 0).map(s8), &y, (zero, zero), st[r][0], st[r][1]));
         let y = acts_half(yb, 1);
-        let hi: [_; R] = std::array::from_fn(|r| pairs_half::<D>(bit_pairs(&xb[r].qs, 1), &y));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(bit_pairs(&xb[r].qs, 1).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
+        let ysign = vmulq_n_f32(sign, yb.d);
         for r in 0..R {
-            acc[r] = q2_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+            acc[r] = q2_k_finish(acc[r], cr[r].1, xb[r], sc[r].1, bsums, ysign);
         }
     }
     acc.map(|v| vaddvq_f32(v))
@@ -583,23 +581,32 @@ unsafe fn q3_k_half<const H: usize>(xb: &BlockQ3K) -> [uint8x16_t; 8] {
     ]
 }
 
+/// A Q3_K block's 16 signed scales as i16 (groups 0..8, 8..16): as stored,
+/// and times the in-place factors of [`PAIR_SCALE`].
 #[inline(always)]
-unsafe fn q3_k_scale(
-    acc: float32x4_t,
-    g: [int32x4_t; 4],
-    xb: &BlockQ3K,
-    yb: &BlockQ8K,
-    bsums: [int16x8_t; 2],
-) -> float32x4_t {
+unsafe fn q3_k_scales(xb: &BlockQ3K) -> ([int16x8_t; 2], [int16x8_t; 2]) {
     let w = unpack_scales_words(&xb.scales);
     let biased =
         vcombine_u8(vcreate_u8(w[0] as u64 | (w[1] as u64) << 32), vcreate_u8(w[2] as u64 | (w[3] as u64) << 32));
     let sc = vsubq_s8(s8(biased), vdupq_n_s8(32));
     let (lo, hi) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
     let mult = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(PAIR_SCALE)));
-    let isum = scale16(g, vmulq_s16(lo, mult), vmulq_s16(hi, mult));
+    ([lo, hi], [vmulq_s16(lo, mult), vmulq_s16(hi, mult)])
+}
+
+/// One Q3_K super-block's contribution to a row's 4-lane accumulator, from
+/// the scaled sums `r` (16 times too large) of its values stored plus 4.
+#[inline(always)]
+unsafe fn q3_k_finish(
+    acc: float32x4_t,
+    r: int32x4_t,
+    xb: &BlockQ3K,
+    yb: &BlockQ8K,
+    [lo, hi]: [int16x8_t; 2],
+    bsums: [int16x8_t; 2],
+) -> float32x4_t {
     // Values are stored plus 4: minus 4 * sum_g scale_g * bsum_g, times 16.
-    let isum = vsubq_s32(isum, vshlq_n_s32::<6>(dot_bsums16(lo, hi, bsums)));
+    let isum = vsubq_s32(r, vshlq_n_s32::<6>(dot_bsums16(lo, hi, bsums)));
     vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0))
 }
 
@@ -612,13 +619,18 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     let mut acc = [vdupq_n_f32(0.0); R];
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let sc: [_; R] = std::array::from_fn(|r| q3_k_scales(xb[r]));
+        let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].1[0], sc[r].1[1]));
+        let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let lo: [_; R] = std::array::from_fn(|r| pairs_half::<D>(q3_k_half::<0>(xb[r]), &y));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(q3_k_half::<0>(xb[r]).map(s8), &y, (zero, zero), st[r][0], st[r][1]));
         let y = acts_half(yb, 1);
-        let hi: [_; R] = std::array::from_fn(|r| pairs_half::<D>(q3_k_half::<1>(xb[r]), &y));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
-            acc[r] = q3_k_scale(acc[r], [lo[r][0], lo[r][1], hi[r][0], hi[r][1]], xb[r], yb, bsums);
+            acc[r] = q3_k_finish(acc[r], cr[r].1, xb[r], yb, sc[r].0, bsums);
         }
     }
     acc.map(|v| vaddvq_f32(v))
