@@ -20,6 +20,8 @@ struct Opts {
     p: usize,
     n: usize,
     draws: usize,
+    /// insn-count: also count llama.cpp (`--no-llama`: Pocket only).
+    llama: bool,
 }
 
 fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, String> {
@@ -29,6 +31,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
         p: default_p,
         n: default_n,
         draws: 5,
+        llama: true,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -39,6 +42,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
             "-p" => o.p = val()?.parse().map_err(|_| "bad -p")?,
             "-n" => o.n = val()?.parse().map_err(|_| "bad -n")?,
             "--draws" => o.draws = val()?.parse().map_err(|_| "bad --draws")?,
+            "--no-llama" => o.llama = false,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -275,7 +279,7 @@ pub fn insn_count(args: &[String]) -> Result<(), String> {
             (pre - base) as f64 / (2 * p) as f64 / 1e6
         );
     }
-    for i8mm in [false, true] {
+    for i8mm in [false, true].into_iter().filter(|_| o.llama) {
         let exe = llama::aarch64_build(i8mm)?;
         let lb = |pp: usize, nn: usize| -> Vec<String> {
             ["-m", &m, "-t", "1", "-p", &pp.to_string(), "-n", &nn.to_string(), "-r", "1"]

@@ -17,7 +17,7 @@ commands:
       a GGUF with a real model's exact geometry, random valid weights
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5]
       llama.cpp and pocket alternately on one file, with the roofline
-  insn-count --model FILE [-p 16] [-n 8]
+  insn-count --model FILE [-p 16] [-n 8] [--no-llama]
       aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)
   bindings swift|kotlin|python [--release] [--out DIR]
       generate bindings in library mode from the host build of pocket_ffi; without --out,
