@@ -291,7 +291,14 @@ unsafe fn q4_k_half_chain<const D: bool>(
 /// go through one conversion and one multiply-add, lanes
 /// `[r, r, m, m] * [d, d, -dmin, -dmin] * y.d` (`ysign` = `[y, y, -y, -y]`).
 #[inline(always)]
-unsafe fn q4_k_finish(acc: float32x4_t, r: int32x4_t, xb: &BlockQ4K, mins: u64, pairs: int16x8_t, ysign: float32x4_t) -> float32x4_t {
+unsafe fn q4_k_finish(
+    acc: float32x4_t,
+    r: int32x4_t,
+    xb: &BlockQ4K,
+    mins: u64,
+    pairs: int16x8_t,
+    ysign: float32x4_t,
+) -> float32x4_t {
     let m = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mins)));
     let msum = vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs);
     let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
@@ -433,7 +440,8 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let cr: [_; R] =
             std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 0), &y, (zero, zero), st[r][0], st[r][1]));
         let y = acts_half(yb, 1);
-        let cr: [_; R] = std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
+        let cr: [_; R] =
+            std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
             acc[r] = q6_k_finish(acc[r], cr[r].1, xb[r], yb, sc[r], bsums);
