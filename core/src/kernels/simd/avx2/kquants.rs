@@ -6,7 +6,7 @@
 //! once per super-block through the activation group sums (`bsums`): e.g.
 //! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
 
-use super::{dot_i16, fp16, hsum_ps, load32, paths, prefetch_ahead, tail4};
+use super::{dot_i16, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
 
@@ -139,6 +139,17 @@ unsafe fn finish4_min(acc: __m256) -> [f32; 4] {
     let mut out = [0.0f32; 4];
     _mm_storeu_ps(out.as_mut_ptr(), _mm_movelh_ps(lo, hi));
     out
+}
+
+/// The super-block tail of a four-token pass for formats without minimums
+/// (Q3_K, Q6_K): the four tokens' integer sums `t[n]` are reduced across
+/// lanes together, then scaled by `d * y_n` in one multiply-add.
+#[inline(always)]
+unsafe fn tail4(acc: __m128, t: &[__m256i], d: f32, yd: __m128) -> __m128 {
+    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    let v = _mm256_hadd_epi32(u01, u23); // [T0 T1 T2 T3 | T0 T1 T2 T3], each half its lanes' part
+    let w = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_fmadd_ps(_mm_cvtepi32_ps(w), _mm_mul_ps(yd, _mm_set1_ps(d)), acc)
 }
 
 /// `N` results from a four-token accumulator (only called with `N == 4`).

@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
 //! blocks per iteration keep two FMA chains in flight.
 
-use super::{dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead, tail4};
+use super::{dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use std::arch::x86_64::*;
 
@@ -137,11 +137,6 @@ unsafe fn signed_step<B: Signed32, const V: u8, const N: usize>(
 #[inline(always)]
 unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_0]; N]) -> [f32; N] {
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    if N == 4 {
-        let mut out = [0.0f32; N];
-        out.copy_from_slice(&dot_signed4::<B, V>(x, [a[0], a[1], a[2], a[3]]));
-        return out;
-    }
     let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     let mut i = 0;
     while i + 1 < x.len() {
@@ -158,34 +153,6 @@ unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[Bl
     for n in 0..N {
         out[n] = hsum_ps(_mm256_add_ps(acc0[n], acc1[n]));
     }
-    out
-}
-
-/// [`dot_signed`] for four activation rows: per block, the four integer sums
-/// are reduced across lanes together and scaled in one multiply-add
-/// ([`tail4`]) instead of a conversion, a multiply and a broadcast per token.
-#[inline(always)]
-unsafe fn dot_signed4<B: Signed32, const V: u8>(x: &[B], a: [&[BlockQ8_0]; 4]) -> [f32; 4] {
-    let mut acc = _mm_setzero_ps();
-    for (i, xb) in x.iter().enumerate() {
-        if i % 2 == 0 {
-            prefetch_ahead((xb as *const B).cast(), 1);
-        }
-        let xs = xb.values();
-        // |x| as unsigned, and the sign of x moved onto each activation row.
-        let ax = _mm256_sign_epi8(xs, xs);
-        let mut s = [_mm256_setzero_si256(); 4];
-        for n in 0..4 {
-            let sy = _mm256_sign_epi8(load32(a[n][i].qs.as_ptr().cast()), xs);
-            s[n] = dot_u8i8::<V>(_mm256_setzero_si256(), ax, sy);
-        }
-        // The four activation scales (f16) in one conversion.
-        let h = |n: usize| u16::from_le_bytes(a[n][i].d.0) as i64;
-        let yd = _mm_cvtph_ps(_mm_cvtsi64_si128(h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48));
-        acc = tail4(acc, &s, fp16(xb.scale()), yd);
-    }
-    let mut out = [0.0f32; 4];
-    _mm_storeu_ps(out.as_mut_ptr(), acc);
     out
 }
 

@@ -175,18 +175,6 @@ pub(super) unsafe fn prefetch_ahead(block: *const u8, size: usize) {
 
 pub(super) const PREFETCH_AHEAD: usize = 2048;
 
-/// The block tail of a four-token pass for formats without minimums (Q3_K,
-/// Q6_K, and the 32-value formats with Q8_0 activations): the four tokens'
-/// integer sums `t[n]` are reduced across lanes together, then scaled by
-/// `d * y_n` (`yd` = `[y0, y1, y2, y3]`) in one multiply-add.
-#[inline(always)]
-pub(super) unsafe fn tail4(acc: __m128, t: &[__m256i], d: f32, yd: __m128) -> __m128 {
-    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
-    let v = _mm256_hadd_epi32(u01, u23); // [T0 T1 T2 T3 | T0 T1 T2 T3], each half its lanes' part
-    let w = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    _mm_fmadd_ps(_mm_cvtepi32_ps(w), _mm_mul_ps(yd, _mm_set1_ps(d)), acc)
-}
-
 /// `acc + (sums of 4 adjacent u8(u) * i8(s) products)` in i32 lanes.
 #[inline(always)]
 pub(super) unsafe fn dot_u8i8<const V: u8>(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
