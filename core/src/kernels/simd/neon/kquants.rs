@@ -25,7 +25,7 @@ paths! {
     q2_k, q2_k_rows = dot_q2_k(BlockQ8K) / dotn_q2_k * 2;
     q3_k, q3_k_rows = dot_q3_k(BlockQ8K) / dotn_q3_k * 2;
     q4_k, q4_k_rows = dot_q4_k(BlockQ8K) / dotn_q4_k * 4;
-    q5_k, q5_k_rows = dot_q5_k(BlockQ8K);
+    q5_k, q5_k_rows = dot_q5_k(BlockQ8K) / dotn_q5_k * 2;
     q6_k, q6_k_rows = dot_q6_k(BlockQ8K) / dotn_q6_k * 2;
 }
 
@@ -286,15 +286,16 @@ unsafe fn q4_k_half_chain<const D: bool>(
     (c, mla_lane::<3>(r, c, steps))
 }
 
-/// One Q4_K super-block's contribution to a row's 4-lane accumulator: the
-/// scaled group sums `r` and the minimums meeting the activations' pair sums
-/// go through one conversion and one multiply-add, lanes
-/// `[r, r, m, m] * [d, d, -dmin, -dmin] * y.d` (`ysign` = `[y, y, -y, -y]`).
+/// One Q4_K/Q5_K super-block's contribution to a row's 4-lane accumulator:
+/// the scaled group sums `r` and the minimums meeting the activations' pair
+/// sums go through one conversion and one multiply-add, lanes `[r, r, m, m] *
+/// [d, d, -dmin, -dmin] * y.d` (`dm` = `[d, dmin, ..]`, `ysign` = `[y, y, -y,
+/// -y]`).
 #[inline(always)]
-unsafe fn q4_k_finish(
+unsafe fn k4_finish(
     acc: float32x4_t,
     r: int32x4_t,
-    xb: &BlockQ4K,
+    dm: float32x4_t,
     mins: u64,
     pairs: int16x8_t,
     ysign: float32x4_t,
@@ -302,7 +303,6 @@ unsafe fn q4_k_finish(
     let m = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(mins)));
     let msum = vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs);
     let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
-    let dm = fp16x2((xb as *const BlockQ4K).cast()); // [d, dmin, 0, 0]: the block's first 4 bytes
     vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
 }
 
@@ -326,7 +326,72 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
         let ysign = vmulq_n_f32(sign, yb.d);
         for r in 0..R {
-            acc[r] = q4_k_finish(acc[r], cr[r].1, xb[r], words[r].1, pairs, ysign);
+            // d, dmin: the block's first 4 bytes
+            let dm = fp16x2((xb[r] as *const BlockQ4K).cast());
+            acc[r] = k4_finish(acc[r], cr[r].1, dm, words[r].1, pairs, ysign);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
+}
+
+/// Chunk `c` (values 64c..64c + 64: groups 2c, 2c + 1) of a Q5_K row, chained
+/// as in [`q4_k_half_chain`]: nibble | fifth bit << 4, the fifth bits in bits
+/// 0 and 1 of `qh` (shifted down two per chunk by the caller). `y`: the
+/// chunk's four activation registers; `L0`, `L1`: the groups' lanes in `steps`.
+#[inline(always)]
+unsafe fn q5_k_chunk<const D: bool, const L0: usize, const L1: usize>(
+    xb: &BlockQ5K,
+    c: usize,
+    qh: [uint8x16_t; 2],
+    y: [int8x16_t; 4],
+    (acc, r): (int32x4_t, int32x4_t),
+    steps: int32x4_t,
+) -> (int32x4_t, int32x4_t) {
+    let (one, two) = (vdupq_n_u8(1), vdupq_n_u8(2));
+    let p = xb.qs.as_ptr().add(32 * c);
+    let (q0, q1) = (vld1q_u8(p), vld1q_u8(p.add(16)));
+    // low nibble with bit 0 above it (shift-and-insert keeps the nibble)
+    let (l0, l1) = (vsliq_n_u8::<4>(q0, vandq_u8(qh[0], one)), vsliq_n_u8::<4>(q1, vandq_u8(qh[1], one)));
+    // high nibble shifted in under bit 1 (moved to bit 4)
+    let h0 = vsriq_n_u8::<4>(vshlq_n_u8::<3>(vandq_u8(qh[0], two)), q0);
+    let h1 = vsriq_n_u8::<4>(vshlq_n_u8::<3>(vandq_u8(qh[1], two)), q1);
+    let acc = dot16::<D>(dot16::<D>(acc, s8(l0), y[0]), s8(l1), y[1]);
+    let r = mla_lane::<L0>(r, acc, steps);
+    let acc = dot16::<D>(dot16::<D>(acc, s8(h0), y[2]), s8(h1), y[3]);
+    (acc, mla_lane::<L1>(r, acc, steps))
+}
+
+#[inline(always)]
+unsafe fn dotn_q5_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ5K>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    let sign = vld1q_f32([1.0f32, 1.0, -1.0, -1.0].as_ptr());
+    for (b, yb) in a[..nb].iter().enumerate() {
+        let xb: [&BlockQ5K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let words: [(u64, u64); R] = std::array::from_fn(|r| scales_mins_k4_words(&xb[r].scales));
+        let st: [[int32x4_t; 2]; R] = std::array::from_fn(|r| scale_steps8(words[r].0));
+        let qh: [[uint8x16_t; 2]; R] =
+            std::array::from_fn(|r| [vld1q_u8(xb[r].qh.as_ptr()), vld1q_u8(xb[r].qh.as_ptr().add(16))]);
+        let shr2 = |q: [uint8x16_t; 2]| [vshrq_n_u8::<2>(q[0]), vshrq_n_u8::<2>(q[1])];
+        let zero = vdupq_n_s32(0);
+        let y = acts_half(yb, 0);
+        let (y0, y1) = ([y[0], y[1], y[2], y[3]], [y[4], y[5], y[6], y[7]]);
+        let cr: [_; R] = std::array::from_fn(|r| q5_k_chunk::<D, 0, 1>(xb[r], 0, qh[r], y0, (zero, zero), st[r][0]));
+        let cr: [_; R] = std::array::from_fn(|r| q5_k_chunk::<D, 2, 3>(xb[r], 1, shr2(qh[r]), y1, cr[r], st[r][0]));
+        let y = acts_half(yb, 1);
+        let (y2, y3) = ([y[0], y[1], y[2], y[3]], [y[4], y[5], y[6], y[7]]);
+        let qh: [_; R] = std::array::from_fn(|r| shr2(shr2(qh[r])));
+        let cr: [_; R] = std::array::from_fn(|r| q5_k_chunk::<D, 0, 1>(xb[r], 2, qh[r], y2, cr[r], st[r][1]));
+        let cr: [_; R] = std::array::from_fn(|r| q5_k_chunk::<D, 2, 3>(xb[r], 3, shr2(qh[r]), y3, cr[r], st[r][1]));
+        let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
+        let ysign = vmulq_n_f32(sign, yb.d);
+        for r in 0..R {
+            // d, dmin: the block's first 4 bytes
+            let dm = fp16x2((xb[r] as *const BlockQ5K).cast());
+            acc[r] = k4_finish(acc[r], cr[r].1, dm, words[r].1, pairs, ysign);
         }
     }
     acc.map(|v| vaddvq_f32(v))
