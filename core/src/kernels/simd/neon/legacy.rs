@@ -11,7 +11,7 @@ paths! {
     q4_1, q4_1_rows = dot_q4_1(BlockQ8_1);
     q5_0, q5_0_rows = dot_q5_0(BlockQ8_0);
     q5_1, q5_1_rows = dot_q5_1(BlockQ8_1);
-    q8_0, q8_0_rows = dot_q8_0(BlockQ8_0);
+    q8_0, q8_0_rows = dot_q8_0(BlockQ8_0) / dotn_q8_0 * 4;
 }
 
 /// 16 bytes of nibbles -> (low nibbles: values 0..16, high nibbles: values 16..32).
@@ -65,6 +65,28 @@ unsafe fn dot_signed<B, const D: bool>(
         acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(block_dot::<D>(l, h, &yb.qs)), fp16(scale(xb)) * fp16(yb.d));
     }
     vaddvq_f32(vaddq_f32(acc0, acc1))
+}
+
+/// `R` Q8_0 weight rows with one activation row: each block's 32 activations
+/// and scale are loaded once for all rows.
+#[inline(always)]
+unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0]) -> [f32; R] {
+    let x = rows.map(as_blocks::<BlockQ8_0>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
+    let mut acc = [vdupq_n_f32(0.0); R];
+    for (b, yb) in a[..nb].iter().enumerate() {
+        let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
+        let yd = fp16(yb.d);
+        for r in 0..R {
+            let xb = x[r].get_unchecked(b);
+            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(xb.qs.as_ptr().cast()), y0);
+            let p = dot16::<D>(p, ld_s8(xb.qs.as_ptr().add(16).cast()), y1);
+            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(p), fp16(xb.d) * yd);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
 }
 
 #[inline(always)]
