@@ -160,6 +160,53 @@ unsafe fn out4<const N: usize>(v: [f32; 4]) -> [f32; N] {
     out
 }
 
+/// `sumi[n] - (sum_g sc_g * bsum_g) << SHIFT` for every activation row `n`:
+/// removes an offset of `1 << SHIFT` stored in every value (Q3_K: 4, Q6_K: 32).
+#[inline(always)]
+unsafe fn remove_offset<const N: usize, const SHIFT: i32>(
+    mut sumi: [__m256i; N],
+    sc16: __m256i,
+    a: &[&[BlockQ8K]; N],
+    i: usize,
+) -> [__m256i; N] {
+    for n in 0..N {
+        sumi[n] = _mm256_sub_epi32(sumi[n], _mm256_slli_epi32::<SHIFT>(_mm256_madd_epi16(sc16, bsums(&a[n][i]))));
+    }
+    sumi
+}
+
+/// Block `i`'s integer sums `t[n]` of a one-scale format (Q3_K, Q6_K) times
+/// `d * y_n`, into the accumulators: all four tokens at once ([`tail4`])
+/// when `N == 4`, else per token.
+#[inline(always)]
+unsafe fn add_scaled<const N: usize>(
+    acc: &mut [__m256; N],
+    acc4: &mut __m128,
+    t: &[__m256i; N],
+    d: f32,
+    a: &[&[BlockQ8K]; N],
+    i: usize,
+) {
+    if N == 4 {
+        *acc4 = tail4(*acc4, t, d, act_scales4(a, i));
+        return;
+    }
+    for n in 0..N {
+        acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(a[n][i].d * d), _mm256_cvtepi32_ps(t[n]), acc[n]);
+    }
+}
+
+/// The `N` dot products from [`add_scaled`]'s accumulators.
+#[inline(always)]
+unsafe fn finish_scaled<const N: usize>(acc: [__m256; N], acc4: __m128) -> [f32; N] {
+    if N == 4 {
+        let mut v = [0.0f32; 4];
+        _mm_storeu_ps(v.as_mut_ptr(), acc4);
+        return out4(v);
+    }
+    hsums(acc)
+}
+
 #[inline(always)]
 unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ2K>(w);
@@ -259,26 +306,11 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 }
             }
         }
-        let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
-        // Remove the +4 offset: 4 * sum_g sc_g * bsum_g.
-        let mut t = [_mm256_setzero_si256(); N];
-        for n in 0..N {
-            t[n] = _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 2));
-        }
-        if N == 4 {
-            acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
-            continue;
-        }
-        for n in 0..N {
-            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(a[n][i].d * d), _mm256_cvtepi32_ps(t[n]), acc[n]);
-        }
+        // Remove the +4 offset of the values: 4 * sum_g sc_g * bsum_g.
+        let t = remove_offset::<N, 2>(sumi, _mm256_cvtepi8_epi16(sc8), &a, i);
+        add_scaled(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
     }
-    if N == 4 {
-        let mut v = [0.0f32; 4];
-        _mm_storeu_ps(v.as_mut_ptr(), acc4);
-        return out4(v);
-    }
-    hsums(acc)
+    finish_scaled(acc, acc4)
 }
 
 /// The 8 (scale, min) pairs of a Q4_K/Q5_K block: scales as i16 in both
@@ -416,24 +448,9 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 }
             }
         }
-        let (d, sc16) = (fp16(xb.d), _mm256_cvtepi8_epi16(sc8));
-        // Remove the +32 offset: 32 * sum_g sc_g * bsum_g.
-        let mut t = [_mm256_setzero_si256(); N];
-        for n in 0..N {
-            t[n] = _mm256_sub_epi32(sumi[n], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums(&a[n][i])), 5));
-        }
-        if N == 4 {
-            acc4 = tail4(acc4, &t, d, act_scales4(&a, i));
-            continue;
-        }
-        for n in 0..N {
-            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(a[n][i].d * d), _mm256_cvtepi32_ps(t[n]), acc[n]);
-        }
+        // Remove the +32 offset of the values: 32 * sum_g sc_g * bsum_g.
+        let t = remove_offset::<N, 5>(sumi, _mm256_cvtepi8_epi16(sc8), &a, i);
+        add_scaled(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
     }
-    if N == 4 {
-        let mut v = [0.0f32; 4];
-        _mm_storeu_ps(v.as_mut_ptr(), acc4);
-        return out4(v);
-    }
-    hsums(acc)
+    finish_scaled(acc, acc4)
 }
