@@ -247,10 +247,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
         }
     }
-    if N == 4 {
-        return out4(finish4_min(acc4));
-    }
-    hsums(acc)
+    finish_scaled_min(acc, acc4)
 }
 
 /// The sixteen Q3_K group scales (6 bits, minus 32) as i8, in SIMD: low
@@ -332,6 +329,46 @@ unsafe fn mins_dot_bsums(mins: __m128i, y: &BlockQ8K) -> __m256i {
     _mm256_zextsi128_si256(_mm_madd_epi16(mins, pairs))
 }
 
+/// Block `i`'s scaled sums `sumi[n]` of a Q4_K/Q5_K row times `d * y_n`,
+/// minus its minimums (met with the activations' pair sums) times `dmin *
+/// y_n`, into the accumulators: all four tokens at once ([`tail4_min`]) when
+/// `N == 4`, else per token.
+#[inline(always)]
+unsafe fn add_scaled_k4<const N: usize>(
+    acc: &mut [__m256; N],
+    acc4: &mut __m256,
+    sumi: &[__m256i; N],
+    mins: __m128i,
+    (d, dmin): (f32, f32),
+    a: &[&[BlockQ8K]; N],
+    i: usize,
+) {
+    if N == 4 {
+        let m = [
+            mins_dot_bsums(mins, &a[0][i]),
+            mins_dot_bsums(mins, &a[1][i]),
+            mins_dot_bsums(mins, &a[2][i]),
+            mins_dot_bsums(mins, &a[3][i]),
+        ];
+        *acc4 = tail4_min(*acc4, sumi, &m, d, dmin, act_scales4(a, i));
+        return;
+    }
+    for n in 0..N {
+        let y = &a[n][i];
+        acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
+    }
+}
+
+/// The `N` dot products from the accumulators of [`add_scaled_k4`] (or of
+/// the same pair of tails in Q2_K).
+#[inline(always)]
+unsafe fn finish_scaled_min<const N: usize>(acc: [__m256; N], acc4: __m256) -> [f32; N] {
+    if N == 4 {
+        return out4(finish4_min(acc4));
+    }
+    hsums(acc)
+}
+
 #[inline(always)]
 unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ4K>(w);
@@ -352,26 +389,9 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
         }
-        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        if N == 4 {
-            let m = [
-                mins_dot_bsums(mins, &a[0][i]),
-                mins_dot_bsums(mins, &a[1][i]),
-                mins_dot_bsums(mins, &a[2][i]),
-                mins_dot_bsums(mins, &a[3][i]),
-            ];
-            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
-            continue;
-        }
-        for n in 0..N {
-            let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
-        }
+        add_scaled_k4(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
     }
-    if N == 4 {
-        return out4(finish4_min(acc4));
-    }
-    hsums(acc)
+    finish_scaled_min(acc, acc4)
 }
 
 #[inline(always)]
@@ -396,26 +416,9 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
         }
-        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        if N == 4 {
-            let m = [
-                mins_dot_bsums(mins, &a[0][i]),
-                mins_dot_bsums(mins, &a[1][i]),
-                mins_dot_bsums(mins, &a[2][i]),
-                mins_dot_bsums(mins, &a[3][i]),
-            ];
-            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
-            continue;
-        }
-        for n in 0..N {
-            let y = &a[n][i];
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
-        }
+        add_scaled_k4(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
     }
-    if N == 4 {
-        return out4(finish4_min(acc4));
-    }
-    hsums(acc)
+    finish_scaled_min(acc, acc4)
 }
 
 #[inline(always)]
