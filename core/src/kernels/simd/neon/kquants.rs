@@ -469,24 +469,21 @@ unsafe fn q6_k_scales(xb: &BlockQ6K) -> [int16x8_t; 2] {
     [vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc)]
 }
 
-/// One Q6_K super-block's contribution to a row's 4-lane accumulator, from
-/// the scaled sums `r` of its unsigned values: the offset 32 of every value
-/// comes off as `32 * sum_g scale_g * bsum_g`.
+/// One Q3_K/Q6_K super-block's contribution to a row's 4-lane accumulator,
+/// from the scaled sums `r` of its values stored with an offset: the offset
+/// comes off as `sum_g scale_g * bsum_g << SHIFT` (Q6_K: 32, SHIFT 5; Q3_K: 4
+/// times the 16 of [`PAIR_SCALE`], SHIFT 6), then `scale` (= `d * y.d`, over
+/// 16 for Q3_K) converts to f32.
 #[inline(always)]
-unsafe fn q6_k_finish(
+unsafe fn offset_finish<const SHIFT: i32>(
     acc: float32x4_t,
     r: int32x4_t,
-    xb: &BlockQ6K,
-    yb: &BlockQ8K,
-    [sl, sh]: [int16x8_t; 2],
-    [b0, b1]: [int16x8_t; 2],
+    [lo, hi]: [int16x8_t; 2],
+    bsums: [int16x8_t; 2],
+    scale: f32,
 ) -> float32x4_t {
-    let corr = vmull_s16(vget_low_s16(sl), vget_low_s16(b0));
-    let corr = vmlal_high_s16(corr, sl, b0);
-    let corr = vmlal_s16(corr, vget_low_s16(sh), vget_low_s16(b1));
-    let corr = vmlal_high_s16(corr, sh, b1);
-    let isum = vsubq_s32(r, vshlq_n_s32::<5>(corr));
-    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d))
+    let isum = vsubq_s32(r, vshlq_n_s32::<SHIFT>(dot_bsums16(lo, hi, bsums)));
+    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), scale)
 }
 
 #[inline(always)]
@@ -509,7 +506,7 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
             std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
-            acc[r] = q6_k_finish(acc[r], cr[r].1, xb[r], yb, sc[r], bsums);
+            acc[r] = offset_finish::<5>(acc[r], cr[r].1, sc[r], bsums, yb.d * fp16(xb[r].d));
         }
     }
     acc.map(|v| vaddvq_f32(v))
@@ -667,22 +664,6 @@ unsafe fn q3_k_scales(xb: &BlockQ3K) -> ([int16x8_t; 2], [int16x8_t; 2]) {
     ([lo, hi], [vmulq_s16(lo, mult), vmulq_s16(hi, mult)])
 }
 
-/// One Q3_K super-block's contribution to a row's 4-lane accumulator, from
-/// the scaled sums `r` (16 times too large) of its values stored plus 4.
-#[inline(always)]
-unsafe fn q3_k_finish(
-    acc: float32x4_t,
-    r: int32x4_t,
-    xb: &BlockQ3K,
-    yb: &BlockQ8K,
-    [lo, hi]: [int16x8_t; 2],
-    bsums: [int16x8_t; 2],
-) -> float32x4_t {
-    // Values are stored plus 4: minus 4 * sum_g scale_g * bsum_g, times 16.
-    let isum = vsubq_s32(r, vshlq_n_s32::<6>(dot_bsums16(lo, hi, bsums)));
-    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), yb.d * fp16(xb.d) * (1.0 / 16.0))
-}
-
 #[inline(always)]
 unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ3K>);
@@ -703,7 +684,7 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
             std::array::from_fn(|r| chain8::<D>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
-            acc[r] = q3_k_finish(acc[r], cr[r].1, xb[r], yb, sc[r].0, bsums);
+            acc[r] = offset_finish::<6>(acc[r], cr[r].1, sc[r].0, bsums, yb.d * fp16(xb[r].d) * (1.0 / 16.0));
         }
     }
     acc.map(|v| vaddvq_f32(v))
