@@ -6,7 +6,7 @@
 //! benchmarks can ask for any path the CPU has with [`Kernels::for_isa`].
 
 use super::simd;
-use crate::quant::{self, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType};
+use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType};
 use half::f16;
 use std::fmt;
 use std::sync::OnceLock;
@@ -135,7 +135,7 @@ impl<B> Copy for Multi<B> {}
 /// The kernels for one weight type, by activation format.
 #[derive(Clone, Copy)]
 pub(crate) enum RowDot {
-    Q8_0(Dot<BlockQ8_0>),
+    Q8_0(Dot<BlockQ8_0F>),
     Q8_1(Dot<BlockQ8_1>),
     Q8K(Dot<BlockQ8K>),
     F32(Dot<f32>),
@@ -144,9 +144,9 @@ pub(crate) enum RowDot {
 /// One instruction-set path: a table of kernels.
 pub struct Kernels {
     pub(crate) isa: Isa,
-    pub(crate) q4_0: Dot<BlockQ8_0>,
-    pub(crate) q5_0: Dot<BlockQ8_0>,
-    pub(crate) q8_0: Dot<BlockQ8_0>,
+    pub(crate) q4_0: Dot<BlockQ8_0F>,
+    pub(crate) q5_0: Dot<BlockQ8_0F>,
+    pub(crate) q8_0: Dot<BlockQ8_0F>,
     pub(crate) q4_1: Dot<BlockQ8_1>,
     pub(crate) q5_1: Dot<BlockQ8_1>,
     pub(crate) q2_k: Dot<BlockQ8K>,

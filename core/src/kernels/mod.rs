@@ -16,7 +16,7 @@ pub mod testing;
 
 pub use dispatch::{available_isas, isa, Isa, Kernels};
 
-use crate::quant::{self, BlockQ8K, BlockQ8_0, BlockQ8_1, GgmlType, QK_K};
+use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType, QK_K};
 use crate::threads::ThreadPool;
 use crate::{Error, Result};
 
@@ -109,7 +109,7 @@ pub struct QActs {
     fmt: Option<ActFormat>,
     n: usize,
     k: usize,
-    q8_0: Vec<BlockQ8_0>,
+    q8_0: Vec<BlockQ8_0F>,
     q8_1: Vec<BlockQ8_1>,
     q8k: Vec<BlockQ8K>,
     f32: Vec<f32>,
@@ -134,8 +134,8 @@ impl QActs {
         let nb = n * k / fmt.block();
         match fmt {
             ActFormat::Q8_0 => {
-                self.q8_0.resize(nb, BlockQ8_0::default());
-                quant::q8_0::quantize_row_q8_0(x, &mut self.q8_0);
+                self.q8_0.resize(nb, BlockQ8_0F::default());
+                quant::q8_0::quantize_row_q8_0f(x, &mut self.q8_0);
             }
             ActFormat::Q8_1 => {
                 self.q8_1.resize(nb, BlockQ8_1::default());

@@ -28,7 +28,7 @@ pub use q5_0::BlockQ5_0;
 pub use q5_1::BlockQ5_1;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
-pub use q8_0::{BlockQ8_0, BlockQ8_1};
+pub use q8_0::{BlockQ8_0, BlockQ8_0F, BlockQ8_1};
 pub use q8_k::BlockQ8K;
 
 /// Elements in a K-quant super-block.

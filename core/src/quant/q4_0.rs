@@ -3,7 +3,7 @@
 //! Byte `j` of `qs` holds value `j` in its low nibble and value `j + 16` in its
 //! high nibble; value = `d * (nibble - 8)`.
 
-use super::{as_blocks, BlockQ8_0, F16Bytes, FileBlock};
+use super::{as_blocks, BlockQ8_0F, F16Bytes, FileBlock};
 use std::mem::size_of;
 
 pub const QK4_0: usize = 32;
@@ -31,7 +31,7 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 }
 
 /// Dot product of one Q4_0 row with Q8_0 activations.
-pub fn vec_dot(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+pub fn vec_dot(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     let blocks = as_blocks::<BlockQ4_0>(w);
     assert_eq!(blocks.len(), a.len());
     let mut sum = 0.0f32;
@@ -41,7 +41,7 @@ pub fn vec_dot(w: &[u8], a: &[BlockQ8_0]) -> f32 {
             sumi += ((q & 0xF) as i32 - 8) * y.qs[j] as i32;
             sumi += ((q >> 4) as i32 - 8) * y.qs[j + 16] as i32;
         }
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+        sum += sumi as f32 * (x.d.to_f32() * y.d);
     }
     sum
 }

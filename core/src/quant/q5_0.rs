@@ -3,7 +3,7 @@
 //! Low nibbles as Q4_0; bit `j` of the little-endian `qh` word is the fifth bit
 //! of value `j`. Value = `d * (q - 16)`.
 
-use super::{as_blocks, BlockQ8_0, F16Bytes, FileBlock};
+use super::{as_blocks, BlockQ8_0F, F16Bytes, FileBlock};
 use std::mem::size_of;
 
 pub const QK5_0: usize = 32;
@@ -43,13 +43,13 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 }
 
 /// Dot product of one Q5_0 row with Q8_0 activations.
-pub fn vec_dot(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+pub fn vec_dot(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     let blocks = as_blocks::<BlockQ5_0>(w);
     assert_eq!(blocks.len(), a.len());
     let mut sum = 0.0f32;
     for (x, y) in blocks.iter().zip(a) {
         let sumi: i32 = unpack5(&x.qs, x.qh).iter().zip(&y.qs).map(|(&q, &p)| (q as i32 - 16) * p as i32).sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+        sum += sumi as f32 * (x.d.to_f32() * y.d);
     }
     sum
 }

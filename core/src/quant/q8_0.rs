@@ -1,9 +1,13 @@
 //! Q8_0 and Q8_1: blocks of 32 signed bytes with one f16 scale.
 //!
-//! Q8_0 is both a weight format and the activation format the legacy weight
-//! formats (Q4_0, Q5_0, Q8_0) are dotted with. Q8_1 adds `s = d * sum(qs)`, so
-//! that formats with a per-block minimum (Q4_1, Q5_1) can fold the minimum in
-//! without touching the activations again. Value `i` of a block is `d * qs[i]`.
+//! Q8_0 is a weight format (and a KV cache format). The legacy weight formats
+//! (Q4_0, Q5_0, Q8_0) are dotted with the same quantisation of the
+//! activations, held as [`BlockQ8_0F`]: the same quants and the same
+//! f16-rounded scale, stored widened to f32 so that no kernel converts it
+//! again for every weight row (the value, and so every product, is unchanged).
+//! Q8_1 adds `s = d * sum(qs)`, so that formats with a per-block minimum
+//! (Q4_1, Q5_1) can fold the minimum in without touching the activations
+//! again. Value `i` of a block is `d * qs[i]`.
 
 use super::{as_blocks, F16Bytes, FileBlock};
 use std::mem::size_of;
@@ -19,6 +23,16 @@ pub struct BlockQ8_0 {
 const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 // SAFETY: repr(C), byte arrays only: alignment 1, no padding, any bit pattern.
 unsafe impl FileBlock for BlockQ8_0 {}
+
+/// A Q8_0 block of activations: the scale is the f16-rounded `d` of
+/// [`BlockQ8_0`], widened to f32 once when the activations are quantised.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct BlockQ8_0F {
+    pub d: f32,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(size_of::<BlockQ8_0F>() == 36);
 
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
@@ -43,6 +57,16 @@ fn block_scale(x: &[f32]) -> (f32, f32) {
     (d, if amax != 0.0 { 127.0 / amax } else { 0.0 })
 }
 
+/// Quantise one block of 32 values into `qs`; returns the f16-rounded scale.
+#[inline]
+fn quantize_block(xb: &[f32], qs: &mut [i8; QK8_0]) -> F16Bytes {
+    let (d, id) = block_scale(xb);
+    for (q, &v) in qs.iter_mut().zip(xb) {
+        *q = super::round_even(v * id) as i8;
+    }
+    F16Bytes::from_f32(d)
+}
+
 /// Quantise `x` (a multiple of 32 long) into `y`, bit-identical to the
 /// activation quantiser llama.cpp runs on x86 (`quantize_row_q8_0`: multiplier
 /// `127 / amax`, round half to even). One definition on every ISA, so results
@@ -50,11 +74,15 @@ fn block_scale(x: &[f32]) -> (f32, f32) {
 pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_0: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
-        let (d, id) = block_scale(xb);
-        yb.d = F16Bytes::from_f32(d);
-        for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = super::round_even(v * id) as i8;
-        }
+        yb.d = quantize_block(xb, &mut yb.qs);
+    }
+}
+
+/// [`quantize_row_q8_0`] into activation blocks (the scale widened to f32).
+pub fn quantize_row_q8_0f(x: &[f32], y: &mut [BlockQ8_0F]) {
+    assert_eq!(x.len(), y.len() * QK8_0, "Q8_0: {} values for {} blocks", x.len(), y.len());
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        yb.d = quantize_block(xb, &mut yb.qs).to_f32();
     }
 }
 
@@ -86,13 +114,13 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 
 /// Dot product of one Q8_0 row with Q8_0 activations: per block, an exact
 /// integer sum scaled by both block scales.
-pub fn vec_dot(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+pub fn vec_dot(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     let blocks = as_blocks::<BlockQ8_0>(w);
     assert_eq!(blocks.len(), a.len());
     let mut sum = 0.0f32;
     for (x, y) in blocks.iter().zip(a) {
         let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d.to_f32());
+        sum += sumi as f32 * (x.d.to_f32() * y.d);
     }
     sum
 }

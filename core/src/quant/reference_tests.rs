@@ -8,7 +8,7 @@
 //!
 //! Dequantisation against gguf-py's reference lives in `tests/dequant_fixtures.rs`.
 
-use super::q8_0::{quantize_row_q8_0, quantize_row_q8_1};
+use super::q8_0::{quantize_row_q8_0, quantize_row_q8_0f, quantize_row_q8_1};
 use super::q8_k::quantize_row_q8_k;
 use super::*;
 use crate::kernels::testing::{random_weights, Rng};
@@ -30,8 +30,12 @@ fn q8_0_and_q8_1_match_llama_reference_bytes() {
     quantize_row_q8_1(&x, &mut y1);
     let want0 = as_blocks::<BlockQ8_0>(&GOLDEN[4 * N..4 * N + 34 * N / 32]);
     let want1 = as_blocks::<BlockQ8_1>(&GOLDEN[4 * N + 34 * N / 32..4 * N + 70 * N / 32]);
-    for (i, (a, b)) in y0.iter().zip(want0).enumerate() {
+    let mut yf = vec![BlockQ8_0F::default(); N / 32];
+    quantize_row_q8_0f(&x, &mut yf);
+    for (i, ((a, f), b)) in y0.iter().zip(&yf).zip(want0).enumerate() {
         assert_eq!((a.d, a.qs), (b.d, b.qs), "Q8_0 block {i}");
+        // The activation blocks: the same quants, the same scale widened.
+        assert_eq!((f.d.to_bits(), f.qs), (b.d.to_f32().to_bits(), b.qs), "Q8_0 activation block {i}");
     }
     for (i, (a, b)) in y1.iter().zip(want1).enumerate() {
         assert_eq!((a.d, a.s, a.qs), (b.d, b.s, b.qs), "Q8_1 block {i}");

@@ -3,15 +3,15 @@
 //! blocks per iteration keep two FMA chains in flight.
 
 use super::{dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead};
-use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1};
 use std::arch::x86_64::*;
 
 paths! {
-    q4_0 = dot_q4_0(BlockQ8_0);
+    q4_0 = dot_q4_0(BlockQ8_0F);
     q4_1 = dot_q4_1(BlockQ8_1);
-    q5_0 = dot_q5_0(BlockQ8_0);
+    q5_0 = dot_q5_0(BlockQ8_0F);
     q5_1 = dot_q5_1(BlockQ8_1);
-    q8_0 = dot_q8_0(BlockQ8_0);
+    q8_0 = dot_q8_0(BlockQ8_0F);
 }
 
 type F16 = crate::quant::F16Bytes;
@@ -36,6 +36,19 @@ unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
     // ... and keeps only its bit i%8: OR in every other bit, compare with all-ones.
     let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
     _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+}
+
+/// `*p` in all eight lanes, loaded by `vbroadcastss` (a pure load). Written
+/// in `asm!` so that LLVM keeps the product with it in vector form
+/// (`vmulps`) instead of `vmulss` + a register broadcast: one shuffle less
+/// per block and activation row.
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn broadcast_load(p: &f32) -> __m256 {
+    let v: __m256;
+    std::arch::asm!("vbroadcastss {v}, dword ptr [{p}]", p = in(reg) p, v = lateout(ymm_reg) v,
+        options(pure, readonly, nostack, preserves_flags));
+    v
 }
 
 // The per-format parts are trait methods, not closures: a closure defined in
@@ -112,31 +125,37 @@ impl Unsigned32 for BlockQ5_1 {
     }
 }
 
-/// Block `i` of a signed format against the `N` activation rows, into `acc`.
+/// Block `i` of a signed format against the `N` activation rows (each at
+/// least `i + 1` blocks long), into `acc`.
 #[inline(always)]
 unsafe fn signed_step<B: Signed32, const V: u8, const N: usize>(
     xb: &B,
-    a: &[&[BlockQ8_0]; N],
+    a: &[&[BlockQ8_0F]; N],
     i: usize,
     acc: &mut [__m256; N],
 ) {
     let xs = xb.values();
     // |x| as unsigned, and the sign of x moved onto each activation row.
     let ax = _mm256_sign_epi8(xs, xs);
-    let d = fp16(xb.scale());
+    let d = _mm256_set1_ps(fp16(xb.scale()));
     for n in 0..N {
-        let y = &a[n][i];
+        let y = a[n].get_unchecked(i);
         let sy = _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), xs);
         let s = dot_u8i8::<V>(_mm256_setzero_si256(), ax, sy);
-        acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+        // Both scales are f16 values: their f32 product is exact.
+        let dd = _mm256_mul_ps(d, broadcast_load(&y.d));
+        acc[n] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(s), acc[n]);
     }
 }
 
 /// Dot products of one row of a signed format with `N` activation rows; two
-/// accumulator sets keep two FMA chains in flight.
+/// accumulator sets keep two FMA chains in flight. (Four rows would not need
+/// them for speed, but every `N` must sum in the same order: the multi-row
+/// prefill and the one-row decode give bit-identical results.)
 #[inline(always)]
-unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let a = a.map(|r| &r[..x.len()]);
     let (mut acc0, mut acc1) = ([_mm256_setzero_ps(); N], [_mm256_setzero_ps(); N]);
     let mut i = 0;
     while i + 1 < x.len() {
@@ -157,17 +176,17 @@ unsafe fn dot_signed<B: Signed32, const V: u8, const N: usize>(x: &[B], a: [&[Bl
 }
 
 #[inline(always)]
-unsafe fn dot_q8_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+unsafe fn dot_q8_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     dot_signed::<BlockQ8_0, V, N>(as_blocks(w), a)
 }
 
 #[inline(always)]
-unsafe fn dot_q4_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+unsafe fn dot_q4_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     dot_signed::<BlockQ4_0, V, N>(as_blocks(w), a)
 }
 
 #[inline(always)]
-unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0]; N]) -> [f32; N] {
+unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     dot_signed::<BlockQ5_0, V, N>(as_blocks(w), a)
 }
 

@@ -9,7 +9,7 @@
 use super::fp16;
 use super::kquants::{acts, mins_dot_bsums32, q6_half};
 use super::legacy::nibbles;
-use crate::quant::{as_blocks, scales_mins_k4, BlockQ4K, BlockQ4_0, BlockQ6K, BlockQ8K, BlockQ8_0};
+use crate::quant::{as_blocks, scales_mins_k4, BlockQ4K, BlockQ4_0, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_0F};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -57,8 +57,8 @@ unsafe fn split(v: float32x4_t) -> [f32; 4] {
 unsafe fn tile_q8<B>(
     w0: &[B],
     w1: &[B],
-    a0: &[BlockQ8_0],
-    a1: &[BlockQ8_0],
+    a0: &[BlockQ8_0F],
+    a1: &[BlockQ8_0F],
     scale: impl Fn(&B) -> f32,
     signed: impl Fn(&B) -> (int8x16_t, int8x16_t),
 ) -> [f32; 4] {
@@ -66,17 +66,17 @@ unsafe fn tile_q8<B>(
     let mut acc = vdupq_n_f32(0.0);
     for i in 0..w0.len() {
         let ((x0l, x0h), (x1l, x1h)) = (signed(&w0[i]), signed(&w1[i]));
-        let y = |b: &BlockQ8_0, h: usize| vld1q_s8(b.qs.as_ptr().add(16 * h));
+        let y = |b: &BlockQ8_0F, h: usize| vld1q_s8(b.qs.as_ptr().add(16 * h));
         let c = mm16(vdupq_n_s32(0), x0l, x1l, y(&a0[i], 0), y(&a1[i], 0));
         let c = mm16(c, x0h, x1h, y(&a0[i], 1), y(&a1[i], 1));
-        let d = outer(scale(&w0[i]), scale(&w1[i]), fp16(a0[i].d), fp16(a1[i].d));
+        let d = outer(scale(&w0[i]), scale(&w1[i]), a0[i].d, a1[i].d);
         acc = vfmaq_f32(acc, vcvtq_f32_s32(c), d);
     }
     split(acc)
 }
 
 #[target_feature(enable = "neon,dotprod,i8mm")]
-pub(crate) unsafe fn tile_q8_0(w0: &[u8], w1: &[u8], a0: &[BlockQ8_0], a1: &[BlockQ8_0]) -> [f32; 4] {
+pub(crate) unsafe fn tile_q8_0(w0: &[u8], w1: &[u8], a0: &[BlockQ8_0F], a1: &[BlockQ8_0F]) -> [f32; 4] {
     tile_q8::<BlockQ8_0>(
         as_blocks(w0),
         as_blocks(w1),
@@ -88,7 +88,7 @@ pub(crate) unsafe fn tile_q8_0(w0: &[u8], w1: &[u8], a0: &[BlockQ8_0], a1: &[Blo
 }
 
 #[target_feature(enable = "neon,dotprod,i8mm")]
-pub(crate) unsafe fn tile_q4_0(w0: &[u8], w1: &[u8], a0: &[BlockQ8_0], a1: &[BlockQ8_0]) -> [f32; 4] {
+pub(crate) unsafe fn tile_q4_0(w0: &[u8], w1: &[u8], a0: &[BlockQ8_0F], a1: &[BlockQ8_0F]) -> [f32; 4] {
     tile_q8::<BlockQ4_0>(
         as_blocks(w0),
         as_blocks(w1),

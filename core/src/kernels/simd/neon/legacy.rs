@@ -3,15 +3,15 @@
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
 use super::{dot16, fp16, ld_s8, paths};
-use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, F16Bytes};
+use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
 use std::arch::aarch64::*;
 
 paths! {
-    q4_0, q4_0_rows = dot_q4_0(BlockQ8_0);
+    q4_0, q4_0_rows = dot_q4_0(BlockQ8_0F);
     q4_1, q4_1_rows = dot_q4_1(BlockQ8_1);
-    q5_0, q5_0_rows = dot_q5_0(BlockQ8_0);
+    q5_0, q5_0_rows = dot_q5_0(BlockQ8_0F);
     q5_1, q5_1_rows = dot_q5_1(BlockQ8_1);
-    q8_0, q8_0_rows = dot_q8_0(BlockQ8_0) / dotn_q8_0 * 4;
+    q8_0, q8_0_rows = dot_q8_0(BlockQ8_0F) / dotn_q8_0 * 4;
 }
 
 /// 16 bytes of nibbles -> (low nibbles: values 0..16, high nibbles: values 16..32).
@@ -44,7 +44,7 @@ unsafe fn block_dot<const D: bool>(lo: int8x16_t, hi: int8x16_t, y: &[i8; 32]) -
 #[inline(always)]
 unsafe fn dot_signed<B, const D: bool>(
     x: &[B],
-    a: &[BlockQ8_0],
+    a: &[BlockQ8_0F],
     scale: impl Fn(&B) -> F16Bytes,
     signed: impl Fn(&B) -> (int8x16_t, int8x16_t),
 ) -> f32 {
@@ -56,13 +56,13 @@ unsafe fn dot_signed<B, const D: bool>(
         let (l1, h1) = signed(&xp[1]);
         let p0 = block_dot::<D>(l0, h0, &yp[0].qs);
         let p1 = block_dot::<D>(l1, h1, &yp[1].qs);
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16(scale(&xp[0])) * fp16(yp[0].d));
-        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1), fp16(scale(&xp[1])) * fp16(yp[1].d));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(p0), fp16(scale(&xp[0])) * yp[0].d);
+        acc1 = vmlaq_n_f32(acc1, vcvtq_f32_s32(p1), fp16(scale(&xp[1])) * yp[1].d);
     }
     if x.len() % 2 == 1 {
         let (xb, yb) = (&x[x.len() - 1], &a[a.len() - 1]);
         let (l, h) = signed(xb);
-        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(block_dot::<D>(l, h, &yb.qs)), fp16(scale(xb)) * fp16(yb.d));
+        acc0 = vmlaq_n_f32(acc0, vcvtq_f32_s32(block_dot::<D>(l, h, &yb.qs)), fp16(scale(xb)) * yb.d);
     }
     vaddvq_f32(vaddq_f32(acc0, acc1))
 }
@@ -70,7 +70,7 @@ unsafe fn dot_signed<B, const D: bool>(
 /// `R` Q8_0 weight rows with one activation row: each block's 32 activations
 /// and scale are loaded once for all rows.
 #[inline(always)]
-unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0]) -> [f32; R] {
+unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
     let x = rows.map(as_blocks::<BlockQ8_0>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
@@ -78,7 +78,7 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     let mut acc = [vdupq_n_f32(0.0); R];
     for (b, yb) in a[..nb].iter().enumerate() {
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
-        let yd = fp16(yb.d);
+        let yd = yb.d;
         for r in 0..R {
             let xb = x[r].get_unchecked(b);
             let p = dot16::<D>(vdupq_n_s32(0), ld_s8(xb.qs.as_ptr().cast()), y0);
@@ -90,7 +90,7 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
 }
 
 #[inline(always)]
-unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     dot_signed::<BlockQ8_0, D>(
         as_blocks(w),
         a,
@@ -100,7 +100,7 @@ unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn dot_q4_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+unsafe fn dot_q4_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     dot_signed::<BlockQ4_0, D>(
         as_blocks(w),
         a,
@@ -115,7 +115,7 @@ unsafe fn dot_q4_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
 }
 
 #[inline(always)]
-unsafe fn dot_q5_0<const D: bool>(w: &[u8], a: &[BlockQ8_0]) -> f32 {
+unsafe fn dot_q5_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
     dot_signed::<BlockQ5_0, D>(
         as_blocks(w),
         a,
