@@ -103,6 +103,9 @@ pub(crate) struct Acts<B: 'static> {
     pub(crate) two: Acts2<B>,
     pub(crate) three: Acts3<B>,
     pub(crate) four: Acts4<B>,
+    /// For formats whose blocks cost more to unpack than to use: a tile's
+    /// weight rows decoded once, then dotted four activation rows at a time.
+    pub(crate) decoded: Option<Decoded<B>>,
 }
 
 impl<B> Clone for Acts<B> {
@@ -111,6 +114,25 @@ impl<B> Clone for Acts<B> {
     }
 }
 impl<B> Copy for Acts<B> {}
+
+/// Weight rows decoded into int8 blocks with f32 scales ([`BlockQ8_0F`], the
+/// layout of the activations; the same values, so the same products to the
+/// bit): the unpacking of a block then serves all the activation rows of a
+/// tile instead of four (prefill of Q4_0 / Q5_0, whose 4- and 5-bit blocks
+/// take as many instructions to unpack as to multiply).
+pub(crate) struct Decoded<B: 'static> {
+    /// One weight row into `out` (one block per weight block).
+    pub(crate) decode: unsafe fn(&[u8], &mut [BlockQ8_0F]),
+    /// A decoded weight row with four activation rows.
+    pub(crate) four: unsafe fn(&[BlockQ8_0F], [&[B]; 4]) -> [f32; 4],
+}
+
+impl<B> Clone for Decoded<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Decoded<B> {}
 
 /// Kernels that compute several dot products per pass over the weights.
 pub(crate) enum Multi<B: 'static> {

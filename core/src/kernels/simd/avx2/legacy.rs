@@ -14,7 +14,48 @@ paths! {
     q8_0 = dot_q8_0(BlockQ8_0F);
 }
 
+/// The decoded-rows prefill (see [`crate::kernels::dispatch::Decoded`]):
+/// module `decoded::<isa>` holds `x4` (a decoded row with four activation
+/// rows) and the decoders of Q4_0 and Q5_0 rows.
+pub(crate) mod decoded {
+    macro_rules! decoded {
+        ($($m:ident, $features:literal, $v:ident;)*) => {$(
+            pub(crate) mod $m {
+                use super::super::super::$v as V;
+                use crate::quant::{as_blocks, BlockQ4_0, BlockQ5_0, BlockQ8_0F};
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn x4(w: &[BlockQ8_0F], a: [&[BlockQ8_0F]; 4]) -> [f32; 4] {
+                    super::super::dot_signed::<BlockQ8_0F, V, 4>(w, a)
+                }
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn q4_0(w: &[u8], out: &mut [BlockQ8_0F]) {
+                    super::super::decode::<BlockQ4_0>(as_blocks(w), out)
+                }
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn q5_0(w: &[u8], out: &mut [BlockQ8_0F]) {
+                    super::super::decode::<BlockQ5_0>(as_blocks(w), out)
+                }
+            }
+        )*};
+    }
+    decoded! {
+        avx2, "avx2,fma,f16c", MADD;
+        avxvnni, "avx2,fma,f16c,avxvnni", VEX;
+        avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX;
+    }
+}
+
 type F16 = crate::quant::F16Bytes;
+
+/// Blocks of a signed format into int8 blocks with f32 scales (the same values).
+#[inline(always)]
+unsafe fn decode<B: Signed32>(x: &[B], out: &mut [BlockQ8_0F]) {
+    assert_eq!(x.len(), out.len(), "decode: {} blocks into {}", x.len(), out.len());
+    for (o, b) in out.iter_mut().zip(x) {
+        o.d = b.scale();
+        _mm256_storeu_si256(o.qs.as_mut_ptr().cast(), b.values());
+    }
+}
 
 /// 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..16) then high ones.
 #[inline(always)]
@@ -57,13 +98,24 @@ unsafe fn broadcast_load(p: &f32) -> __m256 {
 
 /// A block with one scale, unpacked to 32 signed bytes.
 trait Signed32 {
-    fn scale(&self) -> F16;
+    unsafe fn scale(&self) -> f32;
     unsafe fn values(&self) -> __m256i;
 }
 
 impl Signed32 for BlockQ8_0 {
     #[inline(always)]
-    fn scale(&self) -> F16 {
+    unsafe fn scale(&self) -> f32 {
+        fp16(self.d)
+    }
+    #[inline(always)]
+    unsafe fn values(&self) -> __m256i {
+        load32(self.qs.as_ptr().cast())
+    }
+}
+
+impl Signed32 for BlockQ8_0F {
+    #[inline(always)]
+    unsafe fn scale(&self) -> f32 {
         self.d
     }
     #[inline(always)]
@@ -74,8 +126,8 @@ impl Signed32 for BlockQ8_0 {
 
 impl Signed32 for BlockQ4_0 {
     #[inline(always)]
-    fn scale(&self) -> F16 {
-        self.d
+    unsafe fn scale(&self) -> f32 {
+        fp16(self.d)
     }
     #[inline(always)]
     unsafe fn values(&self) -> __m256i {
@@ -86,8 +138,8 @@ impl Signed32 for BlockQ4_0 {
 
 impl Signed32 for BlockQ5_0 {
     #[inline(always)]
-    fn scale(&self) -> F16 {
-        self.d
+    unsafe fn scale(&self) -> f32 {
+        fp16(self.d)
     }
     #[inline(always)]
     unsafe fn values(&self) -> __m256i {
@@ -137,7 +189,7 @@ unsafe fn signed_step<B: Signed32, const V: u8, const N: usize>(
     let xs = xb.values();
     // |x| as unsigned, and the sign of x moved onto each activation row.
     let ax = _mm256_sign_epi8(xs, xs);
-    let d = _mm256_set1_ps(fp16(xb.scale()));
+    let d = _mm256_set1_ps(xb.scale());
     for n in 0..N {
         let y = a[n].get_unchecked(i);
         let sy = _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), xs);

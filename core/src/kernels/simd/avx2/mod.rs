@@ -16,7 +16,7 @@ mod float;
 mod kquants;
 mod legacy;
 
-use crate::kernels::dispatch::{Acts, Dot, Isa, Kernels, Multi};
+use crate::kernels::dispatch::{Acts, Decoded, Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::x86_64::*;
 
@@ -41,12 +41,25 @@ pub(crate) fn detected() -> Vec<Kernels> {
     out
 }
 
-/// The kernels of one format from its module of wrappers (see [`paths!`]).
+/// The kernels of one format from its module of wrappers (see [`paths!`]);
+/// with a second module, the decoded-rows prefill of that format (its
+/// `decode` function and the shared `x4`).
 macro_rules! dot {
     ($($p:ident)::+) => {
+        dot!(@ $($p)::+; None)
+    };
+    ($($p:ident)::+; $($d:ident)::+, $f:ident) => {
+        dot!(@ $($p)::+; Some(Decoded { decode: $($d)::+::$f, four: $($d)::+::x4 }))
+    };
+    (@ $($p:ident)::+; $decoded:expr) => {
         Dot {
             one: $($p)::+::one,
-            multi: Multi::Acts(Acts { two: $($p)::+::x2, three: $($p)::+::x3, four: $($p)::+::x4 }),
+            multi: Multi::Acts(Acts {
+                two: $($p)::+::x2,
+                three: $($p)::+::x3,
+                four: $($p)::+::x4,
+                decoded: $decoded,
+            }),
             rows: Some($($p)::+::rows),
         }
     };
@@ -58,8 +71,8 @@ macro_rules! table {
     ($m:ident, $isa:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: dot!(legacy::$m::q4_0),
-            q5_0: dot!(legacy::$m::q5_0),
+            q4_0: dot!(legacy::$m::q4_0; legacy::decoded::$m, q4_0),
+            q5_0: dot!(legacy::$m::q5_0; legacy::decoded::$m, q5_0),
             q8_0: dot!(legacy::$m::q8_0),
             q4_1: dot!(legacy::$m::q4_1),
             q5_1: dot!(legacy::$m::q5_1),
