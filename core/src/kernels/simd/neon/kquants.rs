@@ -266,7 +266,7 @@ unsafe fn mla_lane<const L: usize>(r: int32x4_t, c: int32x4_t, s: int32x4_t) -> 
 /// `sum_g s_g * (group g's products)`, with no per-group accumulator to zero
 /// and no pairwise reduction of group sums.
 #[inline(always)]
-unsafe fn q4_k_half_chain<const D: bool>(
+unsafe fn q4_k_half_chain<const D: bool, const FIRST: bool>(
     xb: &BlockQ4K,
     h: usize,
     y: &[int8x16_t; 8],
@@ -277,7 +277,9 @@ unsafe fn q4_k_half_chain<const D: bool>(
     let p = xb.qs.as_ptr().add(64 * h);
     let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
     let c = dot16::<D>(dot16::<D>(c, s8(vandq_u8(q0, low)), y[0]), s8(vandq_u8(q1, low)), y[1]);
-    let r = mla_lane::<0>(r, c, steps);
+    // The first half starts the chain: `c` and `r` come in as zeros, and
+    // `r` starts as a product rather than a multiply-add.
+    let r = if FIRST { mul_lane::<0>(c, steps) } else { mla_lane::<0>(r, c, steps) };
     let c = dot16::<D>(dot16::<D>(c, s8(vshrq_n_u8::<4>(q0)), y[2]), s8(vshrq_n_u8::<4>(q1)), y[3]);
     let r = mla_lane::<1>(r, c, steps);
     let c = dot16::<D>(dot16::<D>(c, s8(vandq_u8(q2, low)), y[4]), s8(vandq_u8(q3, low)), y[5]);
@@ -306,32 +308,117 @@ unsafe fn k4_finish(
     vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
 }
 
+/// `c * s[L]`, lane-wise (`mul` by element; see [`mla_lane`]): the first
+/// step of a chain, so that its scaled sum needs no zeroed register.
+#[inline(always)]
+unsafe fn mul_lane<const L: usize>(c: int32x4_t, s: int32x4_t) -> int32x4_t {
+    let r: int32x4_t;
+    std::arch::asm!(
+        "mul {r:v}.4s, {c:v}.4s, {s:v}.s[{l}]",
+        r = lateout(vreg) r, c = in(vreg) c, s = in(vreg) s, l = const L,
+        options(pure, nomem, nostack)
+    );
+    r
+}
+
+/// The headers of four Q4_K blocks (`d`, `dmin` and the 12 scale bytes: the
+/// first 16 bytes of each), transposed: `[d|dmin, a, b, c]` words of the four
+/// blocks, one register per word, one lane per block.
+#[inline(always)]
+unsafe fn q4_k_headers4(xb: [&BlockQ4K; 4]) -> [uint32x4_t; 4] {
+    let v = xb.map(|b| vld1q_u32((b as *const BlockQ4K).cast()));
+    let (t0, t1) = (vtrn1q_u32(v[0], v[1]), vtrn2q_u32(v[0], v[1]));
+    let (t2, t3) = (vtrn1q_u32(v[2], v[3]), vtrn2q_u32(v[2], v[3]));
+    let w = |x: uint32x4_t| vreinterpretq_u64_u32(x);
+    let u = |x: uint64x2_t| vreinterpretq_u32_u64(x);
+    [u(vtrn1q_u64(w(t0), w(t2))), u(vtrn1q_u64(w(t1), w(t3))), u(vtrn2q_u64(w(t0), w(t2))), u(vtrn2q_u64(w(t1), w(t3)))]
+}
+
+/// The 6-bit scales and mins of four Q4_K blocks from their transposed
+/// scale words `a`, `b`, `c` (see [`q4_k_headers4`]), decoded in one pass for
+/// all four: `(scales, mins)`, each two registers holding two blocks' eight
+/// values (`[block 0 | block 1]`, `[block 2 | block 3]`).
+#[inline(always)]
+unsafe fn q4_k_scales4(a: uint32x4_t, b: uint32x4_t, c: uint32x4_t) -> ([uint8x16_t; 2], [uint8x16_t; 2]) {
+    let (a, b, c) = (vreinterpretq_u8_u32(a), vreinterpretq_u8_u32(b), vreinterpretq_u8_u32(c));
+    let low6 = vdupq_n_u8(0x3F);
+    // Values 0..4: the low 6 bits of a (scales) and b (mins); values 4..8: the
+    // nibbles of c below the top 2 bits of a and b.
+    let (sc_lo, m_lo) = (vandq_u8(a, low6), vandq_u8(b, low6));
+    let sc_hi = vsliq_n_u8::<4>(vandq_u8(c, vdupq_n_u8(0x0F)), vshrq_n_u8::<6>(a));
+    let m_hi = vsliq_n_u8::<4>(vshrq_n_u8::<4>(c), vshrq_n_u8::<6>(b));
+    let z = |lo: uint8x16_t, hi: uint8x16_t| {
+        let (lo, hi) = (vreinterpretq_u32_u8(lo), vreinterpretq_u32_u8(hi));
+        [vreinterpretq_u8_u32(vzip1q_u32(lo, hi)), vreinterpretq_u8_u32(vzip2q_u32(lo, hi))]
+    };
+    (z(sc_lo, sc_hi), z(m_lo, m_hi))
+}
+
+/// The chain steps `s_g - s_(g+1)` (`s_8 = 0`; within +-63) of the two blocks
+/// whose scales `s` holds (`[block 0 | block 1]`), as i32 lanes: `[block][groups 0..4, 4..8]`.
+#[inline(always)]
+unsafe fn scale_steps2(s: uint8x16_t) -> [[int32x4_t; 2]; 2] {
+    let d = vreinterpretq_s8_u8(vsubq_u8(s, vreinterpretq_u8_u64(vshrq_n_u64::<8>(vreinterpretq_u64_u8(s)))));
+    let w = |h: int16x8_t| [vmovl_s16(vget_low_s16(h)), vmovl_high_s16(h)];
+    [w(vmovl_s8(vget_low_s8(d))), w(vmovl_high_s8(d))]
+}
+
+/// f16 lanes 0..4 and 4..8 of `v` as f32 (`fcvtl`, `fcvtl2`).
+#[inline(always)]
+unsafe fn fp16x8(v: uint32x4_t) -> (float32x4_t, float32x4_t) {
+    let (lo, hi): (float32x4_t, float32x4_t);
+    std::arch::asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) lo, i = in(vreg) v, options(pure, nomem, nostack));
+    std::arch::asm!("fcvtl2 {o:v}.4s, {i:v}.8h", o = lateout(vreg) hi, i = in(vreg) v, options(pure, nomem, nostack));
+    (lo, hi)
+}
+
+/// Four Q4_K rows with one activation row. The four blocks' headers are
+/// loaded and transposed together so that their scales and mins are decoded
+/// by one pass of vector instructions for all four, and the super-block
+/// finish runs on four lanes, one per row: the scaled sums, then the
+/// minimums meeting the activations' pair sums, each reduced across rows and
+/// put through one conversion and one multiply-add for the four rows.
 #[inline(always)]
 unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    const { assert!(R == 4, "the Q4_K body takes four rows") };
     let x = rows.map(as_blocks::<BlockQ4K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
-    let sign = vld1q_f32([1.0f32, 1.0, -1.0, -1.0].as_ptr());
+    let mut acc = vdupq_n_f32(0.0);
     for (b, yb) in a[..nb].iter().enumerate() {
-        let xb: [&BlockQ4K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
-        let words: [(u64, u64); R] = std::array::from_fn(|r| scales_mins_k4_words(&xb[r].scales));
-        let steps: [[int32x4_t; 2]; R] = std::array::from_fn(|r| scale_steps8(words[r].0));
+        let xb: [&BlockQ4K; 4] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let [dm, wa, wb, wc] = q4_k_headers4(xb);
+        let (scales, mins) = q4_k_scales4(wa, wb, wc);
+        let (s01, s23) = (scale_steps2(scales[0]), scale_steps2(scales[1]));
+        let steps = [s01[0], s01[1], s23[0], s23[1]];
         let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let cr: [_; R] = std::array::from_fn(|r| q4_k_half_chain::<D>(xb[r], 0, &y, (zero, zero), steps[r][0]));
+        let cr: [_; 4] = std::array::from_fn(|r| q4_k_half_chain::<D, true>(xb[r], 0, &y, (zero, zero), steps[r][0]));
         let y = acts_half(yb, 1);
-        let cr: [_; R] = std::array::from_fn(|r| q4_k_half_chain::<D>(xb[r], 1, &y, cr[r], steps[r][1]));
+        let cr: [_; 4] = std::array::from_fn(|r| q4_k_half_chain::<D, false>(xb[r], 1, &y, cr[r], steps[r][1]));
+        // The minimums against the activations' sums over each group of 32.
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
-        let ysign = vmulq_n_f32(sign, yb.d);
-        for r in 0..R {
-            // d, dmin: the block's first 4 bytes
-            let dm = fp16x2((xb[r] as *const BlockQ4K).cast());
-            acc[r] = k4_finish(acc[r], cr[r].1, dm, words[r].1, pairs, ysign);
-        }
+        let m16 = [
+            vmovl_u8(vget_low_u8(mins[0])),
+            vmovl_high_u8(mins[0]),
+            vmovl_u8(vget_low_u8(mins[1])),
+            vmovl_high_u8(mins[1]),
+        ];
+        let msum: [int32x4_t; 4] = std::array::from_fn(|r| {
+            let m = vreinterpretq_s16_u16(m16[r]);
+            vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs)
+        });
+        let sums = |v: [int32x4_t; 4]| vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
+        // d, dmin of the four rows: [d0, dmin0, d1, dmin1], [d2, dmin2, d3, dmin3].
+        let (dm01, dm23) = fp16x8(dm);
+        let (d, dmin) = (vuzp1q_f32(dm01, dm23), vuzp2q_f32(dm01, dm23));
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(sums(cr.map(|c| c.1))), vmulq_n_f32(d, yb.d));
+        acc = vfmsq_f32(acc, vcvtq_f32_s32(sums(msum)), vmulq_n_f32(dmin, yb.d));
     }
-    acc.map(|v| vaddvq_f32(v))
+    let mut out = [0.0f32; R];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
 }
 
 /// Chunk `c` (values 64c..64c + 64: groups 2c, 2c + 1) of a Q5_K row, chained
