@@ -187,6 +187,8 @@ pub struct Kernels {
     // recurrent state (Gated DeltaNet): see ops::state_read / state_update
     pub(crate) state_read: StateRead,
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
+    // activations
+    pub(crate) silu: unsafe fn(&mut [f32]),
 }
 
 /// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
@@ -215,6 +217,7 @@ impl Kernels {
         axpy_f16: super::ops::scalar::axpy_f16,
         state_read: super::ops::scalar::state_read,
         state_update: super::ops::scalar::state_update,
+        silu: super::ops::scalar::silu,
     };
 
     /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.

@@ -94,7 +94,8 @@ fn gelu_formula(h: f32) -> f32 {
 
 /// In-place SiLU: `x * sigmoid(x)`.
 pub fn silu(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = silu1(*v));
+    // SAFETY: the selected table holds only kernels this CPU has.
+    unsafe { (Kernels::selected().silu)(x) }
 }
 
 /// The GELU of every f16 value, by bit pattern (ggml's table): between -10
@@ -249,6 +250,11 @@ mod gelu_table_tests {
 pub(crate) mod scalar {
     use crate::quant::f16_to_f32;
     use half::f16;
+
+    /// In-place SiLU with libm's `expf`.
+    pub fn silu(x: &mut [f32]) {
+        x.iter_mut().for_each(|v| *v = super::silu1(*v));
+    }
 
     pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(&x, &y)| x * y).sum()

@@ -328,6 +328,24 @@ fn mismatched_activations_panic() {
 }
 
 #[test]
+fn silu_equals_scalar_twin() {
+    let mut rng = Rng::new(29);
+    let mut x = rng.vec(1001, 12.0);
+    x.extend([0.0, -0.0, 1e-30, -1e-30, 87.5, -87.5, 90.0, -90.0, 200.0, -200.0, 3.0e38, -3.0e38]);
+    for k in simd_paths() {
+        let (mut a, mut b) = (x.clone(), x.clone());
+        // SAFETY: the path comes from `for_isa`, so the CPU has its features.
+        unsafe {
+            (k.silu)(&mut a);
+            (scalar().silu)(&mut b);
+        }
+        for ((&g, &w), &v) in a.iter().zip(&b).zip(&x) {
+            assert!((g - w).abs() <= 1e-6 * w.abs() + 1e-30, "{} silu({v}) = {g}, scalar {w}", k.isa());
+        }
+    }
+}
+
+#[test]
 fn state_kernels_equal_scalar_twins() {
     let mut rng = Rng::new(23);
     for k in simd_paths() {

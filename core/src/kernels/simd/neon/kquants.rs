@@ -326,9 +326,10 @@ unsafe fn mul_lane<const L: usize>(c: int32x4_t, s: int32x4_t) -> int32x4_t {
 /// blocks, one register per word, one lane per block.
 #[inline(always)]
 unsafe fn q4_k_headers4(xb: [&BlockQ4K; 4]) -> [uint32x4_t; 4] {
-    let v = xb.map(|b| vld1q_u32((b as *const BlockQ4K).cast()));
-    let (t0, t1) = (vtrn1q_u32(v[0], v[1]), vtrn2q_u32(v[0], v[1]));
-    let (t2, t3) = (vtrn1q_u32(v[2], v[3]), vtrn2q_u32(v[2], v[3]));
+    let ld = |i: usize| vld1q_u32((xb[i] as *const BlockQ4K).cast());
+    let (v0, v1, v2, v3) = (ld(0), ld(1), ld(2), ld(3));
+    let (t0, t1) = (vtrn1q_u32(v0, v1), vtrn2q_u32(v0, v1));
+    let (t2, t3) = (vtrn1q_u32(v2, v3), vtrn2q_u32(v2, v3));
     let w = |x: uint32x4_t| vreinterpretq_u64_u32(x);
     let u = |x: uint64x2_t| vreinterpretq_u32_u64(x);
     [u(vtrn1q_u64(w(t0), w(t2))), u(vtrn1q_u64(w(t1), w(t3))), u(vtrn2q_u64(w(t0), w(t2))), u(vtrn2q_u64(w(t1), w(t3)))]
@@ -524,7 +525,7 @@ unsafe fn steps16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
 /// group (`s0`, `s1`: the steps of groups 8h..8h + 4, 8h + 4..8h + 8), as in
 /// [`q4_k_half_chain`].
 #[inline(always)]
-unsafe fn chain8<const D: bool>(
+unsafe fn chain8<const D: bool, const FIRST: bool>(
     v: [int8x16_t; 8],
     y: &[int8x16_t; 8],
     (c, r): (int32x4_t, int32x4_t),
@@ -532,7 +533,8 @@ unsafe fn chain8<const D: bool>(
     s1: int32x4_t,
 ) -> (int32x4_t, int32x4_t) {
     let c = dot16::<D>(c, v[0], y[0]);
-    let r = mla_lane::<0>(r, c, s0);
+    // The first half starts the chain (`c`, `r` come in as zeros).
+    let r = if FIRST { mul_lane::<0>(c, s0) } else { mla_lane::<0>(r, c, s0) };
     let c = dot16::<D>(c, v[1], y[1]);
     let r = mla_lane::<1>(r, c, s0);
     let c = dot16::<D>(c, v[2], y[2]);
@@ -586,11 +588,12 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let st: [_; R] = std::array::from_fn(|r| steps16(sc[r][0], sc[r][1]));
         let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 0), &y, (zero, zero), st[r][0], st[r][1]));
+        let cr: [_; R] = std::array::from_fn(|r| {
+            chain8::<D, true>(q6_half_unsigned(xb[r], 0), &y, (zero, zero), st[r][0], st[r][1])
+        });
         let y = acts_half(yb, 1);
         let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
+            std::array::from_fn(|r| chain8::<D, false>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
             acc[r] = offset_finish::<5>(acc[r], cr[r].1, sc[r], bsums, yb.d * fp16(xb[r].d));
@@ -684,11 +687,12 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].0[0], sc[r].0[1]));
         let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(bit_pairs(&xb[r].qs, 0).map(s8), &y, (zero, zero), st[r][0], st[r][1]));
+        let cr: [_; R] = std::array::from_fn(|r| {
+            chain8::<D, true>(bit_pairs(&xb[r].qs, 0).map(s8), &y, (zero, zero), st[r][0], st[r][1])
+        });
         let y = acts_half(yb, 1);
         let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(bit_pairs(&xb[r].qs, 1).map(s8), &y, cr[r], st[r][2], st[r][3]));
+            std::array::from_fn(|r| chain8::<D, false>(bit_pairs(&xb[r].qs, 1).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         let ysign = vmulq_n_f32(sign, yb.d);
         for r in 0..R {
@@ -764,11 +768,12 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].1[0], sc[r].1[1]));
         let zero = vdupq_n_s32(0);
         let y = acts_half(yb, 0);
-        let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(q3_k_half::<0>(xb[r]).map(s8), &y, (zero, zero), st[r][0], st[r][1]));
+        let cr: [_; R] = std::array::from_fn(|r| {
+            chain8::<D, true>(q3_k_half::<0>(xb[r]).map(s8), &y, (zero, zero), st[r][0], st[r][1])
+        });
         let y = acts_half(yb, 1);
         let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
+            std::array::from_fn(|r| chain8::<D, false>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         for r in 0..R {
             acc[r] = offset_finish::<6>(acc[r], cr[r].1, sc[r].0, bsums, yb.d * fp16(xb[r].d) * (1.0 / 16.0));

@@ -67,6 +67,7 @@ macro_rules! table {
             axpy_f16: float::axpy_f16,
             state_read: float::state_read,
             state_update: float::state_update,
+            silu: float::silu,
         }
     };
 }
