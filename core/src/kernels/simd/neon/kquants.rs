@@ -7,8 +7,8 @@
 //!
 //! The multi-row bodies (`dotn_*`, used by the rows kernels of the formats
 //! that dominate decode) load each 16 activations once for R weight rows and
-//! keep a 4-lane f32 accumulator per row: one horizontal sum per row, not per
-//! super-block. Inside a super-block they chain the groups: one `sdot`
+//! keep a 4-lane f32 accumulator per row (Q4_K: one for its four rows, a
+//! lane each): one horizontal sum per row, not per super-block. Inside a super-block they chain the groups: one `sdot`
 //! accumulator runs through every group and, after each group, is multiplied
 //! by the difference between its scale and the next group's into the scaled
 //! sum (summation by parts: `sum_g s_g p_g = sum_g (s_g - s_g+1) * (p_0 + .. +
@@ -288,7 +288,7 @@ unsafe fn q4_k_half_chain<const D: bool, const FIRST: bool>(
     (c, mla_lane::<3>(r, c, steps))
 }
 
-/// One Q4_K/Q5_K super-block's contribution to a row's 4-lane accumulator:
+/// One Q5_K super-block's contribution to a row's 4-lane accumulator:
 /// the scaled group sums `r` and the minimums meeting the activations' pair
 /// sums go through one conversion and one multiply-add, lanes `[r, r, m, m] *
 /// [d, d, -dmin, -dmin] * y.d` (`dm` = `[d, dmin, ..]`, `ysign` = `[y, y, -y,
