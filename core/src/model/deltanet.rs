@@ -56,7 +56,8 @@ impl DeltaParams {
 
 /// Weights of one DeltaNet layer. Shapes (rows x cols): qkv `[conv_dim, n_embd]`,
 /// gate (z) `[value_dim, n_embd]`, beta/alpha `[n_v_heads, n_embd]`,
-/// conv `[conv_dim][d_conv]`, dt_bias/a `[n_v_heads]`, norm `[d_v]`, out `[n_embd, value_dim]`.
+/// conv `[d_conv][conv_dim]` (tap-major: transposed from the file's `[conv_dim][d_conv]` at load, so each
+/// tap is one contiguous row over the channels), dt_bias/a `[n_v_heads]`, norm `[d_v]`, out `[n_embd, value_dim]`.
 pub struct DeltaWeights {
     pub qkv: Matrix,
     pub gate: Matrix,
@@ -77,13 +78,22 @@ impl DeltaWeights {
             gate: ld.matrix(TensorKind::AttnGate, il, vd, n_embd)?,
             beta: ld.matrix(TensorKind::SsmBeta, il, hv, n_embd)?,
             alpha: ld.matrix(TensorKind::SsmAlpha, il, hv, n_embd)?,
-            conv: ld.vector_shaped(&TensorKind::SsmConv1d.weight(il), &[p.d_conv as u64, cd as u64])?,
+            conv: taps_major(
+                &ld.vector_shaped(&TensorKind::SsmConv1d.weight(il), &[p.d_conv as u64, cd as u64])?,
+                p.d_conv,
+            ),
             dt_bias: ld.vector_shaped(&TensorKind::SsmDt.bias(il), &[hv as u64])?,
             a: ld.vector_shaped(&TensorKind::SsmA.weight(il), &[hv as u64])?,
             norm: ld.vector(TensorKind::SsmNorm, il, p.d_v)?,
             out: ld.matrix(TensorKind::SsmOut, il, n_embd, vd)?,
         })
     }
+}
+
+/// `[channels][taps]` -> `[taps][channels]`.
+fn taps_major(w: &[f32], taps: usize) -> Vec<f32> {
+    let channels = w.len() / taps;
+    (0..taps * channels).map(|i| w[(i % channels) * taps + i / channels]).collect()
 }
 
 /// Recurrent state of one DeltaNet layer for one sequence.
@@ -153,16 +163,15 @@ pub fn forward(
     let hist = p.d_conv - 1;
     for t in 0..n {
         let out = &mut conv_out[t * cd..(t + 1) * cd];
-        for (c, o) in out.iter_mut().enumerate() {
-            let kernel = &w.conv[c * p.d_conv..(c + 1) * p.d_conv];
-            let mut sum = 0f32;
-            for (j, &kw) in kernel.iter().enumerate() {
-                // Input at time t + j - hist: from the state window when negative.
-                let i = t + j;
-                let x = if i < hist { st.conv[i * cd + c] } else { qkv[(i - hist) * cd + c] };
-                sum += x * kw;
+        for (j, taps) in w.conv.chunks_exact(cd).enumerate() {
+            // Input at time t + j - hist: from the state window when negative.
+            let i = t + j;
+            let x = if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
+            if j == 0 {
+                out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o = x * k);
+            } else {
+                out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o += x * k);
             }
-            *o = sum;
         }
         ops::silu(out);
     }
