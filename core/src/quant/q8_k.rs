@@ -29,14 +29,17 @@ impl Default for BlockQ8K {
 pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
     assert_eq!(x.len(), y.len() * QK_K, "Q8_K: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        // The first value of largest magnitude, with its sign.
-        let (mut amax, mut max) = (0.0f32, 0.0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        // The first value of largest magnitude, with its sign (NaNs ignored).
+        let (lo, hi) = min_max(xb);
+        let amax = hi.max(-lo);
+        let max = if hi > -lo {
+            hi
+        } else if -lo > hi {
+            lo
+        } else {
+            // Both signs reach the largest magnitude: the first one wins.
+            xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
+        };
         if amax == 0.0 {
             *yb = BlockQ8K::default();
             continue;
@@ -50,6 +53,20 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
         }
         yb.d = 1.0 / iscale;
     }
+}
+
+/// `(min(0, x), max(0, x))` over a block, ignoring NaNs: eight independent
+/// lanes, so the compiler keeps it in vector registers.
+#[inline(always)]
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut lo, mut hi) = ([0.0f32; 8], [0.0f32; 8]);
+    for c in x.chunks_exact(8) {
+        for i in 0..8 {
+            lo[i] = lo[i].min(c[i]);
+            hi[i] = hi[i].max(c[i]);
+        }
+    }
+    (lo.iter().fold(0.0f32, |a, &v| a.min(v)), hi.iter().fold(0.0f32, |a, &v| a.max(v)))
 }
 
 pub fn dequantize_row(x: &[BlockQ8K], dst: &mut [f32]) {

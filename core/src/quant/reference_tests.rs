@@ -79,6 +79,31 @@ fn rounding_modes_are_llamas() {
     assert_eq!((y[0].d, y[0].qs, y[0].bsums), (0.0, [0; 256], [0; 16]));
 }
 
+#[test]
+fn q8_k_scale_comes_from_the_first_value_of_largest_magnitude() {
+    // The sign of the scale is the sign of the first value reaching the
+    // largest magnitude, whichever comes first when both signs reach it;
+    // NaNs take no part in the search.
+    for (first, second) in [(-3.0f32, 3.0f32), (3.0, -3.0)] {
+        for pos in [0usize, 7, 8, 100, 255] {
+            let mut x = [0.5f32; 256];
+            x[1] = f32::NAN;
+            x[pos.min(254)] = first;
+            x[(pos + 1).min(255).max(pos.min(254) + 1)] = second;
+            let mut y = [BlockQ8K::default()];
+            quantize_row_q8_k(&x, &mut y);
+            assert_eq!(y[0].d, 1.0 / (-127.0 / first), "first {first} at {pos}");
+        }
+    }
+    // A larger magnitude later wins over an earlier smaller one, either sign.
+    let mut x = [0.0f32; 256];
+    x[3] = 2.0;
+    x[200] = -5.0;
+    let mut y = [BlockQ8K::default()];
+    quantize_row_q8_k(&x, &mut y);
+    assert_eq!((y[0].d, y[0].qs[200], y[0].qs[3]), (1.0 / (-127.0 / -5.0), -127, 51));
+}
+
 /// `sum_i |w_i| * e_i`, with `e_i` the largest error the activation format
 /// can put on element `i`, plus f32 summation slack.
 fn error_bound(ty: GgmlType, w: &[f32], x: &[f32], k: usize) -> f64 {
