@@ -90,8 +90,7 @@ macro_rules! table {
             axpy_f16: float::avx2::axpy_f16,
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
-            // libm's expf, as the scalar path (x86 keeps its results).
-            silu: crate::kernels::ops::scalar::silu,
+            silu: float::avx2::silu,
         }
     };
 }

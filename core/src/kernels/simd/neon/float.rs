@@ -217,7 +217,10 @@ pub(crate) unsafe fn silu(x: &mut [f32]) {
         // e^r = 1 + r + r^2 p(r), then times 2^n through the exponent bits.
         let e = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0));
         let e = vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(e), vshlq_n_s32::<23>(vcvtq_s32_f32(n))));
-        vst1q_f32(c.as_mut_ptr(), vdivq_f32(v, vaddq_f32(e, vdupq_n_f32(1.0))));
+        // Below -1e4 the quotient is below 1e-34 in magnitude either way;
+        // clamping the numerator keeps it there once `t` is clamped (NaNs pass).
+        let num = vmaxq_f32(v, vdupq_n_f32(-1.0e4));
+        vst1q_f32(c.as_mut_ptr(), vdivq_f32(num, vaddq_f32(e, vdupq_n_f32(1.0))));
     }
     crate::kernels::ops::scalar::silu(chunks.into_remainder());
 }
