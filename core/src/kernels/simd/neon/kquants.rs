@@ -18,6 +18,7 @@ use super::{dot16, fp16, fp16x2, paths};
 use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
+    F16Bytes,
 };
 use std::arch::aarch64::*;
 
@@ -558,30 +559,34 @@ unsafe fn q6_k_scales(xb: &BlockQ6K) -> [int16x8_t; 2] {
     [vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc)]
 }
 
-/// One Q3_K/Q6_K super-block's contribution to a row's 4-lane accumulator,
-/// from the scaled sums `r` of its values stored with an offset: the offset
-/// comes off as `sum_g scale_g * bsum_g << SHIFT` (Q6_K: 32, SHIFT 5; Q3_K: 4
-/// times the 16 of [`PAIR_SCALE`], SHIFT 6), then `scale` (= `d * y.d`, over
-/// 16 for Q3_K) converts to f32.
+/// One Q3_K/Q6_K super-block's contribution of two rows to their pair
+/// accumulator (lanes `[row 0, row 0, row 1, row 1]`), from the scaled sums
+/// `r` of values stored with an offset: the offset comes off as `sum_g
+/// scale_g * bsum_g << SHIFT` (Q6_K: 32, SHIFT 5; Q3_K: 4 times the 16 of
+/// [`PAIR_SCALE`], SHIFT 6), the two rows' lanes are added pairwise, and one
+/// conversion and one multiply-add by `[d0, d0, d1, d1] * yd` (`yd` over 16
+/// for Q3_K) finish both.
 #[inline(always)]
-unsafe fn offset_finish<const SHIFT: i32>(
+unsafe fn offset_finish2<const SHIFT: i32>(
     acc: float32x4_t,
-    r: int32x4_t,
-    [lo, hi]: [int16x8_t; 2],
+    r: [int32x4_t; 2],
+    sc: [[int16x8_t; 2]; 2],
     bsums: [int16x8_t; 2],
-    scale: f32,
+    d: [&F16Bytes; 2],
+    yd: f32,
 ) -> float32x4_t {
-    let isum = vsubq_s32(r, vshlq_n_s32::<SHIFT>(dot_bsums16(lo, hi, bsums)));
-    vfmaq_n_f32(acc, vcvtq_f32_s32(isum), scale)
+    let isum = |i: usize| vsubq_s32(r[i], vshlq_n_s32::<SHIFT>(dot_bsums16(sc[i][0], sc[i][1], bsums)));
+    vfmaq_f32(acc, vcvtq_f32_s32(vpaddq_s32(isum(0), isum(1))), vmulq_n_f32(d_pair(d[0], d[1]), yd))
 }
 
 #[inline(always)]
 unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    const { assert!(R == 2, "the Q6_K body takes two rows") };
     let x = rows.map(as_blocks::<BlockQ6K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut acc = vdupq_n_f32(0.0);
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q6_k_scales(xb[r]));
@@ -595,11 +600,20 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let cr: [_; R] =
             std::array::from_fn(|r| chain8::<D, false>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
-        for r in 0..R {
-            acc[r] = offset_finish::<5>(acc[r], cr[r].1, sc[r], bsums, yb.d * fp16(xb[r].d));
-        }
+        acc = offset_finish2::<5>(acc, [cr[0].1, cr[1].1], [sc[0], sc[1]], bsums, [&xb[0].d, &xb[1].d], yb.d);
     }
-    acc.map(|v| vaddvq_f32(v))
+    pair_out(acc)
+}
+
+/// Two blocks' f16 scales `d` as `[d0, d0, d1, d1]`: the lanes of a pair
+/// accumulator (see [`dotn_q6_k`]).
+#[inline(always)]
+unsafe fn d_pair(a: &F16Bytes, b: &F16Bytes) -> float32x4_t {
+    let h = vld1_lane_u16::<0>((a as *const F16Bytes).cast(), vdup_n_u16(0));
+    let h = vld1_lane_u16::<1>((b as *const F16Bytes).cast(), h);
+    let f: float32x4_t;
+    std::arch::asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) f, i = in(vreg) h, options(pure, nomem, nostack));
+    vzip1q_f32(f, f)
 }
 
 /// Scale multipliers of the groups of a half block in the Q2_K/Q3_K multi-row
@@ -757,11 +771,12 @@ unsafe fn q3_k_scales(xb: &BlockQ3K) -> ([int16x8_t; 2], [int16x8_t; 2]) {
 
 #[inline(always)]
 unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
+    const { assert!(R == 2, "the Q3_K body takes two rows") };
     let x = rows.map(as_blocks::<BlockQ3K>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut acc = vdupq_n_f32(0.0);
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q3_k_scales(xb[r]));
@@ -775,9 +790,17 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let cr: [_; R] =
             std::array::from_fn(|r| chain8::<D, false>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
-        for r in 0..R {
-            acc[r] = offset_finish::<6>(acc[r], cr[r].1, sc[r].0, bsums, yb.d * fp16(xb[r].d) * (1.0 / 16.0));
-        }
+        let (sc, d) = ([sc[0].0, sc[1].0], [&xb[0].d, &xb[1].d]);
+        acc = offset_finish2::<6>(acc, [cr[0].1, cr[1].1], sc, bsums, d, yb.d * (1.0 / 16.0));
     }
-    acc.map(|v| vaddvq_f32(v))
+    pair_out(acc)
+}
+
+/// The two results of a pair accumulator (lanes `[row 0, row 0, row 1, row 1]`).
+#[inline(always)]
+unsafe fn pair_out<const R: usize>(acc: float32x4_t) -> [f32; R] {
+    let v = vpaddq_f32(acc, acc);
+    let mut out = [0.0f32; R];
+    vst1_f32(out.as_mut_ptr(), vget_low_f32(v));
+    out
 }
