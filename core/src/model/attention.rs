@@ -143,38 +143,52 @@ pub fn forward(
         }
     }
 
-    // softmax(scale · q·K) · V for every (token, head), split over threads.
+    // softmax(scale · q·K) · V for every (token, head). The query heads that
+    // share a KV head run together, position by position, so each key and
+    // value row is read from the cache once for all of them (it stays in L1
+    // while the heads use it) instead of once per head; work items are
+    // (token, KV head, slice of its query heads), split over threads.
     let att = take(&mut s.att, n * p.n_head * hdv);
     let cap = cache.capacity;
-    let scores = take(&mut s.scores, pool.n_threads() * cap);
-    let (att_out, score_buf) = (SharedMut::new(att), SharedMut::new(scores));
     let group = p.n_head / p.n_kv_head;
+    let per_item = heads_per_item(group, n * p.n_kv_head, pool.n_threads());
+    let scores = take(&mut s.scores, pool.n_threads() * per_item * cap);
+    let (att_out, score_buf) = (SharedMut::new(att), SharedMut::new(scores));
     let cache = &*cache;
     let q = &*q;
+    let slices = group / per_item;
     pool.run(&|ith, nth| {
-        let (a, b) = split(n * p.n_head, ith, nth);
-        // SAFETY: each thread owns its rows of `att` and its stripe of `scores`.
-        let sc = unsafe { score_buf.slice(ith * cap, cap) };
+        let (a, b) = split(n * p.n_kv_head * slices, ith, nth);
+        // SAFETY: each thread owns its stripe of `scores`.
+        let sc_all = unsafe { score_buf.slice(ith * per_item * cap, per_item * cap) };
         for item in a..b {
-            let (t, h) = (item / p.n_head, item % p.n_head);
+            let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
+            let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
             let pos = pos0 + t;
             let lo = p.window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
-            let kvh = h / group;
-            let qh = &q[t * q_rows + h * q_stride..][..hd];
-            let sc = &mut sc[..pos + 1 - lo];
-            for (j, s) in sc.iter_mut().enumerate() {
-                *s = cache.k_dot(kvh, lo + j, qh) * p.scale;
+            let len = pos + 1 - lo;
+            let qh = |h: usize| &q[t * q_rows + h * q_stride..][..hd];
+            let sc = &mut sc_all[..per_item * len];
+            for j in 0..len {
+                for g in 0..per_item {
+                    sc[g * len + j] = cache.k_dot(kvh, lo + j, qh(h0 + g)) * p.scale;
+                }
             }
-            ops::softmax(sc);
-            let out = unsafe { att_out.slice(item * hdv, hdv) };
+            sc.chunks_exact_mut(len).for_each(ops::softmax);
+            // SAFETY: the item owns heads h0..h0 + per_item of token t.
+            let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, per_item * hdv) };
             out.fill(0.0);
-            for (j, &wgt) in sc.iter().enumerate() {
-                cache.v_axpy(kvh, lo + j, wgt, out);
+            for j in 0..len {
+                for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
+                    cache.v_axpy(kvh, lo + j, sc[g * len + j], o);
+                }
             }
             if w.gated {
-                let gate = &q[t * q_rows + h * q_stride + hd..][..hd];
-                for (o, &g) in out.iter_mut().zip(gate) {
-                    *o *= ops::sigmoid(g);
+                for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
+                    let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
+                    for (o, &gv) in o.iter_mut().zip(gate) {
+                        *o *= ops::sigmoid(gv);
+                    }
                 }
             }
         }
@@ -183,6 +197,13 @@ pub fn forward(
     // Output projection.
     let out = take(&mut s.out, n * n_embd);
     project(pool, file, &w.o, &mut s.acts2, &s.att[..n * p.n_head * hdv], n, out);
+}
+
+/// Query heads per work item: the whole group sharing a KV head when there
+/// are enough (token, KV head) items to keep every thread busy, else the
+/// largest divisor of the group that makes enough items.
+fn heads_per_item(group: usize, kv_items: usize, threads: usize) -> usize {
+    (1..=group).rev().find(|&k| group % k == 0 && kv_items * (group / k) >= threads).unwrap_or(1)
 }
 
 /// out = W · x for `n` rows of x.
@@ -197,4 +218,23 @@ pub fn project(
 ) {
     acts.quantize(w.ty, x, n, w.cols);
     kernels::matmul(pool, &w.view(file), acts, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heads_per_item;
+
+    #[test]
+    fn query_heads_split_only_as_far_as_the_threads_need() {
+        // Qwen3.5 decode: 2 KV heads of 8 query heads, 2 threads: whole groups.
+        assert_eq!(heads_per_item(8, 2, 2), 8);
+        // 6 threads: quarters of each group (8 items).
+        assert_eq!(heads_per_item(8, 2, 6), 2);
+        // Gemma 3 270M decode: one KV head of 4, 2 threads: halves.
+        assert_eq!(heads_per_item(4, 1, 2), 2);
+        // More threads than heads: one head per item; prefill: whole groups.
+        assert_eq!(heads_per_item(4, 1, 8), 1);
+        assert_eq!(heads_per_item(4, 128, 8), 4);
+        assert_eq!(heads_per_item(1, 1, 2), 1);
+    }
 }

@@ -24,7 +24,7 @@ pub struct Scratch {
     pub router: Vec<f32>,
     pub moe: Vec<f32>,
     pub tmp: Vec<f32>,
-    /// Per-thread attention scores, `n_threads * capacity`.
+    /// Per-thread attention scores, `n_threads * query heads per item * capacity`.
     pub scores: Vec<f32>,
     /// Quantised activations, shared by the matrices that read the same input.
     pub acts: QActs,
