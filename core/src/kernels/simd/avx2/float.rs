@@ -166,6 +166,7 @@ pub(crate) mod avx2 {
         }
         crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
     }
+
     /// In-place SiLU, `x / (1 + e^-x)`, eight lanes at a time: the same
     /// exp as the NEON kernel (`e^t` by a Cephes-style reduction `t = n ln2 + r`,
     /// `|r| <= ln2 / 2`, a degree-7 polynomial, `2^n` added to the exponent
