@@ -21,6 +21,24 @@ mod arch {
     }
 }
 
+/// The constants of the vector SiLU kernels (AVX2 and NEON run the same
+/// steps): `e^t` by Cephes' `expf` reduction, `t = n ln2 + r` with `ln2`
+/// split in two for exactness, `|r| <= ln2 / 2`, `e^r = 1 + r + r^2 p(r)`
+/// with `p` of degree 5 (highest coefficient first), `2^n` added to the
+/// exponent bits. `t` is clamped to `T_MIN..=T_MAX` (where `2^n` stays a
+/// normal float and the quotient has long reached `x` or 0) and the numerator
+/// to `>= NUM_MIN` (below it the quotient is under 1e-34 either way).
+#[allow(dead_code)] // unused on targets without a vector SiLU
+pub(crate) mod silu_exp {
+    pub const LOG2E: f32 = std::f32::consts::LOG2_E;
+    pub const LN2_HI: f32 = 0.693_359_4;
+    pub const LN2_LO: f32 = -2.121_944_4e-4;
+    pub const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    pub const T_MIN: f32 = -87.0;
+    pub const T_MAX: f32 = 88.0;
+    pub const NUM_MIN: f32 = -1.0e4;
+}
+
 /// The SIMD kernel tables this CPU supports, lowest first.
 pub(crate) fn detected() -> Vec<Kernels> {
     arch::detected()

@@ -167,22 +167,18 @@ pub(crate) mod avx2 {
         crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
     }
 
-    /// In-place SiLU, `x / (1 + e^-x)`, eight lanes at a time: the same
-    /// exp as the NEON kernel (`e^t` by a Cephes-style reduction `t = n ln2 + r`,
-    /// `|r| <= ln2 / 2`, a degree-7 polynomial, `2^n` added to the exponent
-    /// bits), within a few ulp of libm's `expf` (the scalar twin) at a
-    /// fraction of its cost. `t` is clamped to [-87, 88], the numerator to >= -1e4.
+    /// In-place SiLU, `x / (1 + e^-x)`, eight lanes at a time: the NEON
+    /// kernel's steps and constants ([`silu_exp`](crate::kernels::simd::silu_exp)),
+    /// within a few ulp of libm's `expf` (the scalar twin) at a fraction of
+    /// its cost.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn silu(x: &mut [f32]) {
-        const LOG2E: f32 = std::f32::consts::LOG2_E;
-        const LN2_HI: f32 = 0.693_359_4;
-        const LN2_LO: f32 = -2.121_944_4e-4;
-        const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+        use crate::kernels::simd::silu_exp::*;
         let mut chunks = x.chunks_exact_mut(8);
         for c in &mut chunks {
             let v = _mm256_loadu_ps(c.as_ptr());
             let neg = _mm256_sub_ps(_mm256_setzero_ps(), v);
-            let t = _mm256_min_ps(_mm256_max_ps(neg, _mm256_set1_ps(-87.0)), _mm256_set1_ps(88.0));
+            let t = _mm256_min_ps(_mm256_max_ps(neg, _mm256_set1_ps(T_MIN)), _mm256_set1_ps(T_MAX));
             let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
                 t,
                 _mm256_set1_ps(LOG2E),
@@ -196,10 +192,8 @@ pub(crate) mod avx2 {
             let e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0));
             let bits = _mm256_add_epi32(_mm256_castps_si256(e), _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n)));
             let e = _mm256_castsi256_ps(bits);
-            // Below -1e4 the quotient is below 1e-34 in magnitude either way;
-            // clamping the numerator keeps it there once `t` is clamped (the
-            // operand order keeps NaNs).
-            let num = _mm256_max_ps(_mm256_set1_ps(-1.0e4), v);
+            // The numerator clamped (this operand order keeps NaNs).
+            let num = _mm256_max_ps(_mm256_set1_ps(NUM_MIN), v);
             _mm256_storeu_ps(c.as_mut_ptr(), _mm256_div_ps(num, _mm256_add_ps(e, _mm256_set1_ps(1.0))));
         }
         crate::kernels::ops::scalar::silu(chunks.into_remainder());

@@ -193,21 +193,16 @@ pub(crate) unsafe fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32
 }
 
 /// In-place SiLU, `x / (1 + e^-x)`, four lanes at a time with a polynomial
-/// `e^t` (Cephes' `expf` reduction and coefficients: `t = n ln2 + r`,
-/// `|r| <= ln2 / 2`, `e^r` by a degree-7 polynomial, `2^n` added to the
-/// exponent bits): within a few ulp of libm's `expf` (the scalar twin), at a
-/// tenth of its instructions. `t` is clamped to [-87, 88], where `2^n` stays a
-/// normal float and the quotient has long reached `x` or 0.
+/// `e^t` ([`silu_exp`](crate::kernels::simd::silu_exp): Cephes' reduction and
+/// coefficients): within a few ulp of libm's `expf` (the scalar twin), at a
+/// tenth of its instructions.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn silu(x: &mut [f32]) {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    const P: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5];
+    use crate::kernels::simd::silu_exp::*;
     let mut chunks = x.chunks_exact_mut(4);
     for c in &mut chunks {
         let v = vld1q_f32(c.as_ptr());
-        let t = vminq_f32(vmaxq_f32(vnegq_f32(v), vdupq_n_f32(-87.0)), vdupq_n_f32(88.0));
+        let t = vminq_f32(vmaxq_f32(vnegq_f32(v), vdupq_n_f32(T_MIN)), vdupq_n_f32(T_MAX));
         let n = vrndnq_f32(vmulq_n_f32(t, LOG2E));
         let r = vfmsq_f32(vfmsq_f32(t, n, vdupq_n_f32(LN2_HI)), n, vdupq_n_f32(LN2_LO));
         let mut p = vdupq_n_f32(P[0]);
@@ -217,9 +212,8 @@ pub(crate) unsafe fn silu(x: &mut [f32]) {
         // e^r = 1 + r + r^2 p(r), then times 2^n through the exponent bits.
         let e = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0));
         let e = vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(e), vshlq_n_s32::<23>(vcvtq_s32_f32(n))));
-        // Below -1e4 the quotient is below 1e-34 in magnitude either way;
-        // clamping the numerator keeps it there once `t` is clamped (NaNs pass).
-        let num = vmaxq_f32(v, vdupq_n_f32(-1.0e4));
+        // The numerator clamped (NaNs pass).
+        let num = vmaxq_f32(v, vdupq_n_f32(NUM_MIN));
         vst1q_f32(c.as_mut_ptr(), vdivq_f32(num, vaddq_f32(e, vdupq_n_f32(1.0))));
     }
     crate::kernels::ops::scalar::silu(chunks.into_remainder());
