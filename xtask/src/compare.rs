@@ -22,6 +22,9 @@ struct Opts {
     draws: usize,
     /// insn-count: also count llama.cpp (`--no-llama`: Pocket only).
     llama: bool,
+    /// bench-compare: this `pocket` binary instead of a release build of the
+    /// working tree (a machine without cargo, or a build frozen for a long run).
+    pocket: Option<PathBuf>,
 }
 
 fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, String> {
@@ -32,6 +35,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
         n: default_n,
         draws: 5,
         llama: true,
+        pocket: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -43,6 +47,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
             "-n" => o.n = val()?.parse().map_err(|_| "bad -n")?,
             "--draws" => o.draws = val()?.parse().map_err(|_| "bad --draws")?,
             "--no-llama" => o.llama = false,
+            "--pocket" => o.pocket = Some(PathBuf::from(val()?)),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -148,7 +153,10 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
     let o = parse(args, 128, 32)?;
     let summary = Summary::of(&GgufFile::open(&o.model).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     let bin = llama::host_build()?;
-    let pocket = pocket_release()?;
+    let pocket = match &o.pocket {
+        Some(exe) => exe.clone(),
+        None => pocket_release()?,
+    };
     let big = summary.file_bytes > total_memory() / 2;
 
     // Read bandwidth, same machine, same moment: a buffer far larger than the caches.

@@ -15,7 +15,7 @@ usage: cargo xtask <command> [options]
 commands:
   synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant q2_k|q4_k_m --out FILE
       a GGUF with a real model's exact geometry, random valid weights
-  bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5]
+  bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN]
       llama.cpp and pocket alternately on one file, with the roofline
   insn-count --model FILE [-p 16] [-n 8] [--no-llama]
       aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)

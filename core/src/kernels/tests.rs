@@ -7,7 +7,7 @@
 //! stays meaningful when a dot product cancels to near zero.
 
 use super::dispatch::{Kernels, Multi, RowDot};
-use super::testing::{random_weights, Rng};
+use super::testing::{make_valid, random_weights, Rng};
 use super::*;
 use crate::threads::ThreadPool;
 use half::f16;
@@ -163,6 +163,74 @@ fn multi_row_kernels_equal_scalar_twins() {
                     let want = dot_on(scalar(), ty, m.row(r), &acts, j);
                     let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
                     assert!(close(g, want, mag), "{} {ty} nb={nb} multi ({r},{j}): {g} vs scalar {want}", k.isa());
+                }
+            }
+        }
+    }
+}
+
+/// Blocks of one repeated byte (every value and scale at its largest, its
+/// smallest, or alternating bit patterns) with activations at +-127: where
+/// unsigned-times-signed products and their pair sums come closest to the
+/// limits of their lanes. Every kernel of every path against the scalar twin.
+#[test]
+fn kernels_at_the_extremes_equal_scalar_twins() {
+    let mut rng = Rng::new(29);
+    for k in simd_paths() {
+        for ty in TYPES.into_iter().filter(|t| t.block_size() > 1) {
+            let cols = cols_for(ty, 2);
+            for fill in [0x00u8, 0xFF, 0xAA, 0x55, 0x0F, 0xF0] {
+                let mut w = vec![fill; 2 * ty.row_bytes(cols as u64).expect("whole blocks") as usize];
+                make_valid(ty, &mut w, &mut rng);
+                let m = QMatrix::new(ty, &w, 2, cols).expect("matrix");
+                let x: Vec<f32> = (0..4 * cols)
+                    .map(|i| match i / cols {
+                        0 => 1.0,
+                        1 => -1.0,
+                        2 => {
+                            if i % 2 == 0 {
+                                1.0
+                            } else {
+                                -1.0
+                            }
+                        }
+                        _ => {
+                            if (i / 3) % 2 == 0 {
+                                -1.0
+                            } else {
+                                1.0
+                            }
+                        }
+                    })
+                    .collect();
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, 4, cols);
+                let (multi, rows) = match k.row_dot(ty).expect("supported") {
+                    RowDot::Q8_0(d) => (
+                        multi_products(d.multi, &m, &acts.q8_0, cols / 32),
+                        rows_products(d, &m, &acts.q8_0, cols / 32),
+                    ),
+                    RowDot::Q8_1(d) => (
+                        multi_products(d.multi, &m, &acts.q8_1, cols / 32),
+                        rows_products(d, &m, &acts.q8_1, cols / 32),
+                    ),
+                    RowDot::Q8K(d) => (
+                        multi_products(d.multi, &m, &acts.q8k, cols / 256),
+                        rows_products(d, &m, &acts.q8k, cols / 256),
+                    ),
+                    RowDot::F32(_) => unreachable!("quantised types only"),
+                };
+                let rows = rows.into_iter().flatten().enumerate().map(|(r, g)| (r, 0, g));
+                for (r, j, g) in multi.into_iter().chain(rows) {
+                    let want = dot_on(scalar(), ty, m.row(r), &acts, j);
+                    let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
+                    assert!(close(g, want, mag), "{} {ty} fill {fill:#04x} ({r},{j}): {g} vs scalar {want}", k.isa());
+                    let one = dot_on(k, ty, m.row(r), &acts, j);
+                    assert!(
+                        close(one, want, mag),
+                        "{} {ty} fill {fill:#04x} one ({r},{j}): {one} vs scalar {want}",
+                        k.isa()
+                    );
                 }
             }
         }

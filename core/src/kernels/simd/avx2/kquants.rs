@@ -6,6 +6,8 @@
 //! once per super-block through the activation group sums (`bsums`): e.g.
 //! Q6_K's `sum sc * (q - 32) * y` is `sum sc * q * y - 32 * sum sc * bsum`.
 
+pub(super) mod zmm;
+
 use super::{dot_i16, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;

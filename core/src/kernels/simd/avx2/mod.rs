@@ -31,12 +31,21 @@ pub(crate) fn detected() -> Vec<Kernels> {
         return out;
     }
     out.push(table!(avx2, Isa::Avx2));
-    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+    let evex = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+    // With AVX-512 F + BW too, the EVEX path's four-token K-quant kernels
+    // (prefill) run on 512-bit registers, and it is the best path.
+    let zmm = evex && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+    if evex && !zmm {
         out.push(table!(avx512vnni, Isa::Avx512Vnni));
     }
     if is_x86_feature_detected!("avxvnni") {
         // The VEX encoding is shorter than EVEX and runs on either port set.
         out.push(table!(avxvnni, Isa::AvxVnni));
+    }
+    if zmm {
+        let mut k = table!(avx512vnni, Isa::Avx512Vnni);
+        kquants::zmm::install(&mut k);
+        out.push(k);
     }
     out
 }
