@@ -20,7 +20,8 @@ pub enum Isa {
     Avx2,
     /// AVX2 with the VEX-encoded int8 dot product (`vpdpbusd`, AVX-VNNI).
     AvxVnni,
-    /// AVX2 with the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL).
+    /// AVX2 with the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL);
+    /// with AVX-512 F + BW as well, 512-bit four-token K-quant kernels.
     Avx512Vnni,
     /// aarch64 Advanced SIMD.
     Neon,
