@@ -203,7 +203,7 @@ pub fn forward(
 /// are enough (token, KV head) items to keep every thread busy, else the
 /// largest divisor of the group that makes enough items.
 fn heads_per_item(group: usize, kv_items: usize, threads: usize) -> usize {
-    (1..=group).rev().find(|&k| group % k == 0 && kv_items * (group / k) >= threads).unwrap_or(1)
+    (1..=group).rev().find(|&k| group.is_multiple_of(k) && kv_items * (group / k) >= threads).unwrap_or(1)
 }
 
 /// out = W · x for `n` rows of x.
