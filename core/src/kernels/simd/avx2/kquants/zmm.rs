@@ -45,8 +45,9 @@ unsafe fn acts64(y: &BlockQ8K, r: usize) -> __m512i {
     _mm512_loadu_si512(y.qs.as_ptr().add(32 * r).cast())
 }
 
-/// Word-permute indices: words `16q..16q + 16` of the result take word
-/// `first + (16q + k) / width` of the scales (`width` words per group).
+/// Word-permute indices: word `k` of the result takes scale `first + k /
+/// width` (`width` result words per group: 8 for one group per 128-bit lane,
+/// 16 for one per 256-bit half).
 static GROUP_IDX: [[u16; 32]; 12] = {
     let mut t = [[0u16; 32]; 12];
     let mut i = 0;
@@ -119,10 +120,11 @@ macro_rules! three {
     };
 }
 
-/// Byte `16L + 4s + k` of a Q2_K block's product table: `k * sc[4s + L]`,
-/// the 2-bit value `k` times the scale of group `4s + L` (at most 45). Lane
-/// `L` of the registers of slot `s` (bit pairs 2s', registers 2s, 2s + 1)
-/// hold groups `4s + L`; see [`q2_k_x4`].
+/// A Q2_K block's product table: byte `16L + 4s + k` is `k * sc[4s + L]`,
+/// the 2-bit value `k` times the scale of group `4s + L` (at most 45). The
+/// register pair from register `r = 2s` (see [`q2_k_x4`]) holds group
+/// `2r + L = 4s + L` in its 128-bit lane `L`, so its lookup index is the
+/// value plus `4s`.
 #[inline(always)]
 unsafe fn q2_table(sc: __m128i) -> __m512i {
     // g[16L + 4s + k] = sc[4s + L]
