@@ -25,39 +25,35 @@ pub(crate) fn detected() -> Vec<Kernels> {
     if !is_aarch64_feature_detected!("neon") {
         return out;
     }
-    out.push(table!(neon, Isa::Neon, Multi::None, Multi::None, Multi::None, Multi::None));
+    out.push(table!(neon, Isa::Neon, Multi::None));
     if !is_aarch64_feature_detected!("dotprod") {
         return out;
     }
-    out.push(table!(dotprod, Isa::Dotprod, Multi::None, Multi::None, Multi::None, Multi::None));
+    out.push(table!(dotprod, Isa::Dotprod, Multi::None));
     if is_aarch64_feature_detected!("i8mm") {
-        out.push(table!(
-            dotprod,
-            Isa::I8mm,
-            Multi::Tile2x2(i8mm::tile_q4_0),
-            Multi::Tile2x2(i8mm::tile_q8_0),
-            Multi::Tile2x2(i8mm::tile_q4_k),
-            Multi::Tile2x2(i8mm::tile_q6_k)
-        ));
+        // Only Q4_0 prefill gains from 2x2 `smmla` tiles; for the other
+        // formats the rows kernels, once per token, cost fewer instructions
+        // (see i8mm.rs).
+        out.push(table!(dotprod, Isa::I8mm, Multi::Tile2x2(i8mm::tile_q4_0)));
     }
     out
 }
 
 /// A kernel table from the wrappers in module `$m` of every kernel file.
 macro_rules! table {
-    ($m:ident, $isa:expr, $t40:expr, $t80:expr, $t4k:expr, $t6k:expr) => {
+    ($m:ident, $isa:expr, $t40:expr) => {
         Kernels {
             isa: $isa,
             q4_0: Dot { one: legacy::$m::q4_0, multi: $t40, rows: Some(legacy::$m::q4_0_rows) },
             q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::None, rows: Some(legacy::$m::q5_0_rows) },
-            q8_0: Dot { one: legacy::$m::q8_0, multi: $t80, rows: Some(legacy::$m::q8_0_rows) },
+            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::None, rows: Some(legacy::$m::q8_0_rows) },
             q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::None, rows: Some(legacy::$m::q4_1_rows) },
             q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::None, rows: Some(legacy::$m::q5_1_rows) },
             q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::None, rows: Some(kquants::$m::q2_k_rows) },
             q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::None, rows: Some(kquants::$m::q3_k_rows) },
-            q4_k: Dot { one: kquants::$m::q4_k, multi: $t4k, rows: Some(kquants::$m::q4_k_rows) },
+            q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::None, rows: Some(kquants::$m::q4_k_rows) },
             q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::None, rows: Some(kquants::$m::q5_k_rows) },
-            q6_k: Dot { one: kquants::$m::q6_k, multi: $t6k, rows: Some(kquants::$m::q6_k_rows) },
+            q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::None, rows: Some(kquants::$m::q6_k_rows) },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
