@@ -202,11 +202,29 @@ unsafe fn add_scaled<const N: usize>(
 #[inline(always)]
 unsafe fn finish_scaled<const N: usize>(acc: [__m256; N], acc4: __m128) -> [f32; N] {
     if N == 4 {
-        let mut v = [0.0f32; 4];
-        _mm_storeu_ps(v.as_mut_ptr(), acc4);
-        return out4(v);
+        return out4(split4(acc4));
     }
     hsums(acc)
+}
+
+/// The four lanes of `v`.
+#[inline(always)]
+unsafe fn split4(v: __m128) -> [f32; 4] {
+    let mut out = [0.0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), v);
+    out
+}
+
+/// A Q2_K block's 16 minimums (as i16) against the group sums of each of the
+/// four tokens' activations, for [`tail4_min`].
+#[inline(always)]
+unsafe fn q2_mins4<const N: usize>(mins: __m256i, a: &[&[BlockQ8K]; N], i: usize) -> [__m256i; 4] {
+    [
+        _mm256_madd_epi16(mins, bsums(&a[0][i])),
+        _mm256_madd_epi16(mins, bsums(&a[1][i])),
+        _mm256_madd_epi16(mins, bsums(&a[2][i])),
+        _mm256_madd_epi16(mins, bsums(&a[3][i])),
+    ]
 }
 
 #[inline(always)]
@@ -234,13 +252,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
         // Minimums meet the activation group sums.
         if N == 4 {
-            let m = [
-                _mm256_madd_epi16(mins, bsums(&a[0][i])),
-                _mm256_madd_epi16(mins, bsums(&a[1][i])),
-                _mm256_madd_epi16(mins, bsums(&a[2][i])),
-                _mm256_madd_epi16(mins, bsums(&a[3][i])),
-            ];
-            acc4 = tail4_min(acc4, &sumi, &m, d, dmin, act_scales4(&a, i));
+            acc4 = tail4_min(acc4, &sumi, &q2_mins4(mins, &a, i), d, dmin, act_scales4(&a, i));
             continue;
         }
         for n in 0..N {
@@ -346,19 +358,33 @@ unsafe fn add_scaled_k4<const N: usize>(
     i: usize,
 ) {
     if N == 4 {
-        let m = [
-            mins_dot_bsums(mins, &a[0][i]),
-            mins_dot_bsums(mins, &a[1][i]),
-            mins_dot_bsums(mins, &a[2][i]),
-            mins_dot_bsums(mins, &a[3][i]),
-        ];
-        *acc4 = tail4_min(*acc4, sumi, &m, d, dmin, act_scales4(a, i));
+        *acc4 = tail4_k4(*acc4, sumi, mins, (d, dmin), a, i);
         return;
     }
     for n in 0..N {
         let y = &a[n][i];
         acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, mins_dot_bsums(mins, y));
     }
+}
+
+/// [`add_scaled_k4`] for four tokens: their minimums against the
+/// activations' pair sums, then [`tail4_min`].
+#[inline(always)]
+unsafe fn tail4_k4<const N: usize>(
+    acc4: __m256,
+    sumi: &[__m256i],
+    mins: __m128i,
+    (d, dmin): (f32, f32),
+    a: &[&[BlockQ8K]; N],
+    i: usize,
+) -> __m256 {
+    let m = [
+        mins_dot_bsums(mins, &a[0][i]),
+        mins_dot_bsums(mins, &a[1][i]),
+        mins_dot_bsums(mins, &a[2][i]),
+        mins_dot_bsums(mins, &a[3][i]),
+    ];
+    tail4_min(acc4, sumi, &m, d, dmin, act_scales4(a, i))
 }
 
 /// The `N` dot products from the accumulators of [`add_scaled_k4`] (or of

@@ -11,8 +11,7 @@
 //! the 256-bit kernels' (and the scalar twin's), only summed in another order.
 
 use super::{
-    act_scales4, add_scaled, add_scaled_k4, finish_scaled, finish_scaled_min, q3_scales, remove_offset, scales_mins,
-    tail4_min,
+    act_scales4, finish4_min, out4, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4, tail4_min,
 };
 use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead};
 use crate::quant::{as_blocks, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ6K, BlockQ8K};
@@ -182,15 +181,10 @@ zmm_fn! {
                     }
                 }
             }
-            let m = [
-                _mm256_madd_epi16(mins, super::bsums(&a[0][i])),
-                _mm256_madd_epi16(mins, super::bsums(&a[1][i])),
-                _mm256_madd_epi16(mins, super::bsums(&a[2][i])),
-                _mm256_madd_epi16(mins, super::bsums(&a[3][i])),
-            ];
+            let m = q2_mins4(mins, &a, i);
             acc4 = tail4_min(acc4, &fold(sumi), &m, fp16(xb.d), fp16(xb.dmin), act_scales4(&a, i));
         }
-        finish_scaled_min::<4>([_mm256_setzero_ps(); 4], acc4)
+        out4(finish4_min(acc4))
     }
 }
 three!(q2_k_x3, q2_k_x4);
@@ -226,9 +220,9 @@ zmm_fn! {
                 }
             }
             let t = remove_offset::<4, 2>(fold(sumi), _mm256_cvtepi8_epi16(sc8), &a, i);
-            add_scaled(&mut [_mm256_setzero_ps(); 4], &mut acc4, &t, fp16(xb.d), &a, i);
+            acc4 = tail4(acc4, &t, fp16(xb.d), act_scales4(&a, i));
         }
-        finish_scaled::<4>([_mm256_setzero_ps(); 4], acc4)
+        split4(acc4)
     }
 }
 three!(q3_k_x3, q3_k_x4);
@@ -252,10 +246,9 @@ zmm_fn! {
                     sumi[n] = madd(sumi[n], u, acts64(&a[n][i], 2 * c), s);
                 }
             }
-            let mut unused = [_mm256_setzero_ps(); 4];
-            add_scaled_k4(&mut unused, &mut acc4, &fold(sumi), mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
+            acc4 = tail4_k4(acc4, &fold(sumi), mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
         }
-        finish_scaled_min::<4>([_mm256_setzero_ps(); 4], acc4)
+        out4(finish4_min(acc4))
     }
 }
 three!(q4_k_x3, q4_k_x4);
@@ -292,9 +285,9 @@ zmm_fn! {
                 }
             }
             let t = remove_offset::<4, 5>(fold(sumi), _mm256_cvtepi8_epi16(sc8), &a, i);
-            add_scaled(&mut [_mm256_setzero_ps(); 4], &mut acc4, &t, fp16(xb.d), &a, i);
+            acc4 = tail4(acc4, &t, fp16(xb.d), act_scales4(&a, i));
         }
-        finish_scaled::<4>([_mm256_setzero_ps(); 4], acc4)
+        split4(acc4)
     }
 }
 three!(q6_k_x3, q6_k_x4);
