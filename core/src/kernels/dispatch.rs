@@ -116,16 +116,64 @@ impl<B> Clone for Acts<B> {
 }
 impl<B> Copy for Acts<B> {}
 
-/// Weight rows decoded into int8 blocks with f32 scales ([`BlockQ8_0F`], the
-/// layout of the activations; the same values, so the same products to the
-/// bit): the unpacking of a block then serves all the activation rows of a
-/// tile instead of four (prefill of Q4_0 / Q5_0, whose 4- and 5-bit blocks
-/// take as many instructions to unpack as to multiply).
+/// Weight rows decoded once per tile into a layout that is cheaper to use
+/// than to unpack: the unpacking of a block then serves all the activation
+/// rows of a tile instead of four. Q4_0 / Q5_0 (whose 4- and 5-bit blocks
+/// take as many instructions to unpack as to multiply) decode into int8
+/// blocks with f32 scales ([`BlockQ8_0F`], the layout of the activations);
+/// Q2_K into bytes of value times group scale (at most 45), so that two
+/// registers of products share one widening step. Either way the same
+/// integers meet the same float tail: the products equal the four-row
+/// kernel's to the bit.
 pub(crate) struct Decoded<B: 'static> {
-    /// One weight row into `out` (one block per weight block).
-    pub(crate) decode: unsafe fn(&[u8], &mut [BlockQ8_0F]),
+    /// Bytes of one decoded block: a multiple of its layout's alignment (at
+    /// most 8), so that rows of whole blocks in an 8-byte-aligned buffer stay
+    /// aligned.
+    pub(crate) block_bytes: usize,
+    /// Decode a tile's weight rows from this many activation rows on: below,
+    /// unpacking each block per four rows costs less than a pass that writes
+    /// and reads the decoded rows.
+    pub(crate) min_acts: usize,
+    /// One weight row into `out` (`block_bytes` per weight block).
+    pub(crate) decode: unsafe fn(&[u8], &mut [u8]),
     /// A decoded weight row with four activation rows.
-    pub(crate) four: unsafe fn(&[BlockQ8_0F], [&[B]; 4]) -> [f32; 4],
+    pub(crate) four: unsafe fn(&[u8], [&[B]; 4]) -> [f32; 4],
+}
+
+/// `bytes` (a decoded row, see [`Decoded`]) as blocks of its layout `T`.
+///
+/// # Safety
+/// `T` must be plain data (integer and float fields, no padding), valid for
+/// any bit pattern.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) unsafe fn decoded_blocks<T>(bytes: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.as_ptr().cast::<T>().is_aligned(), "decoded blocks are misaligned");
+    // SAFETY: aligned, in bounds, and any bit pattern is a valid `T` (caller).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / size) }
+}
+
+/// [`decoded_blocks`], mutable.
+///
+/// # Safety
+/// As for [`decoded_blocks`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) unsafe fn decoded_blocks_mut<T>(bytes: &mut [u8]) -> &mut [T] {
+    let size = std::mem::size_of::<T>();
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.as_ptr().cast::<T>().is_aligned(), "decoded blocks are misaligned");
+    // SAFETY: as above; `bytes` is borrowed mutably for the result's lifetime.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len() / size) }
+}
+
+/// An 8-byte-aligned buffer of `len` bytes for decoded rows, grown as needed
+/// and reused.
+pub(crate) fn decoded_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
+    buf.resize(len.div_ceil(8), 0);
+    // SAFETY: `u64` storage of at least `len` bytes; bytes have no alignment
+    // or validity requirement.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), len) }
 }
 
 impl<B> Clone for Decoded<B> {

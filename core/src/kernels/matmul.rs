@@ -8,9 +8,8 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::dispatch::{Acts, Decoded, Dot, Kernels, Multi, RowDot};
+use super::dispatch::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot};
 use super::{ActFormat, QActs, QMatrix};
-use crate::quant::BlockQ8_0F;
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,14 +27,9 @@ const ONE_PASS_TILE_BYTES: usize = 256 << 10;
 const ACT_GROUP: usize = 32;
 /// Aim for at least this many tiles per thread, for balance.
 const TILES_PER_THREAD: usize = 4;
-/// Decode a tile's weight rows (where the path can) from this many activation
-/// rows on: below, unpacking each block per four rows costs less than a pass
-/// that writes and reads the decoded rows.
-const DECODE_MIN_ACTS: usize = 8;
-
 thread_local! {
     /// Each thread's buffer of decoded weight rows (grown once, then reused).
-    static DECODED: RefCell<Vec<BlockQ8_0F>> = const { RefCell::new(Vec::new()) };
+    static DECODED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Kernels {
@@ -198,16 +192,16 @@ impl<B: 'static> Job<'_, B> {
     /// Weight rows `r0..r1` times activation rows `j0..j1`.
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
         match self.dot.multi {
-            Multi::Acts(Acts { decoded: Some(dec), .. }) if j1 - j0 >= DECODE_MIN_ACTS => {
+            Multi::Acts(Acts { decoded: Some(dec), .. }) if j1 - j0 >= dec.min_acts => {
                 DECODED.with_borrow_mut(|buf| {
                     // The tile's weight rows decoded once, for all its activation rows.
-                    let per_row = self.per_row;
-                    buf.resize((r1 - r0) * per_row, BlockQ8_0F::default());
-                    for (r, out) in (r0..r1).zip(buf.chunks_exact_mut(per_row)) {
+                    let row_bytes = self.per_row * dec.block_bytes;
+                    let rows = decoded_buffer(buf, (r1 - r0) * row_bytes);
+                    for (r, out) in (r0..r1).zip(rows.chunks_exact_mut(row_bytes)) {
                         // SAFETY: a kernel of this CPU's path; one block out per weight block.
                         unsafe { (dec.decode)(self.wrow(r), out) };
                     }
-                    self.tile_with(r0, r1, j0, j1, Some((dec, buf)));
+                    self.tile_with(r0, r1, j0, j1, Some((dec, &*rows)));
                 })
             }
             _ => self.tile_with(r0, r1, j0, j1, None),
@@ -215,7 +209,7 @@ impl<B: 'static> Job<'_, B> {
     }
 
     /// [`Self::tile`], with the tile's weight rows decoded in `decoded` if given.
-    fn tile_with(&self, r0: usize, r1: usize, j0: usize, j1: usize, decoded: Option<(Decoded<B>, &[BlockQ8_0F])>) {
+    fn tile_with(&self, r0: usize, r1: usize, j0: usize, j1: usize, decoded: Option<(Decoded<B>, &[u8])>) {
         let one = self.dot.one;
         // SAFETY (every kernel call below): the table holds only kernels this
         // CPU has; row and activation lengths match (checked in `run`).
@@ -250,7 +244,7 @@ impl<B: 'static> Job<'_, B> {
                         let a = [self.act(j), self.act(j + 1), self.act(j + 2), self.act(j + 3)];
                         match decoded {
                             Some((dec, rows)) => {
-                                for (r, w) in (r0..r1).zip(rows.chunks_exact(self.per_row)) {
+                                for (r, w) in (r0..r1).zip(rows.chunks_exact(self.per_row * dec.block_bytes)) {
                                     self.store_n(j, r, unsafe { (dec.four)(w, a) });
                                 }
                             }

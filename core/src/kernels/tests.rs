@@ -129,9 +129,10 @@ fn multi_products<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -
                     out.extend([(r, 2, two[0]), (r, 0, two[1])]);
                     if let Some(dec) = k.decoded {
                         // The same products to the bit from the decoded row.
-                        let mut d = vec![crate::quant::BlockQ8_0F::default(); per_row];
-                        (dec.decode)(w, &mut d);
-                        let v = (dec.four)(&d, [a(0), a(1), a(2), a(3)]);
+                        let mut buf = Vec::new();
+                        let d = crate::kernels::dispatch::decoded_buffer(&mut buf, per_row * dec.block_bytes);
+                        (dec.decode)(w, d);
+                        let v = (dec.four)(d, [a(0), a(1), a(2), a(3)]);
                         assert_eq!(v.map(f32::to_bits), four.map(f32::to_bits), "decoded row {r}");
                     }
                 }
@@ -284,8 +285,9 @@ fn matmul_equals_per_row_dots() {
                 let cols = cols_for(ty, nb);
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
-                // 16 and 17: tiles with enough activation rows to decode weights.
-                for n in [1, 2, 3, 5, 9, 16, 17] {
+                // 16 and 17: tiles with enough activation rows to decode Q4_0 /
+                // Q5_0 weights; 33 (one thread): Q2_K weights too.
+                for n in [1, 2, 3, 5, 9, 16, 17, 33] {
                     let x = rng.vec(n * cols, 1.0);
                     let mut acts = QActs::new();
                     acts.quantize(ty, &x, n, cols);

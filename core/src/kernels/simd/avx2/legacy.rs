@@ -15,28 +15,33 @@ paths! {
 }
 
 /// The decoded-rows prefill (see [`crate::kernels::dispatch::Decoded`]):
-/// module `decoded::<isa>` holds `x4` (a decoded row with four activation
-/// rows) and the decoders of Q4_0 and Q5_0 rows.
+/// module `decoded::<isa>::<format>` holds `decode` (a Q4_0 or Q5_0 row into
+/// [`BlockQ8_0F`] blocks) and `x4` (a decoded row with four activation rows).
 pub(crate) mod decoded {
     macro_rules! decoded {
         ($($m:ident, $features:literal, $v:ident;)*) => {$(
             pub(crate) mod $m {
-                use super::super::super::$v as V;
-                use crate::quant::{as_blocks, BlockQ4_0, BlockQ5_0, BlockQ8_0F};
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn x4(w: &[BlockQ8_0F], a: [&[BlockQ8_0F]; 4]) -> [f32; 4] {
-                    super::super::dot_signed::<BlockQ8_0F, V, 4>(w, a)
-                }
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn q4_0(w: &[u8], out: &mut [BlockQ8_0F]) {
-                    super::super::decode::<BlockQ4_0>(as_blocks(w), out)
-                }
-                #[target_feature(enable = $features)]
-                pub(crate) unsafe fn q5_0(w: &[u8], out: &mut [BlockQ8_0F]) {
-                    super::super::decode::<BlockQ5_0>(as_blocks(w), out)
-                }
+                decoded!(@format $features, $v, q4_0, BlockQ4_0);
+                decoded!(@format $features, $v, q5_0, BlockQ5_0);
             }
         )*};
+        (@format $features:literal, $v:ident, $name:ident, $block:ident) => {
+            pub(crate) mod $name {
+                use super::super::super::super::$v as V;
+                use crate::kernels::dispatch::{decoded_blocks, decoded_blocks_mut};
+                use crate::quant::{as_blocks, $block, BlockQ8_0F};
+                pub(crate) const BLOCK_BYTES: usize = size_of::<BlockQ8_0F>();
+                pub(crate) const MIN_ACTS: usize = 8;
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn decode(w: &[u8], out: &mut [u8]) {
+                    super::super::super::decode::<$block>(as_blocks(w), decoded_blocks_mut(out))
+                }
+                #[target_feature(enable = $features)]
+                pub(crate) unsafe fn x4(w: &[u8], a: [&[BlockQ8_0F]; 4]) -> [f32; 4] {
+                    super::super::super::dot_signed::<BlockQ8_0F, V, 4>(decoded_blocks(w), a)
+                }
+            }
+        };
     }
     decoded! {
         avx2, "avx2,fma,f16c", MADD;

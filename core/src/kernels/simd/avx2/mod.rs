@@ -52,13 +52,18 @@ pub(crate) fn detected() -> Vec<Kernels> {
 
 /// The kernels of one format from its module of wrappers (see [`paths!`]);
 /// with a second module, the decoded-rows prefill of that format (its
-/// `decode` function and the shared `x4`).
+/// `decode`, `x4`, `BLOCK_BYTES` and `MIN_ACTS`).
 macro_rules! dot {
     ($($p:ident)::+) => {
         dot!(@ $($p)::+; None)
     };
-    ($($p:ident)::+; $($d:ident)::+, $f:ident) => {
-        dot!(@ $($p)::+; Some(Decoded { decode: $($d)::+::$f, four: $($d)::+::x4 }))
+    ($($p:ident)::+; $($d:ident)::+) => {
+        dot!(@ $($p)::+; Some(Decoded {
+            block_bytes: $($d)::+::BLOCK_BYTES,
+            min_acts: $($d)::+::MIN_ACTS,
+            decode: $($d)::+::decode,
+            four: $($d)::+::x4,
+        }))
     };
     (@ $($p:ident)::+; $decoded:expr) => {
         Dot {
@@ -80,13 +85,13 @@ macro_rules! table {
     ($m:ident, $isa:expr) => {
         Kernels {
             isa: $isa,
-            q4_0: dot!(legacy::$m::q4_0; legacy::decoded::$m, q4_0),
-            q5_0: dot!(legacy::$m::q5_0; legacy::decoded::$m, q5_0),
+            q4_0: dot!(legacy::$m::q4_0; legacy::decoded::$m::q4_0),
+            q5_0: dot!(legacy::$m::q5_0; legacy::decoded::$m::q5_0),
             q8_0: dot!(legacy::$m::q8_0),
             q4_1: dot!(legacy::$m::q4_1),
             q5_1: dot!(legacy::$m::q5_1),
-            q2_k: dot!(kquants::$m::q2_k),
-            q3_k: dot!(kquants::$m::q3_k),
+            q2_k: dot!(kquants::$m::q2_k; kquants::decoded::$m::q2_k),
+            q3_k: dot!(kquants::$m::q3_k; kquants::decoded::$m::q3_k),
             q4_k: dot!(kquants::$m::q4_k),
             q5_k: dot!(kquants::$m::q5_k),
             q6_k: dot!(kquants::$m::q6_k),

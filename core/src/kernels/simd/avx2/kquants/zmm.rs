@@ -295,10 +295,14 @@ three!(q6_k_x3, q6_k_x4);
 /// Put the 512-bit kernels into the `avx512vnni` table's K-quant prefill entries.
 pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
     use crate::kernels::dispatch::{Acts3, Acts4, Dot, Multi};
+    // The 512-bit kernels unpack each block into registers twice as wide as
+    // the decoded 256-bit tiles use; the tiles were never timed against them
+    // on an AVX-512 CPU, so this path keeps them for every tile.
     fn set(d: &mut Dot<BlockQ8K>, three: Acts3<BlockQ8K>, four: Acts4<BlockQ8K>) {
         if let Multi::Acts(acts) = &mut d.multi {
             acts.three = three;
             acts.four = four;
+            acts.decoded = None;
         }
     }
     set(&mut k.q2_k, q2_k_x3, q2_k_x4);
