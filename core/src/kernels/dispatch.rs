@@ -136,8 +136,11 @@ pub(crate) struct Decoded<B: 'static> {
     pub(crate) min_acts: usize,
     /// One weight row into `out` (`block_bytes` per weight block).
     pub(crate) decode: unsafe fn(&[u8], &mut [u8]),
-    /// A decoded weight row with four activation rows.
-    pub(crate) four: unsafe fn(&[u8], [&[B]; 4]) -> [f32; 4],
+    /// Decoded weight rows (of the given byte length each) with four
+    /// activation rows: `out[n][r]` is row `r` with activation row `n` (one
+    /// call per tile and group of four: the tile's rows are dotted without a
+    /// call and four scattered stores each).
+    pub(crate) four: DecodedRows4<B>,
 }
 
 /// `bytes` (a decoded row, see [`Decoded`]) as blocks of its layout `T`.
@@ -175,6 +178,9 @@ pub(crate) fn decoded_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
     // or validity requirement.
     unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), len) }
 }
+
+/// See [`Decoded::four`].
+pub(crate) type DecodedRows4<B> = unsafe fn(&[u8], usize, [&[B]; 4], [&mut [f32]; 4]);
 
 impl<B> Clone for Decoded<B> {
     fn clone(&self) -> Self {

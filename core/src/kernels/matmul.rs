@@ -244,9 +244,8 @@ impl<B: 'static> Job<'_, B> {
                         let a = [self.act(j), self.act(j + 1), self.act(j + 2), self.act(j + 3)];
                         match decoded {
                             Some((dec, rows)) => {
-                                for (r, w) in (r0..r1).zip(rows.chunks_exact(self.per_row * dec.block_bytes)) {
-                                    self.store_n(j, r, unsafe { (dec.four)(w, a) });
-                                }
+                                let out = [0, 1, 2, 3].map(|n| self.out_row(j + n, r0, r1));
+                                unsafe { (dec.four)(rows, self.per_row * dec.block_bytes, a, out) };
                             }
                             None => {
                                 for r in r0..r1 {

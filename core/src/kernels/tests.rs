@@ -132,7 +132,9 @@ fn multi_products<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -
                         let mut buf = Vec::new();
                         let d = crate::kernels::dispatch::decoded_buffer(&mut buf, per_row * dec.block_bytes);
                         (dec.decode)(w, d);
-                        let v = (dec.four)(d, [a(0), a(1), a(2), a(3)]);
+                        let mut v = [0f32; 4];
+                        let out = v.each_mut().map(std::slice::from_mut);
+                        (dec.four)(d, per_row * dec.block_bytes, [a(0), a(1), a(2), a(3)], out);
                         assert_eq!(v.map(f32::to_bits), four.map(f32::to_bits), "decoded row {r}");
                     }
                 }

@@ -306,8 +306,8 @@ pub(crate) mod decoded {
                     $decode(as_blocks(w), decoded_blocks_mut(out))
                 }
                 #[target_feature(enable = $features)]
-                pub(crate) unsafe fn x4(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
-                    $dot::<V>(decoded_blocks(w), a)
+                pub(crate) unsafe fn x4(w: &[u8], row_bytes: usize, a: [&[BlockQ8K]; 4], out: [&mut [f32]; 4]) {
+                    super::super::super::super::rows4(w, row_bytes, out, |row| $dot::<V>(decoded_blocks(row), a))
                 }
             }
         };

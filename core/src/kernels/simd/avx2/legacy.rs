@@ -37,8 +37,10 @@ pub(crate) mod decoded {
                     super::super::super::decode::<$block>(as_blocks(w), decoded_blocks_mut(out))
                 }
                 #[target_feature(enable = $features)]
-                pub(crate) unsafe fn x4(w: &[u8], a: [&[BlockQ8_0F]; 4]) -> [f32; 4] {
-                    super::super::super::dot_signed::<BlockQ8_0F, V, 4>(decoded_blocks(w), a)
+pub(crate) unsafe fn x4(w: &[u8], row_bytes: usize, a: [&[BlockQ8_0F]; 4], out: [&mut [f32]; 4]) {
+                    super::super::super::super::rows4(w, row_bytes, out, |row| {
+                        super::super::super::dot_signed::<BlockQ8_0F, V, 4>(decoded_blocks(row), a)
+                    })
                 }
             }
         };

@@ -162,6 +162,17 @@ use paths;
 
 // ---- shared helpers (inlined into the target_feature wrappers) ----------
 
+/// `out[n][r] = dot(row r)[n]` over the rows of `w` (`row_bytes` each): the
+/// decoded-rows prefill's loop, inlined into each format's wrapper.
+#[inline(always)]
+pub(super) unsafe fn rows4(w: &[u8], row_bytes: usize, out: [&mut [f32]; 4], mut dot: impl FnMut(&[u8]) -> [f32; 4]) {
+    let [o0, o1, o2, o3] = out;
+    debug_assert!(w.len() == o0.len() * row_bytes && [&o1, &o2, &o3].iter().all(|o| o.len() == o0.len()));
+    for ((((row, o0), o1), o2), o3) in w.chunks_exact(row_bytes).zip(o0).zip(o1).zip(o2).zip(o3) {
+        [*o0, *o1, *o2, *o3] = dot(row);
+    }
+}
+
 /// f16 -> f32 with F16C.
 #[inline(always)]
 pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
