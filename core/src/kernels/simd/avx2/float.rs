@@ -29,6 +29,42 @@ pub(crate) mod avx2 {
         hsum_ps(sum) + (i..n).map(|j| tail(j) * x[j]).sum::<f32>()
     }
 
+    /// [`dot_with`] for `N` activation rows: each 8 weights are loaded (and
+    /// converted) once for all of them, two accumulators per row (prefill:
+    /// the router's F32 rows over a prompt).
+    #[inline(always)]
+    unsafe fn dot_n_with<const N: usize>(
+        n: usize,
+        x: [&[f32]; N],
+        load: impl Fn(usize) -> __m256,
+        tail: impl Fn(usize) -> f32,
+    ) -> [f32; N] {
+        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let xp = x.map(<[f32]>::as_ptr);
+        let mut i = 0;
+        while i + 16 <= n {
+            for u in 0..2 {
+                let w = load(i + 8 * u);
+                for t in 0..N {
+                    acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[t].add(i + 8 * u)), acc[t][u]);
+                }
+            }
+            i += 16;
+        }
+        if i + 8 <= n {
+            let w = load(i);
+            for t in 0..N {
+                acc[t][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[t].add(i)), acc[t][0]);
+            }
+            i += 8;
+        }
+        let mut out = [0f32; N];
+        for t in 0..N {
+            out[t] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1])) + (i..n).map(|j| tail(j) * x[t][j]).sum::<f32>();
+        }
+        out
+    }
+
     /// 8 f16 from `p` (any alignment) as f32.
     #[inline(always)]
     unsafe fn load_f16(p: *const u8) -> __m256 {
@@ -45,16 +81,19 @@ pub(crate) mod avx2 {
         F16::from_bits(u16::from_le_bytes([w[2 * j], w[2 * j + 1]])).to_f32()
     }
 
+    fn f32_at(w: &[u8], j: usize) -> f32 {
+        f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]])
+    }
+
+    fn bf16_at(w: &[u8], j: usize) -> f32 {
+        f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16)
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn f32(w: &[u8], x: &[f32]) -> f32 {
         debug_assert_eq!(w.len(), 4 * x.len());
         let p = w.as_ptr();
-        dot_with(
-            x.len(),
-            x,
-            |i| _mm256_loadu_ps(p.add(4 * i).cast()),
-            |j| f32::from_le_bytes([w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]]),
-        )
+        dot_with(x.len(), x, |i| _mm256_loadu_ps(p.add(4 * i).cast()), |j| f32_at(w, j))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -68,13 +107,34 @@ pub(crate) mod avx2 {
     pub(crate) unsafe fn bf16(w: &[u8], x: &[f32]) -> f32 {
         debug_assert_eq!(w.len(), 2 * x.len());
         let p = w.as_ptr();
-        dot_with(
-            x.len(),
-            x,
-            |i| load_bf16(p.add(2 * i)),
-            |j| f32::from_bits((u16::from_le_bytes([w[2 * j], w[2 * j + 1]]) as u32) << 16),
-        )
+        dot_with(x.len(), x, |i| load_bf16(p.add(2 * i)), |j| bf16_at(w, j))
     }
+
+    /// `x2`, `x3`, `x4` of a float weight format: one row with that many
+    /// activation rows ([`dot_n_with`]).
+    macro_rules! multi {
+        ($m:ident, $width:literal, $load:expr, $tail:expr) => {
+            pub(crate) mod $m {
+                use super::*;
+                multi!(@n x2, 2, $width, $load, $tail);
+                multi!(@n x3, 3, $width, $load, $tail);
+                multi!(@n x4, 4, $width, $load, $tail);
+            }
+        };
+        (@n $name:ident, $n:literal, $width:literal, $load:expr, $tail:expr) => {
+            #[target_feature(enable = "avx2,fma,f16c")]
+            pub(crate) unsafe fn $name(w: &[u8], x: [&[f32]; $n]) -> [f32; $n] {
+                let len = x[0].len();
+                debug_assert!(w.len() == $width * len && x.iter().all(|r| r.len() == len));
+                let p = w.as_ptr();
+                let (load, tail) = ($load, $tail);
+                dot_n_with(len, x, |i| load(p, i), |j| tail(w, j))
+            }
+        };
+    }
+    multi!(f32s, 4, |p: *const u8, i| _mm256_loadu_ps(p.add(4 * i).cast()), f32_at);
+    multi!(f16s, 2, |p: *const u8, i| load_f16(p.add(2 * i)), f16_at);
+    multi!(bf16s, 2, |p: *const u8, i| load_bf16(p.add(2 * i)), bf16_at);
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {

@@ -80,6 +80,24 @@ macro_rules! dot {
 }
 use dot;
 
+/// The kernels of a float weight format: one row, and one row with two to
+/// four activation rows (the same on every x86 path).
+macro_rules! float_dot {
+    ($one:ident, $multi:ident) => {
+        Dot {
+            one: float::avx2::$one,
+            multi: Multi::Acts(Acts {
+                two: float::avx2::$multi::x2,
+                three: float::avx2::$multi::x3,
+                four: float::avx2::$multi::x4,
+                decoded: None,
+            }),
+            rows: None,
+        }
+    };
+}
+use float_dot;
+
 /// A kernel table from the wrappers in module `$m` of every kernel file.
 macro_rules! table {
     ($m:ident, $isa:expr) => {
@@ -95,9 +113,9 @@ macro_rules! table {
             q4_k: dot!(kquants::$m::q4_k),
             q5_k: dot!(kquants::$m::q5_k),
             q6_k: dot!(kquants::$m::q6_k),
-            f32: Dot::one(float::avx2::f32),
-            f16: Dot::one(float::avx2::f16),
-            bf16: Dot::one(float::avx2::bf16),
+            f32: float_dot!(f32, f32s),
+            f16: float_dot!(f16, f16s),
+            bf16: float_dot!(bf16, bf16s),
             dot_f32: float::avx2::dot_f32,
             dot_f16: float::avx2::dot_f16,
             axpy_f32: float::avx2::axpy_f32,
