@@ -122,9 +122,9 @@ impl<B> Copy for Acts<B> {}
 /// take as many instructions to unpack as to multiply) decode into int8
 /// blocks with f32 scales ([`BlockQ8_0F`], the layout of the activations);
 /// Q2_K into bytes of value times group scale (at most 45), so that two
-/// registers of products share one widening step. Either way the same
-/// integers meet the same float tail: the products equal the four-row
-/// kernel's to the bit.
+/// registers of products share one widening step; Q3_K into unpacked bytes.
+/// Either way the same integers meet the same float tail: the products equal
+/// the four-row kernel's to the bit.
 pub(crate) struct Decoded<B: 'static> {
     /// Bytes of one decoded block: a multiple of its layout's alignment (at
     /// most 8), so that rows of whole blocks in an 8-byte-aligned buffer stay

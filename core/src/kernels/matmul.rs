@@ -27,6 +27,7 @@ const ONE_PASS_TILE_BYTES: usize = 256 << 10;
 const ACT_GROUP: usize = 32;
 /// Aim for at least this many tiles per thread, for balance.
 const TILES_PER_THREAD: usize = 4;
+
 thread_local! {
     /// Each thread's buffer of decoded weight rows (grown once, then reused).
     static DECODED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
