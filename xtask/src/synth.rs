@@ -267,13 +267,22 @@ impl Rng {
 }
 
 /// Where a block keeps its f16 scales, and the scale that makes weights
-/// about 0.02 in magnitude: (offset of d, offset of dmin if any, d).
-fn scale_layout(ty: GgmlType) -> (usize, Option<usize>, f32) {
+/// about 0.02 in magnitude: (offset of d, offset of dmin and the mean of the
+/// unsigned values if any, d).
+///
+/// Formats with a minimum (`d * sc * q - dmin * m`) get `dmin = d * mean(q)`:
+/// with random sub-scales and mins (the same width, so the same mean) the
+/// weights then average zero, as a quantised checkpoint's do. A smaller dmin
+/// leaves every row of every matrix a common positive offset, which turns the
+/// hidden states of all tokens towards one direction: every token of a
+/// prompt then picks the same experts (measured on the earlier files: all 128
+/// tokens of a prompt in the same 8 experts of 256, in every layer).
+fn scale_layout(ty: GgmlType) -> (usize, Option<(usize, f32)>, f32) {
     match ty {
-        GgmlType::Q2K => (80, Some(82), 4e-4),
+        GgmlType::Q2K => (80, Some((82, 1.5)), 4e-4),
         GgmlType::Q3K => (108, None, 1.5e-4),
-        GgmlType::Q4K => (0, Some(2), 2e-5),
-        GgmlType::Q5K => (0, Some(2), 1e-5),
+        GgmlType::Q4K => (0, Some((2, 7.5)), 2e-5),
+        GgmlType::Q5K => (0, Some((2, 15.5)), 1e-5),
         GgmlType::Q6K => (208, None, 5e-6),
         GgmlType::Q8_0 => (0, None, 1.5e-4),
         other => panic!("synth-model has no block recipe for {other}"),
@@ -300,8 +309,8 @@ fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
     for b in buf.chunks_exact_mut(ty.type_size()) {
         let jitter = 0.5 + rng.unit();
         b[d_at..d_at + 2].copy_from_slice(&f16(d * jitter));
-        if let Some(m) = dmin_at {
-            b[m..m + 2].copy_from_slice(&f16(d * 0.5 * jitter));
+        if let Some((m, mean_q)) = dmin_at {
+            b[m..m + 2].copy_from_slice(&f16(d * mean_q * jitter));
         }
     }
 }
