@@ -488,3 +488,31 @@ fn f32_helpers_equal_scalar_twins() {
         }
     }
 }
+
+#[test]
+fn float_multi_row_kernels_equal_the_one_row_kernel_to_the_bit() {
+    // Prefill (several activation rows per pass) and decode (one) must give
+    // the same products for float weights: an F32 model's batch and
+    // token-by-token logits are compared tightly (tests/model_logits.rs).
+    let mut rng = Rng::new(21);
+    for k in paths() {
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let Some(RowDot::F32(dot)) = k.row_dot(ty) else { panic!("{ty} has float kernels") };
+            let Multi::Acts(multi) = dot.multi else { continue };
+            for cols in [7, 8, 40, 64, 100, 2048] {
+                let w = random_weights(ty, 1, cols, &mut rng);
+                let x: Vec<Vec<f32>> = (0..4).map(|_| rng.vec(cols, 1.0)).collect();
+                // SAFETY: a path this CPU has; lengths match.
+                unsafe {
+                    let one: Vec<u32> = x.iter().map(|r| (dot.one)(&w, r).to_bits()).collect();
+                    let four = (multi.four)(&w, [&x[0], &x[1], &x[2], &x[3]]).map(f32::to_bits);
+                    let three = (multi.three)(&w, [&x[0], &x[1], &x[2]]).map(f32::to_bits);
+                    let two = (multi.two)(&w, [&x[0], &x[1]]).map(f32::to_bits);
+                    assert_eq!(four.to_vec(), one, "{} {ty} x4, {cols} columns", k.isa());
+                    assert_eq!(three.to_vec(), one[..3], "{} {ty} x3, {cols} columns", k.isa());
+                    assert_eq!(two.to_vec(), one[..2], "{} {ty} x2, {cols} columns", k.isa());
+                }
+            }
+        }
+    }
+}

@@ -30,8 +30,11 @@ pub(crate) mod avx2 {
     }
 
     /// [`dot_with`] for `N` activation rows: each 8 weights are loaded (and
-    /// converted) once for all of them, two accumulators per row (prefill:
-    /// the router's F32 rows over a prompt).
+    /// converted) once for all of them (prefill: the router's F32 rows over a
+    /// prompt). Every row sums exactly as [`dot_with`] does (four
+    /// accumulators, the same pairing at the end), so prefill and decode give
+    /// the same products to the bit; four accumulators per row fill the
+    /// registers at three rows, so four rows run as two passes of two.
     #[inline(always)]
     unsafe fn dot_n_with<const N: usize>(
         n: usize,
@@ -39,19 +42,19 @@ pub(crate) mod avx2 {
         load: impl Fn(usize) -> __m256,
         tail: impl Fn(usize) -> f32,
     ) -> [f32; N] {
-        let mut acc = [[_mm256_setzero_ps(); 2]; N];
+        let mut acc = [[_mm256_setzero_ps(); 4]; N];
         let xp = x.map(<[f32]>::as_ptr);
         let mut i = 0;
-        while i + 16 <= n {
-            for u in 0..2 {
+        while i + 32 <= n {
+            for u in 0..4 {
                 let w = load(i + 8 * u);
                 for t in 0..N {
                     acc[t][u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[t].add(i + 8 * u)), acc[t][u]);
                 }
             }
-            i += 16;
+            i += 32;
         }
-        if i + 8 <= n {
+        while i + 8 <= n {
             let w = load(i);
             for t in 0..N {
                 acc[t][0] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xp[t].add(i)), acc[t][0]);
@@ -60,7 +63,9 @@ pub(crate) mod avx2 {
         }
         let mut out = [0f32; N];
         for t in 0..N {
-            out[t] = hsum_ps(_mm256_add_ps(acc[t][0], acc[t][1])) + (i..n).map(|j| tail(j) * x[t][j]).sum::<f32>();
+            let [a0, a1, a2, a3] = acc[t];
+            let sum = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+            out[t] = hsum_ps(sum) + (i..n).map(|j| tail(j) * x[t][j]).sum::<f32>();
         }
         out
     }
@@ -118,7 +123,11 @@ pub(crate) mod avx2 {
                 use super::*;
                 multi!(@n x2, 2, $width, $load, $tail);
                 multi!(@n x3, 3, $width, $load, $tail);
-                multi!(@n x4, 4, $width, $load, $tail);
+                #[target_feature(enable = "avx2,fma,f16c")]
+                pub(crate) unsafe fn x4(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
+                    let ([a, b], [c, d]) = (x2(w, [x[0], x[1]]), x2(w, [x[2], x[3]]));
+                    [a, b, c, d]
+                }
             }
         };
         (@n $name:ident, $n:literal, $width:literal, $load:expr, $tail:expr) => {
