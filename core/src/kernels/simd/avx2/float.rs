@@ -9,32 +9,19 @@ pub(crate) mod avx2 {
     use half::f16 as F16;
     use std::arch::x86_64::*;
 
-    /// `sum load(w, i) * x[i]` where `load` yields 8 f32 weights from element `i`.
+    /// `sum load(w, i) * x[i]` where `load` yields 8 f32 weights from element
+    /// `i`: [`dot_n_with`] for one row, so that prefill and decode sum alike.
     #[inline(always)]
     unsafe fn dot_with(n: usize, x: &[f32], load: impl Fn(usize) -> __m256, tail: impl Fn(usize) -> f32) -> f32 {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let xp = x.as_ptr();
-        let mut i = 0;
-        while i + 32 <= n {
-            for (u, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(load(i + 8 * u), _mm256_loadu_ps(xp.add(i + 8 * u)), *a);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(load(i), _mm256_loadu_ps(xp.add(i)), acc[0]);
-            i += 8;
-        }
-        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        hsum_ps(sum) + (i..n).map(|j| tail(j) * x[j]).sum::<f32>()
+        dot_n_with::<1>(n, [x], load, tail)[0]
     }
 
     /// [`dot_with`] for `N` activation rows: each 8 weights are loaded (and
     /// converted) once for all of them (prefill: the router's F32 rows over a
-    /// prompt). Every row sums exactly as [`dot_with`] does (four
-    /// accumulators, the same pairing at the end), so prefill and decode give
-    /// the same products to the bit; four accumulators per row fill the
-    /// registers at three rows, so four rows run as two passes of two.
+    /// prompt). Four accumulators of 8 lanes per row hide the FMA latency;
+    /// they fill the registers at three rows, so four rows run as two passes
+    /// of two. Every `N` sums a row the same way: the one-row kernels
+    /// ([`dot_with`]) and the multi-row ones give the same products to the bit.
     #[inline(always)]
     unsafe fn dot_n_with<const N: usize>(
         n: usize,
