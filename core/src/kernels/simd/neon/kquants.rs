@@ -488,7 +488,9 @@ unsafe fn dotn_q5_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
 
 /// The 8 registers of unsigned 6-bit values (0..64, offset not removed) in
 /// half `h` of a Q6_K block, in the order of [`q6_half`]; the high bit pairs
-/// are inserted with shift-and-insert (`sli` / `sri`), which also masks.
+/// are inserted with shift-and-insert (`sli` / `sri`), which also masks. The
+/// top pair needs no mask: `qh >> 2` holds it in bits 4..6 with zeros above,
+/// and `sri` keeps only those top four bits.
 #[inline(always)]
 unsafe fn q6_half_unsigned(xb: &BlockQ6K, h: usize) -> [int8x16_t; 8] {
     let ql = |i: usize| vld1q_u8(xb.ql.as_ptr().add(64 * h + 16 * i));
@@ -506,9 +508,19 @@ unsafe fn q6_half_unsigned(xb: &BlockQ6K, h: usize) -> [int8x16_t; 8] {
         // high nibble | bits 4..6 (already in place), high nibble | bits 6..8
         s8(vsriq_n_u8::<4>(vandq_u8(qh0, m30), ql0)),
         s8(vsriq_n_u8::<4>(vandq_u8(qh1, m30), ql1)),
-        s8(vsriq_n_u8::<4>(vandq_u8(qs0, m30), ql2)),
-        s8(vsriq_n_u8::<4>(vandq_u8(qs1, m30), ql3)),
+        s8(sri4(qs0, ql2)),
+        s8(sri4(qs1, ql3)),
     ]
+}
+
+/// `(a & 0xF0) | (b >> 4)` as one `sri`. In `asm!` because LLVM otherwise
+/// masks `a` with an `and` and adds the shifted `b` (`usra`): two
+/// instructions where `a` is not needed afterwards.
+#[inline(always)]
+unsafe fn sri4(a: uint8x16_t, b: uint8x16_t) -> uint8x16_t {
+    let mut a = a;
+    std::arch::asm!("sri {a:v}.16b, {b:v}.16b, #4", a = inout(vreg) a, b = in(vreg) b, options(pure, nomem, nostack));
+    a
 }
 
 /// The steps `s_g - s_(g+1)` (with `s_16 = 0`) between 16 group scales
