@@ -205,11 +205,29 @@ impl<B: 'static> Job<'_, B> {
                     self.tile_with(r0, r1, j0, j1, Some((dec, &*rows)));
                 })
             }
+            // One rows-kernel call per activation row (decode, and every
+            // format without a multi-row kernel), without the set-up of the
+            // other paths.
+            Multi::None if r1 - r0 > 1 && self.dot.rows.is_some() => self.rows_tile(r0, r1, j0, j1),
             _ => self.tile_with(r0, r1, j0, j1, None),
         }
     }
 
+    /// Weight rows `r0..r1` (more than one) times activation rows `j0..j1`, the
+    /// tile's rows in one call of the rows kernel per activation row.
+    #[inline]
+    fn rows_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
+        let Some(rows) = self.dot.rows else { return self.tile_with(r0, r1, j0, j1, None) };
+        let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
+        for j in j0..j1 {
+            // SAFETY: the table holds only kernels this CPU has; row and
+            // activation lengths match (checked in `run`).
+            unsafe { rows(w, self.row_bytes, self.act(j), self.out_row(j, r0, r1)) };
+        }
+    }
+
     /// [`Self::tile`], with the tile's weight rows decoded in `decoded` if given.
+    #[inline(never)]
     fn tile_with(&self, r0: usize, r1: usize, j0: usize, j1: usize, decoded: Option<(Decoded<B>, &[u8])>) {
         let one = self.dot.one;
         // SAFETY (every kernel call below): the table holds only kernels this
@@ -274,12 +292,7 @@ impl<B: 'static> Job<'_, B> {
             }
             match self.dot.rows {
                 // The tile's rows in one call per remaining activation row.
-                Some(rows) if r1 - r0 > 1 => {
-                    let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
-                    for jj in j..je {
-                        unsafe { rows(w, self.row_bytes, self.act(jj), self.out_row(jj, r0, r1)) };
-                    }
-                }
+                Some(_) if r1 - r0 > 1 => self.rows_tile(r0, r1, j, je),
                 _ => {
                     for r in r0..r1 {
                         let row = self.wrow(r);
