@@ -236,9 +236,10 @@ pub struct Kernels {
     pub(crate) bf16: Dot<f32>,
     // f32 helpers (attention, norms)
     pub(crate) dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
-    pub(crate) dot_f16: unsafe fn(&[f32], &[f16]) -> f32,
     pub(crate) axpy_f32: unsafe fn(&mut [f32], f32, &[f32]),
-    pub(crate) axpy_f16: unsafe fn(&mut [f32], f32, &[f16]),
+    // attention over an f16 KV cache: see ops::scores_f16 / mix_f16
+    pub(crate) scores_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
+    pub(crate) mix_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
     // recurrent state (Gated DeltaNet): see ops::state_read / state_update
     pub(crate) state_read: StateRead,
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
@@ -267,9 +268,9 @@ impl Kernels {
         f16: Dot::one(quant::float::vec_dot_f16),
         bf16: Dot::one(quant::float::vec_dot_bf16),
         dot_f32: super::ops::scalar::dot_f32,
-        dot_f16: super::ops::scalar::dot_f16,
         axpy_f32: super::ops::scalar::axpy_f32,
-        axpy_f16: super::ops::scalar::axpy_f16,
+        scores_f16: super::ops::scalar::scores_f16,
+        mix_f16: super::ops::scalar::mix_f16,
         state_read: super::ops::scalar::state_read,
         state_update: super::ops::scalar::state_update,
         silu: super::ops::scalar::silu,

@@ -158,13 +158,6 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     unsafe { (Kernels::selected().dot_f32)(a, b) }
 }
 
-/// `sum(a * b)` with `b` in f16 (a key of an f16 KV cache), in f32.
-pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot_f16: lengths");
-    // SAFETY: as above.
-    unsafe { (Kernels::selected().dot_f16)(a, b) }
-}
-
 /// `out += a * x`.
 pub fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
     assert_eq!(out.len(), x.len(), "axpy_f32: lengths");
@@ -172,11 +165,30 @@ pub fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
     unsafe { (Kernels::selected().axpy_f32)(out, a, x) }
 }
 
-/// `out += a * x` with `x` in f16 (a value of an f16 KV cache).
-pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
-    assert_eq!(out.len(), x.len(), "axpy_f16: lengths");
+/// Attention scores of `heads` queries against the keys of an f16 KV cache:
+/// `out[g * n + j] = q_g · k_j` for query `q_g = q[g * d..][..d]` and key
+/// `k_j = k[j * d..][..d]` (`d = q.len() / heads`, `n = k.len() / d`). Each
+/// key is read and widened once for several heads (grouped-query attention).
+pub fn scores_f16(q: &[f32], heads: usize, k: &[f16], out: &mut [f32]) {
+    assert!(heads > 0 && q.len().is_multiple_of(heads), "scores_f16: queries");
+    let d = q.len() / heads;
+    assert!(d > 0 && k.len().is_multiple_of(d), "scores_f16: keys");
+    assert_eq!(out.len(), heads * (k.len() / d), "scores_f16: output");
     // SAFETY: as above.
-    unsafe { (Kernels::selected().axpy_f16)(out, a, x) }
+    unsafe { (Kernels::selected().scores_f16)(q, heads, k, out) }
+}
+
+/// Attention-weighted sums of the values of an f16 KV cache for `heads`
+/// heads: `out[g * d..][..d] = Σ_j w[g * n + j] · v_j` for value `v_j =
+/// v[j * d..][..d]` (`d = out.len() / heads`, `n = v.len() / d`). Each value
+/// is read and widened once for several heads.
+pub fn mix_f16(w: &[f32], heads: usize, v: &[f16], out: &mut [f32]) {
+    assert!(heads > 0 && out.len().is_multiple_of(heads), "mix_f16: output");
+    let d = out.len() / heads;
+    assert!(d > 0 && v.len().is_multiple_of(d), "mix_f16: values");
+    assert_eq!(w.len(), heads * (v.len() / d), "mix_f16: weights");
+    // SAFETY: as above.
+    unsafe { (Kernels::selected().mix_f16)(w, heads, v, out) }
 }
 
 /// The two reads of a recurrent state matrix `s` (`k.len()` rows of
@@ -204,13 +216,25 @@ pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
 /// the angle built by repeated multiplication as ggml does. Normal mode
 /// rotates adjacent pairs `(2i, 2i+1)`; NeoX mode pairs `(i, i + n_rot/2)`.
 pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base: f32, freq_scale: f32, neox: bool) {
-    assert!(head_dim > 0 && x.len().is_multiple_of(head_dim), "rope: {} values in heads of {head_dim}", x.len());
-    assert!(n_rot <= head_dim && n_rot.is_multiple_of(2), "rope: n_rot {n_rot} for head_dim {head_dim}");
+    with_rope_angles(n_rot, pos, theta_base, freq_scale, |cs| rope_apply(x, head_dim, cs, neox));
+}
+
+/// `f` of the `(cos, sin)` of [`rope`]'s `n_rot / 2` angles at position `pos`
+/// (on the stack up to 512 rotated dims): compute them once per position and
+/// turn every head of the queries and keys with [`rope_apply`].
+pub fn with_rope_angles<R>(
+    n_rot: usize,
+    pos: usize,
+    theta_base: f32,
+    freq_scale: f32,
+    f: impl FnOnce(&[(f32, f32)]) -> R,
+) -> R {
+    assert!(n_rot.is_multiple_of(2), "rope: odd n_rot {n_rot}");
     let half = n_rot / 2;
-    let mut cache = [(0.0f32, 0.0f32); 256];
+    let mut stack = [(0.0f32, 0.0f32); 256];
     let mut big = Vec::new();
-    let cs: &mut [(f32, f32)] = if half <= cache.len() {
-        &mut cache[..half]
+    let cs: &mut [(f32, f32)] = if half <= stack.len() {
+        &mut stack[..half]
     } else {
         big.resize(half, (0.0, 0.0));
         &mut big
@@ -222,6 +246,15 @@ pub fn rope(x: &mut [f32], head_dim: usize, n_rot: usize, pos: usize, theta_base
         *c = (t.cos(), t.sin());
         theta *= theta_scale;
     }
+    f(cs)
+}
+
+/// Turn the first `2 * cs.len()` dims of every head of `x` (heads of
+/// `head_dim`, contiguous) by the angles `cs` of [`with_rope_angles`].
+pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[(f32, f32)], neox: bool) {
+    let half = cs.len();
+    assert!(head_dim > 0 && x.len().is_multiple_of(head_dim), "rope: {} values in heads of {head_dim}", x.len());
+    assert!(2 * half <= head_dim, "rope: n_rot {} for head_dim {head_dim}", 2 * half);
     for head in x.chunks_exact_mut(head_dim) {
         for (i, &(cos, sin)) in cs.iter().enumerate() {
             let (a, b) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
@@ -260,16 +293,29 @@ pub(crate) mod scalar {
         a.iter().zip(b).map(|(&x, &y)| x * y).sum()
     }
 
-    pub fn dot_f16(a: &[f32], b: &[f16]) -> f32 {
-        a.iter().zip(b).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum()
-    }
-
     pub fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
         out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v);
     }
 
-    pub fn axpy_f16(out: &mut [f32], a: f32, x: &[f16]) {
-        out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * f16_to_f32(v.to_bits()));
+    pub fn scores_f16(q: &[f32], heads: usize, k: &[f16], out: &mut [f32]) {
+        let d = q.len() / heads;
+        let n = k.len() / d;
+        for (qg, out) in q.chunks_exact(d).zip(out.chunks_exact_mut(n)) {
+            for (o, kj) in out.iter_mut().zip(k.chunks_exact(d)) {
+                *o = qg.iter().zip(kj).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum();
+            }
+        }
+    }
+
+    pub fn mix_f16(w: &[f32], heads: usize, v: &[f16], out: &mut [f32]) {
+        let d = out.len() / heads;
+        let n = v.len() / d;
+        for (wg, out) in w.chunks_exact(n).zip(out.chunks_exact_mut(d)) {
+            out.fill(0.0);
+            for (&a, vj) in wg.iter().zip(v.chunks_exact(d)) {
+                out.iter_mut().zip(vj).for_each(|(o, &x)| *o += a * f16_to_f32(x.to_bits()));
+            }
+        }
     }
 
     pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
@@ -404,9 +450,15 @@ mod tests {
         assert_eq!(a, [8.0, 3.0, 8.0]);
         assert_eq!(dot_f32(&a, &[1.0, 1.0, 1.0]), 19.0);
         let h: Vec<f16> = [1.0f32, 2.0, 0.5].iter().map(|&v| f16::from_f32(v)).collect();
-        assert_eq!(dot_f16(&a, &h), 8.0 + 6.0 + 4.0);
-        axpy_f16(&mut a, 2.0, &h);
+        // two heads against one key; two keys weighted for one head
+        let mut s = [0.0f32; 2];
+        scores_f16(&[a[0], a[1], a[2], 1.0, 1.0, 1.0], 2, &h, &mut s);
+        assert_eq!(s, [8.0 + 6.0 + 4.0, 3.5]);
+        let hh: Vec<f16> = h.iter().chain(&h).copied().collect();
+        let mut m = [9.0f32; 3];
+        mix_f16(&[2.0, -1.0], 1, &hh, &mut m);
+        assert_eq!(m, [1.0, 2.0, 0.5]);
         axpy_f32(&mut a, -1.0, &[1.0, 1.0, 1.0]);
-        assert_eq!(a, [9.0, 6.0, 8.0]);
+        assert_eq!(a, [7.0, 2.0, 7.0]);
     }
 }

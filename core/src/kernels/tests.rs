@@ -474,16 +474,52 @@ fn f32_helpers_equal_scalar_twins() {
             unsafe {
                 let (g, w) = ((k.dot_f32)(&a, &b), (scalar().dot_f32)(&a, &b));
                 assert!(close(g, w, mag), "{} dot_f32 n={n}: {g} vs {w}", k.isa());
-                let (g, w) = ((k.dot_f16)(&a, &h), (scalar().dot_f16)(&a, &h));
-                assert!(close(g, w, mag), "{} dot_f16 n={n}: {g} vs {w}", k.isa());
                 let (mut o1, mut o2) = (b.clone(), b.clone());
                 (k.axpy_f32)(&mut o1, 0.37, &a);
                 (scalar().axpy_f32)(&mut o2, 0.37, &a);
                 assert!(o1.iter().zip(&o2).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs())), "axpy_f32 n={n}");
-                let (mut o1, mut o2) = (a.clone(), a.clone());
-                (k.axpy_f16)(&mut o1, -1.5, &h);
-                (scalar().axpy_f16)(&mut o2, -1.5, &h);
-                assert!(o1.iter().zip(&o2).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs())), "axpy_f16 n={n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_kernels_equal_scalar_twins() {
+    // Every head count around the kernels' passes of four, head sizes with and
+    // without tails, one position and several.
+    let mut rng = Rng::new(17);
+    for k in simd_paths() {
+        for heads in 1..=9 {
+            for d in [1, 7, 8, 16, 24, 33, 64, 128] {
+                for n in [1, 2, 5, 19] {
+                    let q = rng.vec(heads * d, 1.0);
+                    let kv: Vec<f16> = rng.vec(n * d, 1.0).iter().map(|&v| f16::from_f32(v)).collect();
+                    let (mut got, mut want) = (vec![0.0; heads * n], vec![0.0; heads * n]);
+                    // SAFETY: `k` came from `for_isa`.
+                    unsafe {
+                        (k.scores_f16)(&q, heads, &kv, &mut got);
+                        (scalar().scores_f16)(&q, heads, &kv, &mut want);
+                    }
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (h, j) = (i / n, i % n);
+                        let mag: f32 =
+                            (0..d).map(|t| (q[h * d + t] * kv[j * d + t].to_f32()).abs()).sum::<f32>() + 1e-20;
+                        assert!(close(*g, *w, mag), "{} scores heads={heads} d={d} n={n} at {i}: {g} vs {w}", k.isa());
+                    }
+                    let wts = rng.vec(heads * n, 1.0);
+                    let (mut got, mut want) = (vec![f32::NAN; heads * d], vec![f32::NAN; heads * d]);
+                    // SAFETY: as above.
+                    unsafe {
+                        (k.mix_f16)(&wts, heads, &kv, &mut got);
+                        (scalar().mix_f16)(&wts, heads, &kv, &mut want);
+                    }
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (h, c) = (i / d, i % d);
+                        let mag: f32 =
+                            (0..n).map(|j| (wts[h * n + j] * kv[j * d + c].to_f32()).abs()).sum::<f32>() + 1e-20;
+                        assert!(close(*g, *w, mag), "{} mix heads={heads} d={d} n={n} at {i}: {g} vs {w}", k.isa());
+                    }
+                }
             }
         }
     }

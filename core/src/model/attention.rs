@@ -118,71 +118,63 @@ pub fn forward(
     for t in 0..n {
         let pos = pos0 + t;
         let qt = &mut q[t * q_rows..(t + 1) * q_rows];
-        for h in 0..p.n_head {
-            let qh = &mut qt[h * q_stride..][..hd];
-            if let Some(nw) = &w.q_norm {
-                ops::rms_norm_inplace(qh, Some(nw), p.eps);
-            }
-            if w.gated {
-                ops::rope(qh, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
-            }
-        }
-        if !w.gated {
-            ops::rope(qt, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
-        }
-        for h in 0..p.n_head {
-            cache.round_query(&mut qt[h * q_stride..h * q_stride + hd]);
-        }
         let kt = &mut k[t * kv_k..(t + 1) * kv_k];
-        if let Some(nw) = &w.k_norm {
-            kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
-        }
-        ops::rope(kt, hd, p.rope.n_rot, pos, p.rope.base, p.rope.scale, p.rope.neox);
+        ops::with_rope_angles(p.rope.n_rot, pos, p.rope.base, p.rope.scale, |cs| {
+            for h in 0..p.n_head {
+                let qh = &mut qt[h * q_stride..][..hd];
+                if let Some(nw) = &w.q_norm {
+                    ops::rms_norm_inplace(qh, Some(nw), p.eps);
+                }
+                ops::rope_apply(qh, hd, cs, p.rope.neox);
+            }
+            if let Some(nw) = &w.k_norm {
+                kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
+            }
+            ops::rope_apply(kt, hd, cs, p.rope.neox);
+        });
         for h in 0..p.n_kv_head {
             cache.store(h, pos, &kt[h * hd..(h + 1) * hd], &v[t * kv_v + h * hdv..][..hdv]);
         }
     }
 
     // softmax(scale · q·K) · V for every (token, head). The query heads that
-    // share a KV head run together, position by position, so each key and
-    // value row is read from the cache once for all of them (it stays in L1
-    // while the heads use it) instead of once per head; work items are
-    // (token, KV head, slice of its query heads), split over threads.
+    // share a KV head run together: the score and mix kernels read each key
+    // and value row once for all of them; work items are (token, KV head,
+    // slice of its query heads), split over threads. Each thread's stripe of
+    // `s.scores` holds the item's scores and its queries, gathered into
+    // consecutive rows and rounded to the cache's precision.
     let att = take(&mut s.att, n * p.n_head * hdv);
     let cap = cache.capacity;
     let group = p.n_head / p.n_kv_head;
     let per_item = heads_per_item(group, n * p.n_kv_head, pool.n_threads());
-    let scores = take(&mut s.scores, pool.n_threads() * per_item * cap);
-    let (att_out, score_buf) = (SharedMut::new(att), SharedMut::new(scores));
+    let stripe = per_item * (cap + hd);
+    let scratch = take(&mut s.scores, pool.n_threads() * stripe);
+    let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
     let cache = &*cache;
     let q = &*q;
     let slices = group / per_item;
     pool.run(&|ith, nth| {
         let (a, b) = split(n * p.n_kv_head * slices, ith, nth);
-        // SAFETY: each thread owns its stripe of `scores`.
-        let sc_all = unsafe { score_buf.slice(ith * per_item * cap, per_item * cap) };
+        // SAFETY: each thread owns its stripe of the scratch.
+        let (sc_all, qs) = unsafe { scratch.slice(ith * stripe, stripe) }.split_at_mut(per_item * cap);
         for item in a..b {
             let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
             let pos = pos0 + t;
             let lo = p.window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
             let len = pos + 1 - lo;
-            let qh = |h: usize| &q[t * q_rows + h * q_stride..][..hd];
-            let sc = &mut sc_all[..per_item * len];
-            for j in 0..len {
-                for g in 0..per_item {
-                    sc[g * len + j] = cache.k_dot(kvh, lo + j, qh(h0 + g)) * p.scale;
-                }
+            for (g, qg) in qs.chunks_exact_mut(hd).enumerate() {
+                cache.round_query(&q[t * q_rows + (h0 + g) * q_stride..][..hd], qg);
             }
-            sc.chunks_exact_mut(len).for_each(ops::softmax);
+            let sc = &mut sc_all[..per_item * len];
+            cache.k_scores(kvh, lo, qs, per_item, sc);
+            for row in sc.chunks_exact_mut(len) {
+                ops::scale(row, p.scale);
+                ops::softmax(row);
+            }
             // SAFETY: the item owns heads h0..h0 + per_item of token t.
             let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, per_item * hdv) };
-            out.fill(0.0);
-            for j in 0..len {
-                for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
-                    cache.v_axpy(kvh, lo + j, sc[g * len + j], o);
-                }
-            }
+            cache.v_mix(kvh, lo, sc, per_item, out);
             if w.gated {
                 for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
                     let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];

@@ -2,6 +2,7 @@
 //! state of linear-attention layers, plus the session's scratch buffers.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use crate::error::{Error, Result};
 use crate::kernels::ops;
@@ -75,43 +76,84 @@ impl Buf {
     fn store(&mut self, at: usize, x: &[f32]) {
         match self {
             Buf::F32(v) => v[at..at + x.len()].copy_from_slice(x),
-            Buf::F16(v) => {
-                for (d, &s) in v[at..at + x.len()].iter_mut().zip(x) {
-                    *d = f16::from_f32(s);
-                }
-            }
+            Buf::F16(v) => v[at..at + x.len()].convert_from_f32_slice(x),
             Buf::Q8_0(v) => quantize_row_q8_0(x, &mut v[at / QK8_0..(at + x.len()) / QK8_0]),
         }
     }
 
-    /// q · row. With an f16 cache, q arrives already rounded to f16 (see
-    /// [`KvCache::k_dot`]).
-    #[inline]
-    fn dot(&self, at: usize, q: &[f32]) -> f32 {
+    /// `out[g * n + j] = q_g · row(at + j * d)` for the `heads` queries `q_g =
+    /// q[g * d..][..d]` and `n = out.len() / heads` consecutive rows of `d`.
+    /// With an f16 cache, q arrives already rounded to f16 (see
+    /// [`KvCache::round_query`]).
+    fn scores(&self, at: usize, q: &[f32], heads: usize, out: &mut [f32]) {
+        let (d, n) = (q.len() / heads, out.len() / heads);
+        let rows = at..at + n * d;
         match self {
-            Buf::F32(v) => ops::dot_f32(q, &v[at..at + q.len()]),
-            Buf::F16(v) => ops::dot_f16(q, &v[at..at + q.len()]),
+            Buf::F16(v) => ops::scores_f16(q, heads, &v[rows], out),
+            Buf::F32(v) => {
+                for (qg, out) in q.chunks_exact(d).zip(out.chunks_exact_mut(n)) {
+                    for (o, row) in out.iter_mut().zip(v[rows.clone()].chunks_exact(d)) {
+                        *o = ops::dot_f32(qg, row);
+                    }
+                }
+            }
             Buf::Q8_0(v) => {
-                let blocks = &v[at / QK8_0..(at + q.len()) / QK8_0];
-                blocks.iter().zip(q.chunks_exact(QK8_0)).map(|(b, qs)| b.d.to_f32() * dot_i8(&b.qs, qs)).sum()
+                for (qg, out) in q.chunks_exact(d).zip(out.chunks_exact_mut(n)) {
+                    for (o, row) in out.iter_mut().zip(v[at / QK8_0..rows.end / QK8_0].chunks_exact(d / QK8_0)) {
+                        *o = row
+                            .iter()
+                            .zip(qg.chunks_exact(QK8_0))
+                            .map(|(b, qs)| b.d.to_f32() * dot_i8(&b.qs, qs))
+                            .sum();
+                    }
+                }
             }
         }
     }
 
-    #[inline]
-    fn axpy(&self, at: usize, a: f32, out: &mut [f32]) {
+    /// `out[g * d..][..d] = Σ_j w[g * n + j] · row(at + j * d)` for `heads`
+    /// weight vectors of `n = w.len() / heads` and `d = out.len() / heads`.
+    /// With an f16 cache the weights are rounded to f16 first, like the
+    /// values they scale.
+    fn mix(&self, at: usize, w: &mut [f32], heads: usize, out: &mut [f32]) {
+        let (d, n) = (out.len() / heads, w.len() / heads);
+        let rows = at..at + n * d;
         match self {
-            Buf::F32(v) => ops::axpy_f32(out, a, &v[at..at + out.len()]),
-            // The weight is rounded to f16 like the values it scales.
-            Buf::F16(v) => ops::axpy_f16(out, f16::from_f32(a).to_f32(), &v[at..at + out.len()]),
+            Buf::F16(v) => {
+                round_f16(w);
+                ops::mix_f16(w, heads, &v[rows], out)
+            }
+            Buf::F32(v) => {
+                for (wg, out) in w.chunks_exact(n).zip(out.chunks_exact_mut(d)) {
+                    out.fill(0.0);
+                    for (&a, row) in wg.iter().zip(v[rows.clone()].chunks_exact(d)) {
+                        ops::axpy_f32(out, a, row);
+                    }
+                }
+            }
             Buf::Q8_0(v) => {
-                let blocks = &v[at / QK8_0..(at + out.len()) / QK8_0];
-                for (b, o) in blocks.iter().zip(out.chunks_exact_mut(QK8_0)) {
-                    let s = a * b.d.to_f32();
-                    o.iter_mut().zip(&b.qs).for_each(|(o, &q)| *o += s * q as f32);
+                for (wg, out) in w.chunks_exact(n).zip(out.chunks_exact_mut(d)) {
+                    out.fill(0.0);
+                    for (&a, row) in wg.iter().zip(v[at / QK8_0..rows.end / QK8_0].chunks_exact(d / QK8_0)) {
+                        for (b, o) in row.iter().zip(out.chunks_exact_mut(QK8_0)) {
+                            let s = a * b.d.to_f32();
+                            o.iter_mut().zip(&b.qs).for_each(|(o, &q)| *o += s * q as f32);
+                        }
+                    }
                 }
             }
         }
+    }
+}
+
+/// `x` rounded to the nearest f16 values (vectorised through `half`'s slice
+/// conversions), in place.
+fn round_f16(x: &mut [f32]) {
+    let mut tmp = [f16::ZERO; 64];
+    for c in x.chunks_mut(tmp.len()) {
+        let t = &mut tmp[..c.len()];
+        t.convert_from_f32_slice(c);
+        t.convert_to_f32_slice(c);
     }
 }
 
@@ -170,24 +212,29 @@ impl KvCache {
         self.v.store((kv_head * self.capacity + pos) * self.head_dim_v, &v[..self.head_dim_v]);
     }
 
-    /// Round a query to the cache's precision before it meets the keys (an
-    /// f16 cache multiplies f16 by f16, as llama.cpp's f16 cache does).
-    pub fn round_query(&self, q: &mut [f32]) {
+    /// `dst = q`, rounded to the cache's precision before it meets the keys
+    /// (an f16 cache multiplies f16 by f16, as llama.cpp's f16 cache does).
+    pub fn round_query(&self, q: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(q);
         if self.ty == KvType::F16 {
-            q.iter_mut().for_each(|x| *x = f16::from_f32(*x).to_f32());
+            round_f16(dst);
         }
     }
 
-    /// q · key(kv_head, pos).
-    #[inline]
-    pub fn k_dot(&self, kv_head: usize, pos: usize, q: &[f32]) -> f32 {
-        self.k.dot((kv_head * self.capacity + pos) * self.head_dim_k, &q[..self.head_dim_k])
+    /// Scores of `heads` queries (`q`: `heads` rows of `head_dim_k`, from
+    /// [`KvCache::round_query`]) against the keys of `kv_head` at positions
+    /// `lo..lo + n`, `n = out.len() / heads`: `out[g * n + j]`.
+    pub fn k_scores(&self, kv_head: usize, lo: usize, q: &[f32], heads: usize, out: &mut [f32]) {
+        debug_assert_eq!(q.len(), heads * self.head_dim_k);
+        self.k.scores((kv_head * self.capacity + lo) * self.head_dim_k, q, heads, out);
     }
 
-    /// out += a · value(kv_head, pos).
-    #[inline]
-    pub fn v_axpy(&self, kv_head: usize, pos: usize, a: f32, out: &mut [f32]) {
-        self.v.axpy((kv_head * self.capacity + pos) * self.head_dim_v, a, &mut out[..self.head_dim_v]);
+    /// `out[g * head_dim_v..][..head_dim_v] = Σ_j w[g * n + j] · value(kv_head,
+    /// lo + j)` for `heads` weight vectors of `n = w.len() / heads`
+    /// positions; the weights may be rounded in place (an f16 cache).
+    pub fn v_mix(&self, kv_head: usize, lo: usize, w: &mut [f32], heads: usize, out: &mut [f32]) {
+        debug_assert_eq!(out.len(), heads * self.head_dim_v);
+        self.v.mix((kv_head * self.capacity + lo) * self.head_dim_v, w, heads, out);
     }
 
     /// Bytes the entries of `n_pos` positions take.

@@ -138,12 +138,6 @@ pub(crate) mod avx2 {
         dot_with(b.len(), a, |i| _mm256_loadu_ps(p.add(i)), |j| b[j])
     }
 
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn dot_f16(a: &[f32], b: &[F16]) -> f32 {
-        let p = b.as_ptr().cast::<u8>();
-        dot_with(b.len(), a, |i| load_f16(p.add(2 * i)), |j| b[j].to_f32())
-    }
-
     /// `out[i] += a * load(i)` over 8 lanes at a time.
     #[inline(always)]
     unsafe fn axpy_with(out: &mut [f32], a: f32, load: impl Fn(usize) -> __m256, tail: impl Fn(usize) -> f32) {
@@ -166,10 +160,116 @@ pub(crate) mod avx2 {
         axpy_with(out, a, |i| _mm256_loadu_ps(p.add(i)), |j| x[j])
     }
 
+    /// Heads per pass of the attention kernels: each key or value row is
+    /// loaded and widened once for up to this many query heads.
+    const HEADS: usize = 4;
+
+    /// `out[g * n + j] = q_g · k_j`: see [`crate::kernels::ops::scores_f16`].
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn axpy_f16(out: &mut [f32], a: f32, x: &[F16]) {
-        let p = x.as_ptr().cast::<u8>();
-        axpy_with(out, a, |i| load_f16(p.add(2 * i)), |j| x[j].to_f32())
+    pub(crate) unsafe fn scores_f16(q: &[f32], heads: usize, k: &[F16], out: &mut [f32]) {
+        let d = q.len() / heads;
+        let mut g = 0;
+        while g < heads {
+            let h = (heads - g).min(HEADS);
+            let (q, out) = (&q[g * d..(g + h) * d], &mut out[g * (k.len() / d)..]);
+            match h {
+                1 => scores_h::<1>(q, k, out),
+                2 => scores_h::<2>(q, k, out),
+                3 => scores_h::<3>(q, k, out),
+                _ => scores_h::<4>(q, k, out),
+            }
+            g += h;
+        }
+    }
+
+    /// [`scores_f16`] for `H` heads: key row by key row, 16 values widened
+    /// at a time and met by every head (two accumulators per head).
+    #[inline(always)]
+    unsafe fn scores_h<const H: usize>(q: &[f32], k: &[F16], out: &mut [f32]) {
+        let d = q.len() / H;
+        let n = k.len() / d;
+        debug_assert!(out.len() >= H * n);
+        let qp: [*const f32; H] = std::array::from_fn(|h| q.as_ptr().add(h * d));
+        for (j, kj) in k.chunks_exact(d).enumerate() {
+            let kp = kj.as_ptr().cast::<u8>();
+            let mut acc = [[_mm256_setzero_ps(); 2]; H];
+            let mut i = 0;
+            while i + 16 <= d {
+                let (k0, k1) = (load_f16(kp.add(2 * i)), load_f16(kp.add(2 * i + 16)));
+                for h in 0..H {
+                    acc[h][0] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qp[h].add(i)), acc[h][0]);
+                    acc[h][1] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(qp[h].add(i + 8)), acc[h][1]);
+                }
+                i += 16;
+            }
+            if i + 8 <= d {
+                let k0 = load_f16(kp.add(2 * i));
+                for h in 0..H {
+                    acc[h][0] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qp[h].add(i)), acc[h][0]);
+                }
+                i += 8;
+            }
+            for h in 0..H {
+                let tail: f32 = (i..d).map(|t| *qp[h].add(t) * kj[t].to_f32()).sum();
+                *out.get_unchecked_mut(h * n + j) = hsum_ps(_mm256_add_ps(acc[h][0], acc[h][1])) + tail;
+            }
+        }
+    }
+
+    /// `out[g * d..][..d] = Σ_j w[g * n + j] · v_j`: see
+    /// [`crate::kernels::ops::mix_f16`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn mix_f16(w: &[f32], heads: usize, v: &[F16], out: &mut [f32]) {
+        let d = out.len() / heads;
+        let n = v.len() / d;
+        let mut g = 0;
+        while g < heads {
+            let h = (heads - g).min(HEADS);
+            let (w, out) = (&w[g * n..(g + h) * n], &mut out[g * d..(g + h) * d]);
+            match h {
+                1 => mix_h::<1>(w, v, out),
+                2 => mix_h::<2>(w, v, out),
+                3 => mix_h::<3>(w, v, out),
+                _ => mix_h::<4>(w, v, out),
+            }
+            g += h;
+        }
+    }
+
+    /// [`mix_f16`] for `H` heads: 16 columns at a time held in registers
+    /// for every head while the value rows stream past, each 8 values
+    /// widened once.
+    #[inline(always)]
+    unsafe fn mix_h<const H: usize>(w: &[f32], v: &[F16], out: &mut [f32]) {
+        let d = out.len() / H;
+        let n = w.len() / H;
+        let vp = v.as_ptr().cast::<u8>();
+        let op = out.as_mut_ptr();
+        let mut c = 0;
+        while c + 16 <= d {
+            let mut acc = [[_mm256_setzero_ps(); 2]; H];
+            for j in 0..n {
+                let p = vp.add(2 * (j * d + c));
+                let (v0, v1) = (load_f16(p), load_f16(p.add(16)));
+                for h in 0..H {
+                    let a = _mm256_set1_ps(*w.get_unchecked(h * n + j));
+                    acc[h][0] = _mm256_fmadd_ps(v0, a, acc[h][0]);
+                    acc[h][1] = _mm256_fmadd_ps(v1, a, acc[h][1]);
+                }
+            }
+            for h in 0..H {
+                _mm256_storeu_ps(op.add(h * d + c), acc[h][0]);
+                _mm256_storeu_ps(op.add(h * d + c + 8), acc[h][1]);
+            }
+            c += 16;
+        }
+        // The last d % 16 columns.
+        for h in 0..H {
+            for col in c..d {
+                let s = (0..n).map(|j| *w.get_unchecked(h * n + j) * v.get_unchecked(j * d + col).to_f32());
+                *op.add(h * d + col) = s.sum();
+            }
+        }
     }
 
     /// Columns per block of the state kernels: 4 registers of 8 lanes per
