@@ -245,6 +245,8 @@ pub struct Kernels {
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
     // activations
     pub(crate) silu: unsafe fn(&mut [f32]),
+    /// Q8_K activation quantiser (equal to the bit to the scalar one).
+    pub(crate) quantize_q8k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
 
 /// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
@@ -274,6 +276,7 @@ impl Kernels {
         state_read: super::ops::scalar::state_read,
         state_update: super::ops::scalar::state_update,
         silu: super::ops::scalar::silu,
+        quantize_q8k: quant::q8_k::quantize_row_q8_k,
     };
 
     /// The path chosen at start-up: the best the CPU has, or `POCKET_ISA`.

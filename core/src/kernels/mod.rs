@@ -143,7 +143,9 @@ impl QActs {
             }
             ActFormat::Q8K => {
                 self.q8k.resize(nb, BlockQ8K::default());
-                quant::q8_k::quantize_row_q8_k(x, &mut self.q8k);
+                // SAFETY: the selected table holds only kernels this CPU
+                // has; `x` holds `nb` blocks of values.
+                unsafe { (Kernels::selected().quantize_q8k)(x, &mut self.q8k) };
             }
             ActFormat::F32 => {
                 self.f32.clear();

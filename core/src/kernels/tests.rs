@@ -468,7 +468,6 @@ fn f32_helpers_equal_scalar_twins() {
         for n in [1, 3, 7, 8, 9, 15, 16, 17, 31, 64, 67, 130] {
             let a = rng.vec(n, 1.0);
             let b = rng.vec(n, 1.0);
-            let h: Vec<f16> = b.iter().map(|&v| f16::from_f32(v)).collect();
             let mag: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-20;
             // SAFETY: `k` came from `for_isa`.
             unsafe {
@@ -479,6 +478,49 @@ fn f32_helpers_equal_scalar_twins() {
                 (scalar().axpy_f32)(&mut o2, 0.37, &a);
                 assert!(o1.iter().zip(&o2).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs())), "axpy_f32 n={n}");
             }
+        }
+    }
+}
+
+#[test]
+fn q8_k_quantisers_equal_the_scalar_one_to_the_bit() {
+    let mut rng = Rng::new(23);
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    for scale in [1e-30, 1e-3, 1.0, 7.5, 1e6] {
+        blocks.push(rng.vec(QK_K, scale));
+    }
+    // Ties: the largest magnitude -127 gives a scale of 1, so the halves
+    // round to even; both signs reaching the largest magnitude (the first
+    // wins); zeros, with a negative zero; NaNs beside finite values.
+    let mut ties: Vec<f32> = (0..QK_K).map(|i| (i as f32 - 128.0) / 2.0).collect();
+    ties[0] = -127.0;
+    blocks.push(ties);
+    let mut both = rng.vec(QK_K, 1.0);
+    (both[5], both[9]) = (2.0, -2.0);
+    blocks.push(both.clone());
+    (both[5], both[9]) = (-2.0, 2.0);
+    blocks.push(both);
+    let mut zeros = vec![0.0f32; QK_K];
+    zeros[3] = -0.0;
+    blocks.push(zeros);
+    let mut nans = rng.vec(QK_K, 3.0);
+    (nans[0], nans[100]) = (f32::NAN, f32::NAN);
+    blocks.push(nans);
+    let x: Vec<f32> = blocks.concat();
+    let nb = x.len() / QK_K;
+    let want = {
+        let mut y = vec![BlockQ8K::default(); nb];
+        quant::q8_k::quantize_row_q8_k(&x, &mut y);
+        y
+    };
+    for k in simd_paths() {
+        let mut got = vec![BlockQ8K::default(); nb];
+        // SAFETY: `k` came from `for_isa`; `x` holds `nb` blocks.
+        unsafe { (k.quantize_q8k)(&x, &mut got) };
+        for (b, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.d.to_bits(), w.d.to_bits(), "{} block {b}: d", k.isa());
+            assert_eq!(g.qs, w.qs, "{} block {b}: qs", k.isa());
+            assert_eq!(g.bsums, w.bsums, "{} block {b}: bsums", k.isa());
         }
     }
 }

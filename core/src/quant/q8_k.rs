@@ -29,22 +29,11 @@ impl Default for BlockQ8K {
 pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
     assert_eq!(x.len(), y.len() * QK_K, "Q8_K: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK_K).zip(y.iter_mut()) {
-        // The first value of largest magnitude, with its sign (NaNs ignored).
         let (lo, hi) = min_max(xb);
-        let amax = hi.max(-lo);
-        let max = if hi > -lo {
-            hi
-        } else if -lo > hi {
-            lo
-        } else {
-            // Both signs reach the largest magnitude: the first one wins.
-            xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
-        };
-        if amax == 0.0 {
+        let Some(iscale) = inverse_scale(xb, lo, hi) else {
             *yb = BlockQ8K::default();
             continue;
-        }
-        let iscale = -127.0 / max;
+        };
         for (q, &v) in yb.qs.iter_mut().zip(xb) {
             *q = (super::round_even(iscale * v) as i32).min(127) as i8;
         }
@@ -53,6 +42,24 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
         }
         yb.d = 1.0 / iscale;
     }
+}
+
+/// `-127 / max` for the first value `max` of largest magnitude in `xb`, with
+/// its sign, from the block's `lo = min(0, x)` and `hi = max(0, x)` (NaNs
+/// ignored); `None` for a block of zeros. Shared with the SIMD quantisers,
+/// which find `lo` and `hi` their own way.
+#[inline]
+pub(crate) fn inverse_scale(xb: &[f32], lo: f32, hi: f32) -> Option<f32> {
+    let amax = hi.max(-lo);
+    let max = if hi > -lo {
+        hi
+    } else if -lo > hi {
+        lo
+    } else {
+        // Both signs reach the largest magnitude: the first one wins.
+        xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0)
+    };
+    (amax != 0.0).then(|| -127.0 / max)
 }
 
 /// `(min(0, x), max(0, x))` over a block, ignoring NaNs: eight independent

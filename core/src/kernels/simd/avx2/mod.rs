@@ -123,6 +123,7 @@ macro_rules! table {
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
             silu: float::avx2::silu,
+            quantize_q8k: crate::quant::q8_k::quantize_row_q8_k,
         }
     };
 }

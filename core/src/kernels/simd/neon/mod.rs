@@ -13,6 +13,7 @@ mod float;
 mod i8mm;
 mod kquants;
 mod legacy;
+mod quant;
 
 use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
@@ -64,6 +65,7 @@ macro_rules! table {
             state_read: float::state_read,
             state_update: float::state_update,
             silu: float::silu,
+            quantize_q8k: quant::quantize_q8_k,
         }
     };
 }
