@@ -15,6 +15,7 @@
 mod float;
 mod kquants;
 mod legacy;
+mod quant;
 
 use crate::kernels::dispatch::{Acts, Decoded, Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
@@ -123,7 +124,7 @@ macro_rules! table {
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
             silu: float::avx2::silu,
-            quantize_q8k: crate::quant::q8_k::quantize_row_q8_k,
+            quantize_q8k: quant::quantize_q8_k,
         }
     };
 }
