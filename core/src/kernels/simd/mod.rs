@@ -21,6 +21,28 @@ mod arch {
     }
 }
 
+/// The attention kernels' passes over the query heads of a KV group: up to
+/// four heads per pass, each pass run by the body instantiated for its head
+/// count. `head_passes!(heads, |g, h| body::<H>(args))` runs
+/// `body::<H>(args)` with `g` the first head and `h` (= `H`) the pass's
+/// heads.
+#[allow(unused_macros)] // unused on targets without attention kernels
+macro_rules! head_passes {
+    ($heads:expr, |$g:ident, $h:ident| $body:ident::<H>($($arg:expr),*)) => {
+        for $g in (0..$heads).step_by(4) {
+            let $h = ($heads - $g).min(4);
+            match $h {
+                1 => $body::<1>($($arg),*),
+                2 => $body::<2>($($arg),*),
+                3 => $body::<3>($($arg),*),
+                _ => $body::<4>($($arg),*),
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use head_passes;
+
 /// The constants of the vector SiLU kernels (AVX2 and NEON run the same
 /// steps): `e^t` by Cephes' `expf` reduction, `t = n ln2 + r` with `ln2`
 /// split in two for exactness, `|r| <= ln2 / 2`, `e^r = 1 + r + r^2 p(r)`

@@ -6,6 +6,7 @@
 
 pub(crate) mod avx2 {
     use super::super::hsum_ps;
+    use crate::kernels::simd::head_passes;
     use half::f16 as F16;
     use std::arch::x86_64::*;
 
@@ -160,26 +161,11 @@ pub(crate) mod avx2 {
         axpy_with(out, a, |i| _mm256_loadu_ps(p.add(i)), |j| x[j])
     }
 
-    /// Heads per pass of the attention kernels: each key or value row is
-    /// loaded and widened once for up to this many query heads.
-    const HEADS: usize = 4;
-
     /// `out[g * n + j] = q_g · k_j`: see [`crate::kernels::ops::scores_f16`].
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn scores_f16(q: &[f32], heads: usize, k: &[F16], out: &mut [f32]) {
-        let d = q.len() / heads;
-        let mut g = 0;
-        while g < heads {
-            let h = (heads - g).min(HEADS);
-            let (q, out) = (&q[g * d..(g + h) * d], &mut out[g * (k.len() / d)..]);
-            match h {
-                1 => scores_h::<1>(q, k, out),
-                2 => scores_h::<2>(q, k, out),
-                3 => scores_h::<3>(q, k, out),
-                _ => scores_h::<4>(q, k, out),
-            }
-            g += h;
-        }
+        let (d, n) = (q.len() / heads, k.len() / (q.len() / heads));
+        head_passes!(heads, |g, h| scores_h::<H>(&q[g * d..(g + h) * d], k, &mut out[g * n..]));
     }
 
     /// [`scores_f16`] for `H` heads: key row by key row, 16 values widened
@@ -222,18 +208,7 @@ pub(crate) mod avx2 {
     pub(crate) unsafe fn mix_f16(w: &[f32], heads: usize, v: &[F16], out: &mut [f32]) {
         let d = out.len() / heads;
         let n = v.len() / d;
-        let mut g = 0;
-        while g < heads {
-            let h = (heads - g).min(HEADS);
-            let (w, out) = (&w[g * n..(g + h) * n], &mut out[g * d..(g + h) * d]);
-            match h {
-                1 => mix_h::<1>(w, v, out),
-                2 => mix_h::<2>(w, v, out),
-                3 => mix_h::<3>(w, v, out),
-                _ => mix_h::<4>(w, v, out),
-            }
-            g += h;
-        }
+        head_passes!(heads, |g, h| mix_h::<H>(&w[g * n..(g + h) * n], v, &mut out[g * d..(g + h) * d]));
     }
 
     /// [`mix_f16`] for `H` heads: 16 columns at a time held in registers
