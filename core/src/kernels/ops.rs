@@ -308,12 +308,18 @@ pub(crate) mod scalar {
     }
 
     pub fn mix_f16(w: &[f32], heads: usize, v: &[f16], out: &mut [f32]) {
+        mix_f16_cols(w, heads, v, out, 0);
+    }
+
+    /// [`mix_f16`] on columns `from..` of every head only (the SIMD kernels'
+    /// tails).
+    pub fn mix_f16_cols(w: &[f32], heads: usize, v: &[f16], out: &mut [f32], from: usize) {
         let d = out.len() / heads;
         let n = v.len() / d;
         for (wg, out) in w.chunks_exact(n).zip(out.chunks_exact_mut(d)) {
-            out.fill(0.0);
+            out[from..].fill(0.0);
             for (&a, vj) in wg.iter().zip(v.chunks_exact(d)) {
-                out.iter_mut().zip(vj).for_each(|(o, &x)| *o += a * f16_to_f32(x.to_bits()));
+                out[from..].iter_mut().zip(&vj[from..]).for_each(|(o, &x)| *o += a * f16_to_f32(x.to_bits()));
             }
         }
     }

@@ -239,12 +239,7 @@ pub(crate) mod avx2 {
             c += 16;
         }
         // The last d % 16 columns.
-        for h in 0..H {
-            for col in c..d {
-                let s = (0..n).map(|j| *w.get_unchecked(h * n + j) * v.get_unchecked(j * d + col).to_f32());
-                *op.add(h * d + col) = s.sum();
-            }
-        }
+        crate::kernels::ops::scalar::mix_f16_cols(w, H, v, out, c);
     }
 
     /// Columns per block of the state kernels: 4 registers of 8 lanes per
