@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::dispatch::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot};
+use super::dispatch::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot, Rows};
 use super::{ActFormat, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
@@ -208,16 +208,18 @@ impl<B: 'static> Job<'_, B> {
             // One rows-kernel call per activation row (decode, and every
             // format without a multi-row kernel), without the set-up of the
             // other paths.
-            Multi::None if r1 - r0 > 1 && self.dot.rows.is_some() => self.rows_tile(r0, r1, j0, j1),
+            Multi::None => match self.dot.rows {
+                Some(rows) if r1 - r0 > 1 => self.rows_tile(rows, r0, r1, j0, j1),
+                _ => self.tile_with(r0, r1, j0, j1, None),
+            },
             _ => self.tile_with(r0, r1, j0, j1, None),
         }
     }
 
     /// Weight rows `r0..r1` (more than one) times activation rows `j0..j1`, the
     /// tile's rows in one call of the rows kernel per activation row.
-    #[inline]
-    fn rows_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
-        let Some(rows) = self.dot.rows else { return self.tile_with(r0, r1, j0, j1, None) };
+    #[inline(always)]
+    fn rows_tile(&self, rows: Rows<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
         let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
         for j in j0..j1 {
             // SAFETY: the table holds only kernels this CPU has; row and
@@ -292,7 +294,7 @@ impl<B: 'static> Job<'_, B> {
             }
             match self.dot.rows {
                 // The tile's rows in one call per remaining activation row.
-                Some(_) if r1 - r0 > 1 => self.rows_tile(r0, r1, j, je),
+                Some(rows) if r1 - r0 > 1 => self.rows_tile(rows, r0, r1, j, je),
                 _ => {
                     for r in r0..r1 {
                         let row = self.wrow(r);

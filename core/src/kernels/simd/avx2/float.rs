@@ -139,26 +139,20 @@ pub(crate) mod avx2 {
         dot_with(b.len(), a, |i| _mm256_loadu_ps(p.add(i)), |j| b[j])
     }
 
-    /// `out[i] += a * load(i)` over 8 lanes at a time.
-    #[inline(always)]
-    unsafe fn axpy_with(out: &mut [f32], a: f32, load: impl Fn(usize) -> __m256, tail: impl Fn(usize) -> f32) {
-        let n = out.len();
-        let op = out.as_mut_ptr();
+    /// `out[i] += a * x[i]`, 8 lanes at a time.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(crate) unsafe fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
+        let n = out.len().min(x.len());
+        let (op, xp) = (out.as_mut_ptr(), x.as_ptr());
         let va = _mm256_set1_ps(a);
         let mut i = 0;
         while i + 8 <= n {
-            _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(va, load(i), _mm256_loadu_ps(op.add(i))));
+            _mm256_storeu_ps(op.add(i), _mm256_fmadd_ps(va, _mm256_loadu_ps(xp.add(i)), _mm256_loadu_ps(op.add(i))));
             i += 8;
         }
-        for (j, o) in out.iter_mut().enumerate().skip(i) {
-            *o += a * tail(j);
+        for (o, &v) in out[i..].iter_mut().zip(&x[i..]) {
+            *o += a * v;
         }
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub(crate) unsafe fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
-        let p = x.as_ptr();
-        axpy_with(out, a, |i| _mm256_loadu_ps(p.add(i)), |j| x[j])
     }
 
     /// `out[g * n + j] = q_g · k_j`: see [`crate::kernels::ops::scores_f16`].

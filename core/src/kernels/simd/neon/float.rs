@@ -96,32 +96,20 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     dot_with(a, |i| (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))), |j| b[j])
 }
 
-/// `out[i] += a * w[i]` where `load(i)` yields `w[i..i + 8]`.
-#[inline(always)]
-unsafe fn axpy_with(
-    out: &mut [f32],
-    a: f32,
-    load: impl Fn(usize) -> (float32x4_t, float32x4_t),
-    tail: impl Fn(usize) -> f32,
-) {
-    let n = out.len();
-    let op = out.as_mut_ptr();
-    let mut i = 0;
-    while i + 8 <= n {
-        let (w0, w1) = load(i);
-        vst1q_f32(op.add(i), vfmaq_n_f32(vld1q_f32(op.add(i)), w0, a));
-        vst1q_f32(op.add(i + 4), vfmaq_n_f32(vld1q_f32(op.add(i + 4)), w1, a));
-        i += 8;
-    }
-    for (j, o) in out.iter_mut().enumerate().skip(i) {
-        *o += a * tail(j);
-    }
-}
-
+/// `out[i] += a * x[i]`, 8 lanes at a time.
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
-    let p = x.as_ptr();
-    axpy_with(out, a, |i| (vld1q_f32(p.add(i)), vld1q_f32(p.add(i + 4))), |j| x[j])
+    let n = out.len().min(x.len());
+    let (op, xp) = (out.as_mut_ptr(), x.as_ptr());
+    let mut i = 0;
+    while i + 8 <= n {
+        vst1q_f32(op.add(i), vfmaq_n_f32(vld1q_f32(op.add(i)), vld1q_f32(xp.add(i)), a));
+        vst1q_f32(op.add(i + 4), vfmaq_n_f32(vld1q_f32(op.add(i + 4)), vld1q_f32(xp.add(i + 4)), a));
+        i += 8;
+    }
+    for (o, &v) in out[i..].iter_mut().zip(&x[i..]) {
+        *o += a * v;
+    }
 }
 
 /// `out[g * n + j] = q_g · k_j`: see [`crate::kernels::ops::scores_f16`].
