@@ -283,6 +283,18 @@ pub struct ChunkScratch {
     cum: Vec<f32>,
     /// Corrected updates `[c][d_v]`.
     d: Vec<f32>,
+    /// The keys transposed, `[d_k][c]`.
+    kt: Vec<f32>,
+    /// Products of every token's key (`kk`) and query (`qk`) with every key, `[c][c]`.
+    kk: Vec<f32>,
+    qk: Vec<f32>,
+    /// Decays over the chunk's tokens, two weight vectors over them, and
+    /// two rows of `d_v`.
+    e: Vec<f32>,
+    wa: Vec<f32>,
+    wb: Vec<f32>,
+    ra: Vec<f32>,
+    rb: Vec<f32>,
 }
 
 impl ChunkScratch {
@@ -298,6 +310,14 @@ impl ChunkScratch {
             o: vec![0.0; c * d_v],
             cum: vec![0.0; c],
             d: vec![0.0; c * d_v],
+            kt: vec![0.0; d_k * c],
+            kk: vec![0.0; c * c],
+            qk: vec![0.0; c * c],
+            e: vec![0.0; c],
+            wa: vec![0.0; c],
+            wb: vec![0.0; c],
+            ra: vec![0.0; d_v],
+            rb: vec![0.0; d_v],
         }
     }
 
@@ -332,33 +352,63 @@ impl ChunkScratch {
             }
             ops::scale(o, gt);
         }
-        // Forward substitution through (I + A).
-        for t in 0..c {
-            let kt = &self.k[t * dk..(t + 1) * dk];
-            for j in 0..t {
-                let a =
-                    self.beta[t] * (self.cum[t] - self.cum[j]).exp() * ops::dot_f32(kt, &self.k[j * dk..(j + 1) * dk]);
-                let (before, rest) = self.d.split_at_mut(t * dv);
-                ops::axpy_f32(&mut rest[..dv], -a, &before[j * dv..(j + 1) * dv]);
+        // Every product of a key or a query with a key, from the transposed
+        // keys: row t of `kk` is K k_t, of `qk` K q_t.
+        let kt = &mut self.kt[..dk * c];
+        for (j, kj) in self.k[..c * dk].chunks_exact(dk).enumerate() {
+            for (i, &x) in kj.iter().enumerate() {
+                kt[i * c + j] = x;
             }
         }
-        // Plus the intra-chunk updates.
         for t in 0..c {
-            let o = &mut self.o[t * dv..(t + 1) * dv];
-            let qt = &self.q[t * dk..(t + 1) * dk];
-            for j in 0..=t {
-                let w = (self.cum[t] - self.cum[j]).exp() * ops::dot_f32(qt, &self.k[j * dk..(j + 1) * dk]);
-                ops::axpy_f32(o, w, &self.d[j * dv..(j + 1) * dv]);
-            }
+            let (kk, qk) = (&mut self.kk[t * c..(t + 1) * c], &mut self.qk[t * c..(t + 1) * c]);
+            ops::state_read(kt, &self.k[t * dk..(t + 1) * dk], &self.q[t * dk..(t + 1) * dk], kk, qk);
         }
-        // The state at the chunk end.
+        // Forward substitution through (I + A), row by row of D, and the
+        // intra-chunk terms of the outputs: step t reads the finished rows
+        // D_0..D_{t-1} once for both D_t's correction and o_{t-1}'s sum.
+        // exp(G_t - G_j) of step t is kept for step t + 1 in `e`.
+        let (e, wa, wb) = (&mut self.e, &mut self.wa, &mut self.wb);
+        for t in 1..=c {
+            let (done, rest) = self.d.split_at_mut(t * dv);
+            let prev = t - 1;
+            for j in 0..prev {
+                wb[j] = e[j] * self.qk[prev * c + j];
+            }
+            wb[prev] = self.qk[prev * c + prev];
+            if t < c {
+                for j in 0..t {
+                    e[j] = (self.cum[t] - self.cum[j]).exp();
+                    wa[j] = self.beta[t] * e[j] * self.kk[t * c + j];
+                }
+            } else {
+                wa[..t].copy_from_slice(&wb[..t]);
+            }
+            let (ra, rb) = (&mut self.ra[..dv], &mut self.rb[..dv]);
+            ops::state_read(done, &wa[..t], &wb[..t], ra, rb);
+            if t < c {
+                rest[..dv].iter_mut().zip(ra.iter()).for_each(|(d, &x)| *d -= x);
+            }
+            self.o[prev * dv..t * dv].iter_mut().zip(rb.iter()).for_each(|(o, &x)| *o += x);
+        }
+        // The state at the chunk end, two rows at a time: row i gains
+        // D^T (exp(G_c - G_j) k_j[i])_j.
         let last = self.cum[c - 1];
-        ops::scale(s, last.exp());
         for j in 0..c {
-            let w = (last - self.cum[j]).exp();
-            let dj = &self.d[j * dv..(j + 1) * dv];
-            for (row, &kji) in s.chunks_exact_mut(dv).zip(&self.k[j * dk..(j + 1) * dk]) {
-                ops::axpy_f32(row, w * kji, dj);
+            e[j] = (last - self.cum[j]).exp();
+        }
+        let decay = last.exp();
+        let d = &self.d[..c * dv];
+        for i in (0..dk).step_by(2) {
+            let i1 = (i + 1).min(dk - 1);
+            for j in 0..c {
+                wa[j] = e[j] * self.kt[i * c + j];
+                wb[j] = e[j] * self.kt[i1 * c + j];
+            }
+            let (ra, rb) = (&mut self.ra[..dv], &mut self.rb[..dv]);
+            ops::state_read(d, &wa[..c], &wb[..c], ra, rb);
+            for (r, add) in [(i, &*ra), (i1, &*rb)].into_iter().take(i1 - i + 1) {
+                s[r * dv..(r + 1) * dv].iter_mut().zip(add).for_each(|(x, &a)| *x = decay * *x + a);
             }
         }
     }
@@ -432,9 +482,10 @@ mod tests {
 
     #[test]
     fn chunked_form_equals_sequential_steps() {
-        let (dk, dv) = (16, 24);
         let mut seed = 0x1234_5678_9abc_def1u64;
-        for &c in &[1usize, 2, 7, 33, 64] {
+        for (dk, dv, c) in
+            [(16, 24, 1usize), (16, 24, 2), (16, 24, 7), (16, 24, 33), (16, 24, 64), (5, 40, 64), (128, 128, 64)]
+        {
             let mut q = rand(&mut seed, c * dk, 0.3);
             let mut k = rand(&mut seed, c * dk, 1.0);
             for kt in k.chunks_exact_mut(dk) {
