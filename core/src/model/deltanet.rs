@@ -394,9 +394,7 @@ impl ChunkScratch {
         // The state at the chunk end, two rows at a time: row i gains
         // D^T (exp(G_c - G_j) k_j[i])_j.
         let last = self.cum[c - 1];
-        for j in 0..c {
-            e[j] = (last - self.cum[j]).exp();
-        }
+        e[..c].iter_mut().zip(&self.cum[..c]).for_each(|(e, &g)| *e = (last - g).exp());
         let decay = last.exp();
         let d = &self.d[..c * dv];
         for i in (0..dk).step_by(2) {
