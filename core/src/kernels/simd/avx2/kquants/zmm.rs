@@ -12,8 +12,10 @@
 
 use super::{
     act_scales4, finish4_min, out4, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4, tail4_min,
+    BlockQ2KScaled,
 };
-use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead};
+use crate::kernels::dispatch::decoded_blocks;
+use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead, rows4};
 use crate::quant::{as_blocks, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
 
@@ -190,6 +192,34 @@ zmm_fn! {
 three!(q2_k_x3, q2_k_x4);
 
 zmm_fn! {
+    /// Decoded Q2_K tiles (see [`super::decoded`]) on 512-bit registers:
+    /// each 64 bytes of value-times-scale meet a token in one `vpdpbusd`,
+    /// then the 256-bit decoded kernel's fold and tail, so the same integers
+    /// and the same products to the bit.
+    fn q2_k_scaled_x4(w: &[u8], row_bytes: usize, a: [&[BlockQ8K]; 4], out: [&mut [f32]; 4]) -> () {
+        rows4(w, row_bytes, out, |row| q2_k_scaled_row(decoded_blocks(row), a))
+    }
+}
+
+#[inline(always)]
+unsafe fn q2_k_scaled_row(x: &[BlockQ2KScaled], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc4 = _mm256_setzero_ps();
+    for (i, xb) in x.iter().enumerate() {
+        let mut sumi = [_mm512_setzero_si512(); 4];
+        for p in 0..4 {
+            let u = _mm512_loadu_si512(xb.qs.as_ptr().add(64 * p).cast());
+            for n in 0..4 {
+                sumi[n] = dot4(sumi[n], u, acts64(&a[n][i], 2 * p));
+            }
+        }
+        let mins = _mm256_loadu_si256(xb.mins.as_ptr().cast());
+        acc4 = tail4_min(acc4, &fold(sumi), &q2_mins4(mins, &a, i), xb.d, xb.dmin, act_scales4(&a, i));
+    }
+    finish4_min(acc4)
+}
+
+zmm_fn! {
     fn q3_k_x4(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
         let x = as_blocks::<BlockQ3K>(w);
         debug_assert!(a.iter().all(|r| r.len() == x.len()));
@@ -294,19 +324,21 @@ three!(q6_k_x3, q6_k_x4);
 
 /// Put the 512-bit kernels into the `avx512vnni` table's K-quant prefill entries.
 pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
-    use crate::kernels::dispatch::{Acts3, Acts4, Dot, Multi};
-    // The 512-bit kernels unpack each block into registers twice as wide as
-    // the decoded 256-bit tiles use; the tiles were never timed against them
-    // on an AVX-512 CPU, so this path keeps them for every tile.
-    fn set(d: &mut Dot<BlockQ8K>, three: Acts3<BlockQ8K>, four: Acts4<BlockQ8K>) {
+    use crate::kernels::dispatch::{Acts3, Acts4, Decoded, Dot, Multi};
+    use super::decoded::avx512vnni::q2_k as q2_k_decoded;
+    fn set(d: &mut Dot<BlockQ8K>, three: Acts3<BlockQ8K>, four: Acts4<BlockQ8K>, decoded: Option<Decoded<BlockQ8K>>) {
         if let Multi::Acts(acts) = &mut d.multi {
             acts.three = three;
             acts.four = four;
-            acts.decoded = None;
+            acts.decoded = decoded;
         }
     }
-    set(&mut k.q2_k, q2_k_x3, q2_k_x4);
-    set(&mut k.q3_k, q3_k_x3, q3_k_x4);
-    set(&mut k.q4_k, q4_k_x3, q4_k_x4);
-    set(&mut k.q6_k, q6_k_x3, q6_k_x4);
+    // Q2_K tiles from 32 activation rows are decoded once and run on 512-bit
+    // registers; Q3_K keeps its 512-bit packed kernel for every tile.
+    let q2_k_tiles =
+        Decoded { block_bytes: q2_k_decoded::BLOCK_BYTES, min_acts: 32, decode: q2_k_decoded::decode, four: q2_k_scaled_x4 };
+    set(&mut k.q2_k, q2_k_x3, q2_k_x4, Some(q2_k_tiles));
+    set(&mut k.q3_k, q3_k_x3, q3_k_x4, None);
+    set(&mut k.q4_k, q4_k_x3, q4_k_x4, None);
+    set(&mut k.q6_k, q6_k_x3, q6_k_x4, None);
 }
