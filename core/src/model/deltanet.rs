@@ -256,6 +256,8 @@ pub fn forward(
 const CHUNKED_FROM: usize = 32;
 /// Tokens per chunk of the chunked form.
 const CHUNK: usize = 64;
+/// State columns read per pass over a chunk's tokens (128 rows of 32: 16 KiB).
+const STATE_BLOCK: usize = 32;
 
 /// The chunked (parallel) form of the delta rule for one head: a chunk of c
 /// tokens is solved at once from the state at its start, S0. With
@@ -283,6 +285,8 @@ pub struct ChunkScratch {
     cum: Vec<f32>,
     /// Corrected updates `[c][d_v]`.
     d: Vec<f32>,
+    /// A block of the state's columns, `[d_k][STATE_BLOCK]`.
+    sb: Vec<f32>,
     /// The keys transposed, `[d_k][c]`.
     kt: Vec<f32>,
     /// Products of every token's key (`kk`) and query (`qk`) with every key, `[c][c]`.
@@ -310,6 +314,7 @@ impl ChunkScratch {
             o: vec![0.0; c * d_v],
             cum: vec![0.0; c],
             d: vec![0.0; c * d_v],
+            sb: vec![0.0; d_k * STATE_BLOCK.min(d_v)],
             kt: vec![0.0; d_k * c],
             kk: vec![0.0; c * c],
             qk: vec![0.0; c * c],
@@ -341,11 +346,24 @@ impl ChunkScratch {
             self.cum[t] = acc;
         }
         // D starts as beta_t (v_t - exp(G_t) S0^T k_t); the outputs start as
-        // exp(G_t) S0^T q_t. Both reads of S0 in one pass per token.
+        // exp(G_t) S0^T q_t. Both reads of S0 in one pass per token, over a
+        // copy of a block of its columns that stays in L1 for every token
+        // (the whole state does not).
+        for c0 in (0..dv).step_by(STATE_BLOCK) {
+            let w = STATE_BLOCK.min(dv - c0);
+            let block = &mut self.sb[..dk * w];
+            for (b, row) in block.chunks_exact_mut(w).zip(s.chunks_exact(dv)) {
+                b.copy_from_slice(&row[c0..c0 + w]);
+            }
+            for t in 0..c {
+                let d = &mut self.d[t * dv + c0..t * dv + c0 + w];
+                let o = &mut self.o[t * dv + c0..t * dv + c0 + w];
+                ops::state_read(block, &self.k[t * dk..(t + 1) * dk], &self.q[t * dk..(t + 1) * dk], d, o);
+            }
+        }
         for t in 0..c {
             let d = &mut self.d[t * dv..(t + 1) * dv];
             let o = &mut self.o[t * dv..(t + 1) * dv];
-            ops::state_read(s, &self.k[t * dk..(t + 1) * dk], &self.q[t * dk..(t + 1) * dk], d, o);
             let gt = self.cum[t].exp();
             for (di, &vi) in d.iter_mut().zip(&self.v[t * dv..(t + 1) * dv]) {
                 *di = self.beta[t] * (vi - gt * *di);
