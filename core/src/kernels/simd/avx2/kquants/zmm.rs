@@ -11,8 +11,8 @@
 //! the 256-bit kernels' (and the scalar twin's), only summed in another order.
 
 use super::{
-    act_scales4, finish4_min, out4, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4, tail4_min,
-    BlockQ2KScaled,
+    act_scales4, finish4_min, out4, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4,
+    tail4_min, BlockQ2KScaled,
 };
 use crate::kernels::dispatch::decoded_blocks;
 use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead, rows4};
@@ -324,8 +324,8 @@ three!(q6_k_x3, q6_k_x4);
 
 /// Put the 512-bit kernels into the `avx512vnni` table's K-quant prefill entries.
 pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
-    use crate::kernels::dispatch::{Acts3, Acts4, Decoded, Dot, Multi};
     use super::decoded::avx512vnni::q2_k as q2_k_decoded;
+    use crate::kernels::dispatch::{Acts3, Acts4, Decoded, Dot, Multi};
     fn set(d: &mut Dot<BlockQ8K>, three: Acts3<BlockQ8K>, four: Acts4<BlockQ8K>, decoded: Option<Decoded<BlockQ8K>>) {
         if let Multi::Acts(acts) = &mut d.multi {
             acts.three = three;
@@ -335,8 +335,12 @@ pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
     }
     // Q2_K tiles from 32 activation rows are decoded once and run on 512-bit
     // registers; Q3_K keeps its 512-bit packed kernel for every tile.
-    let q2_k_tiles =
-        Decoded { block_bytes: q2_k_decoded::BLOCK_BYTES, min_acts: 32, decode: q2_k_decoded::decode, four: q2_k_scaled_x4 };
+    let q2_k_tiles = Decoded {
+        block_bytes: q2_k_decoded::BLOCK_BYTES,
+        min_acts: 32,
+        decode: q2_k_decoded::decode,
+        four: q2_k_scaled_x4,
+    };
     set(&mut k.q2_k, q2_k_x3, q2_k_x4, Some(q2_k_tiles));
     set(&mut k.q3_k, q3_k_x3, q3_k_x4, None);
     set(&mut k.q4_k, q4_k_x3, q4_k_x4, None);
