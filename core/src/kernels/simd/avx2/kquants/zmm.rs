@@ -333,11 +333,12 @@ pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
             acts.decoded = decoded;
         }
     }
-    // Q2_K tiles from 32 activation rows are decoded once and run on 512-bit
+    // Q2_K tiles are decoded once from the 256-bit tiles' threshold (32
+    // activation rows; not re-measured on AVX-512) and run on 512-bit
     // registers; Q3_K keeps its 512-bit packed kernel for every tile.
     let q2_k_tiles = Decoded {
         block_bytes: q2_k_decoded::BLOCK_BYTES,
-        min_acts: 32,
+        min_acts: q2_k_decoded::MIN_ACTS,
         decode: q2_k_decoded::decode,
         four: q2_k_scaled_x4,
     };
