@@ -111,6 +111,23 @@ unsafe fn act_scales4<const N: usize>(a: &[&[BlockQ8K]; N], i: usize) -> __m128 
     _mm_set_ps(a[3][i].d, a[2][i].d, a[1][i].d, a[0][i].d)
 }
 
+/// `[a0+a2, b0+b2, a1+a3, b1+b3 | a4+a6, b4+b6, a5+a7, b5+b7]`: the lanes of
+/// two i32 vectors summed in pairs and interleaved, by unpacking. (`vphaddd`
+/// would do it in one instruction, but it is three uops on Zen 3's first
+/// vector pipe, one of the two that run `vpmaddubsw` / `vpmaddwd`: in the
+/// four-token kernels that pipe was the bottleneck. Unpacks run on others.)
+#[inline(always)]
+unsafe fn zip_add32(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+}
+
+/// `[a0+a2, a1+a3, b0+b2, b1+b3 | a4+a6, a5+a7, b4+b6, b5+b7]`: as
+/// [`zip_add32`], by pairs of lanes.
+#[inline(always)]
+unsafe fn zip_add64(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b))
+}
+
 /// The super-block tail of a four-token pass for formats with minimums
 /// (Q2_K, Q4_K, Q5_K): the integer sums `s[n]` (scaled by `d`) and `m[n]`
 /// (scaled by `-dmin`) of the four tokens are reduced together across lanes
@@ -118,15 +135,10 @@ unsafe fn act_scales4<const N: usize>(a: &[&[BlockQ8K]; N], i: usize) -> __m128 
 /// four. `acc` lanes: `[S0, M0, S1, M1 | S2, M2, S3, M3]`, see [`finish4_min`].
 #[inline(always)]
 unsafe fn tail4_min(acc: __m256, s: &[__m256i], m: &[__m256i], d: f32, dmin: f32, yd: __m128) -> __m256 {
-    // t_n = [s01 s23 m01 m23 | s45 s67 m45 m67] (pair sums of lanes)
-    let t = [
-        _mm256_hadd_epi32(s[0], m[0]),
-        _mm256_hadd_epi32(s[1], m[1]),
-        _mm256_hadd_epi32(s[2], m[2]),
-        _mm256_hadd_epi32(s[3], m[3]),
-    ];
+    // t_n = [s02 m02 s13 m13 | s46 m46 s57 m57] (sums of lanes)
+    let t = [zip_add32(s[0], m[0]), zip_add32(s[1], m[1]), zip_add32(s[2], m[2]), zip_add32(s[3], m[3])];
     // [S0 M0 S1 M1 | same, other half's lanes], likewise tokens 2, 3
-    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+    let (u01, u23) = (zip_add64(t[0], t[1]), zip_add64(t[2], t[3]));
     let w = _mm256_add_epi32(_mm256_permute2x128_si256(u01, u23, 0x20), _mm256_permute2x128_si256(u01, u23, 0x31));
     let ydd = _mm256_set_m128(_mm_unpackhi_ps(yd, yd), _mm_unpacklo_ps(yd, yd));
     let dd = _mm256_blend_ps(_mm256_set1_ps(d), _mm256_set1_ps(-dmin), 0b1010_1010);
@@ -148,8 +160,8 @@ unsafe fn finish4_min(acc: __m256) -> [f32; 4] {
 /// lanes together, then scaled by `d * y_n` in one multiply-add.
 #[inline(always)]
 unsafe fn tail4(acc: __m128, t: &[__m256i], d: f32, yd: __m128) -> __m128 {
-    let (u01, u23) = (_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
-    let v = _mm256_hadd_epi32(u01, u23); // [T0 T1 T2 T3 | T0 T1 T2 T3], each half its lanes' part
+    let (u01, u23) = (zip_add32(t[0], t[1]), zip_add32(t[2], t[3]));
+    let v = zip_add64(u01, u23); // [T0 T1 T2 T3 | T0 T1 T2 T3], each half its lanes' part
     let w = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     _mm_fmadd_ps(_mm_cvtepi32_ps(w), _mm_mul_ps(yd, _mm_set1_ps(d)), acc)
 }
@@ -503,22 +515,21 @@ unsafe fn dot_q3_k_unpacked<const V: u8>(x: &[BlockQ3KUnpacked], a: [&[BlockQ8K]
 }
 
 /// The 8 (scale, min) pairs of a Q4_K/Q5_K block: scales as i16 in both
-/// halves (for [`scale_i16`]), mins as 8 i16.
+/// halves (for [`scale_i16`]), each min twice as i16 (for [`mins_dot_bsums`]).
 #[inline(always)]
-unsafe fn scales_mins(packed: &[u8; 12]) -> (__m256i, __m128i) {
+unsafe fn scales_mins(packed: &[u8; 12]) -> (__m256i, __m256i) {
     let (scales, mins) = scales_mins_k4(packed);
     let sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64(scales.as_ptr().cast())));
-    (sc, _mm_cvtepu8_epi16(_mm_loadl_epi64(mins.as_ptr().cast())))
+    let m = _mm_loadl_epi64(mins.as_ptr().cast());
+    (sc, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m, m)))
 }
 
-/// `sum_g min_g * (bsum_2g + bsum_2g+1)` over the 8 groups of 32, in the low
-/// 4 i32 lanes (the high ones zero).
+/// `min_g * (bsum_2g + bsum_2g+1)` for the 8 groups of 32, one per i32 lane:
+/// each min twice meets the activations' 16 group sums of 16 in one
+/// `vpmaddwd` (no horizontal add).
 #[inline(always)]
-unsafe fn mins_dot_bsums(mins: __m128i, y: &BlockQ8K) -> __m256i {
-    let b = bsums(y);
-    // Adjacent pairs of the 16 group sums of 16 -> 8 sums of 32.
-    let pairs = _mm_hadd_epi16(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
-    _mm256_zextsi128_si256(_mm_madd_epi16(mins, pairs))
+unsafe fn mins_dot_bsums(mins: __m256i, y: &BlockQ8K) -> __m256i {
+    _mm256_madd_epi16(mins, bsums(y))
 }
 
 /// Block `i`'s scaled sums `sumi[n]` of a Q4_K/Q5_K row times `d * y_n`,
@@ -530,7 +541,7 @@ unsafe fn add_scaled_k4<const N: usize>(
     acc: &mut [__m256; N],
     acc4: &mut __m256,
     sumi: &[__m256i; N],
-    mins: __m128i,
+    mins: __m256i,
     (d, dmin): (f32, f32),
     a: &[&[BlockQ8K]; N],
     i: usize,
@@ -551,7 +562,7 @@ unsafe fn add_scaled_k4<const N: usize>(
 unsafe fn tail4_k4<const N: usize>(
     acc4: __m256,
     sumi: &[__m256i],
-    mins: __m128i,
+    mins: __m256i,
     (d, dmin): (f32, f32),
     a: &[&[BlockQ8K]; N],
     i: usize,
