@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
 //! blocks per iteration keep two FMA chains in flight.
 
-use super::{dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead};
+use super::{dot_u8i8, fp16, fp16_x8, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1};
 use std::arch::x86_64::*;
 
@@ -65,25 +65,37 @@ unsafe fn decode<B: Signed32>(x: &[B], out: &mut [BlockQ8_0F]) {
 }
 
 /// 16 bytes of nibbles -> 32 bytes: low nibbles (values 0..16) then high ones.
+/// (The 16 bytes go to both halves in the load; one variable shift moves the
+/// high half's nibbles down.)
 #[inline(always)]
 unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
-    let b = _mm_loadu_si128(qs.as_ptr().cast());
-    let both = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
-    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+    let both = _mm256_broadcastsi128_si256(_mm_loadu_si128(qs.as_ptr().cast()));
+    _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F))
 }
 
-/// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is set.
+/// Byte `i` of `qh` in bytes `8i..8i + 8`, each ANDed with its own bit
+/// (`1 << i % 8`): nonzero where bit `i` of the 32 is set.
 #[inline(always)]
-unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
-    // Byte i takes source byte i/8 ...
+unsafe fn bits_in_bytes(qh: [u8; 4]) -> __m256i {
     let v = _mm256_set1_epi32(i32::from_le_bytes(qh));
     let spread = _mm256_shuffle_epi8(
         v,
         _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
     );
-    // ... and keeps only its bit i%8: OR in every other bit, compare with all-ones.
-    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+    _mm256_and_si256(spread, _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64))
+}
+
+/// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is set.
+#[inline(always)]
+unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
+    let b = bits_in_bytes(qh);
+    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64))
+}
+
+/// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is clear.
+#[inline(always)]
+unsafe fn clear_bits_to_bytes(qh: [u8; 4]) -> __m256i {
+    _mm256_cmpeq_epi8(bits_in_bytes(qh), _mm256_setzero_si256())
 }
 
 /// `*p` in all eight lanes, loaded by `vbroadcastss` (a pure load). Written
@@ -106,6 +118,11 @@ unsafe fn broadcast_load(p: &f32) -> __m256 {
 /// A block with one scale, unpacked to 32 signed bytes.
 trait Signed32 {
     unsafe fn scale(&self) -> f32;
+    /// The scale in all eight lanes.
+    #[inline(always)]
+    unsafe fn scale_x8(&self) -> __m256 {
+        _mm256_set1_ps(self.scale())
+    }
     unsafe fn values(&self) -> __m256i;
 }
 
@@ -113,6 +130,10 @@ impl Signed32 for BlockQ8_0 {
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         fp16(self.d)
+    }
+    #[inline(always)]
+    unsafe fn scale_x8(&self) -> __m256 {
+        fp16_x8(self.d)
     }
     #[inline(always)]
     unsafe fn values(&self) -> __m256i {
@@ -137,6 +158,10 @@ impl Signed32 for BlockQ4_0 {
         fp16(self.d)
     }
     #[inline(always)]
+    unsafe fn scale_x8(&self) -> __m256 {
+        fp16_x8(self.d)
+    }
+    #[inline(always)]
     unsafe fn values(&self) -> __m256i {
         // nibble - 8
         _mm256_sub_epi8(nibbles(&self.qs), _mm256_set1_epi8(8))
@@ -149,9 +174,13 @@ impl Signed32 for BlockQ5_0 {
         fp16(self.d)
     }
     #[inline(always)]
+    unsafe fn scale_x8(&self) -> __m256 {
+        fp16_x8(self.d)
+    }
+    #[inline(always)]
     unsafe fn values(&self) -> __m256i {
         // q - 16 = nibble where the fifth bit is set, nibble | 0xF0 (nibble - 16) where it is clear.
-        _mm256_or_si256(nibbles(&self.qs), _mm256_andnot_si256(bits_to_bytes(self.qh), _mm256_set1_epi8(-16)))
+        _mm256_or_si256(nibbles(&self.qs), _mm256_and_si256(clear_bits_to_bytes(self.qh), _mm256_set1_epi8(-16)))
     }
 }
 
@@ -196,7 +225,7 @@ unsafe fn signed_step<B: Signed32, const V: u8, const N: usize>(
     let xs = xb.values();
     // |x| as unsigned, and the sign of x moved onto each activation row.
     let ax = _mm256_sign_epi8(xs, xs);
-    let d = _mm256_set1_ps(xb.scale());
+    let d = xb.scale_x8();
     for n in 0..N {
         let y = a[n].get_unchecked(i);
         let sy = _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), xs);

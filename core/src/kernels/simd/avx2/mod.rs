@@ -199,6 +199,14 @@ pub(super) unsafe fn fp16(h: F16Bytes) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16::from_le_bytes(h.0) as i32)))
 }
 
+/// f16 -> f32 with F16C, in all eight lanes: the f16 broadcast as it loads
+/// (`vpbroadcastw`) and converted once, instead of a scalar conversion and a
+/// broadcast.
+#[inline(always)]
+pub(super) unsafe fn fp16_x8(h: F16Bytes) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes(h.0)))
+}
+
 /// 32 bytes from `p`, any alignment.
 #[inline(always)]
 pub(super) unsafe fn load32(p: *const u8) -> __m256i {
