@@ -241,6 +241,9 @@ unsafe fn q2_mins4<const N: usize>(mins: __m256i, a: &[&[BlockQ8K]; N], i: usize
 
 #[inline(always)]
 unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    if N == 4 {
+        return out4(dot_q2_k_x4::<V>(w, std::array::from_fn(|n| a[n.min(N - 1)])));
+    }
     let x = as_blocks::<BlockQ2K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
@@ -274,6 +277,93 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
     }
     finish_scaled_min(acc, acc4)
+}
+
+/// Index bytes of [`q2_products`]' scale pattern for half `h` of a block: in
+/// 128-bit lane `L`, 16-bit lanes `2k` and `2k + 1` take scale byte
+/// `8h + 2k + L` (the group of register `4h + k` in that lane), high bytes
+/// zero (index bit 7).
+static Q2_PRODUCT_SCALES: [[u8; 32]; 2] = {
+    let mut m = [[0u8; 32]; 2];
+    let mut h = 0;
+    while h < 2 {
+        let mut b = 0;
+        while b < 32 {
+            let (lane, k) = (b / 16, (b % 16) / 4);
+            m[h][b] = if b % 2 == 0 { (8 * h + 2 * k + lane) as u8 } else { 0x80 };
+            b += 1;
+        }
+        h += 1;
+    }
+    m
+};
+
+/// The product table of half `h` of a Q2_K block (registers `4h..4h + 4`):
+/// byte `4k + v` of lane `L` is `v * sc[8h + 2k + L]`, the 2-bit value `v`
+/// times the scale of register `4h + k`'s group in that lane (at most 45).
+/// `sc`: the 16 scales, in both halves. Bytes `4k`, `4k + 1` (and `4k + 2`,
+/// `4k + 3`) share a scale, so one 16-bit multiply by the values `0x0100`
+/// (`0x0302`) makes both without a carry between them.
+#[inline(always)]
+unsafe fn q2_products(sc: __m256i, h: usize) -> __m256i {
+    let pattern = _mm256_shuffle_epi8(sc, _mm256_loadu_si256(Q2_PRODUCT_SCALES[h].as_ptr().cast()));
+    _mm256_mullo_epi16(pattern, _mm256_set1_epi32(0x0302_0100))
+}
+
+/// `acc` plus two registers of unsigned bytes `w0`, `w1` (at most 45) times
+/// activation registers `2p`, `2p + 1` of `y`: on [`MADD`](super::MADD) the two
+/// `vpmaddubsw` pair sums share one widening `vpmaddwd` (each below
+/// 2 * 45 * 128, both below `i16::MAX`); with VNNI one `vpdpbusd` each.
+#[inline(always)]
+unsafe fn dot_scaled_pair<const V: u8>(acc: __m256i, w0: __m256i, w1: __m256i, y: &BlockQ8K, p: usize) -> __m256i {
+    if V == super::MADD {
+        let pairs =
+            _mm256_add_epi16(_mm256_maddubs_epi16(w0, acts(y, 2 * p)), _mm256_maddubs_epi16(w1, acts(y, 2 * p + 1)));
+        _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+    } else {
+        dot_u8i8::<V>(dot_u8i8::<V>(acc, w0, acts(y, 2 * p)), w1, acts(y, 2 * p + 1))
+    }
+}
+
+/// Q2_K with four activation rows: each register of 2-bit values becomes
+/// value times group scale by a byte lookup ([`q2_products`]: one `vpshufb`
+/// per register, for all four tokens), so the tokens' products need no
+/// scale step: [`dot_scaled_pair`], as in the decoded tiles. (The other
+/// bodies multiply by the scales per register and token.) The sum over a
+/// block is the same integer, so the same products.
+#[inline(always)]
+unsafe fn dot_q2_k_x4<const V: u8>(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
+    let x = as_blocks::<BlockQ2K>(w);
+    debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let mut acc4 = _mm256_setzero_ps();
+    for (i, xb) in x.iter().enumerate() {
+        prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
+        let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
+        let sc = _mm256_broadcastsi128_si256(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for h in 0..2 {
+            let table = q2_products(sc, h);
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in [0, 2] {
+                // bit pairs j, j + 1: registers 4h + j, 4h + j + 1, table slots j, j + 1
+                let u0 = _mm256_shuffle_epi8(
+                    table,
+                    _mm256_or_si256(bits(q, 2 * j as i32, 3), _mm256_set1_epi8(4 * j as i8)),
+                );
+                let u1 = _mm256_shuffle_epi8(
+                    table,
+                    _mm256_or_si256(bits(q, 2 * j as i32 + 2, 3), _mm256_set1_epi8(4 * j as i8 + 4)),
+                );
+                for n in 0..4 {
+                    sumi[n] = dot_scaled_pair::<V>(sumi[n], u0, u1, &a[n][i], 2 * h + j / 2);
+                }
+            }
+        }
+        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
+        acc4 = tail4_min(acc4, &sumi, &q2_mins4(mins, &a, i), d, dmin, act_scales4(&a, i));
+    }
+    finish4_min(acc4)
 }
 
 /// The decoded-tile prefill (see [`crate::kernels::dispatch::Decoded`]): a
@@ -380,16 +470,7 @@ unsafe fn dot_q2_k_scaled<const V: u8>(x: &[BlockQ2KScaled], a: [&[BlockQ8K]; 4]
         for p in 0..4 {
             let (w0, w1) = (load32(xb.qs.as_ptr().add(64 * p)), load32(xb.qs.as_ptr().add(64 * p + 32)));
             for n in 0..4 {
-                let y = &a[n][i];
-                sumi[n] = if V == super::MADD {
-                    let pairs = _mm256_add_epi16(
-                        _mm256_maddubs_epi16(w0, acts(y, 2 * p)),
-                        _mm256_maddubs_epi16(w1, acts(y, 2 * p + 1)),
-                    );
-                    _mm256_add_epi32(sumi[n], _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
-                } else {
-                    dot_u8i8::<V>(dot_u8i8::<V>(sumi[n], w0, acts(y, 2 * p)), w1, acts(y, 2 * p + 1))
-                };
+                sumi[n] = dot_scaled_pair::<V>(sumi[n], w0, w1, &a[n][i], p);
             }
         }
         let mins = _mm256_loadu_si256(xb.mins.as_ptr().cast());
