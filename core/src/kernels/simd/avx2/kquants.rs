@@ -241,8 +241,8 @@ unsafe fn q2_mins4<const N: usize>(mins: __m256i, a: &[&[BlockQ8K]; N], i: usize
 
 #[inline(always)]
 unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
-    if N == 4 {
-        return out4(dot_q2_k_x4::<V>(w, std::array::from_fn(|n| a[n.min(N - 1)])));
+    if N > 1 {
+        return dot_q2_k_table::<V, N>(w, a);
     }
     let x = as_blocks::<BlockQ2K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
@@ -325,23 +325,24 @@ unsafe fn dot_scaled_pair<const V: u8>(acc: __m256i, w0: __m256i, w1: __m256i, y
     }
 }
 
-/// Q2_K with four activation rows: each register of 2-bit values becomes
-/// value times group scale by a byte lookup ([`q2_products`]: one `vpshufb`
-/// per register, for all four tokens), so the tokens' products need no
-/// scale step: [`dot_scaled_pair`], as in the decoded tiles. (The other
-/// bodies multiply by the scales per register and token.) The sum over a
-/// block is the same integer, so the same products.
+/// Q2_K with two to four activation rows: each register of 2-bit values
+/// becomes value times group scale by a byte lookup ([`q2_products`]: one
+/// `vpshufb` per register, for all the tokens), so the tokens' products need
+/// no scale step: [`dot_scaled_pair`], as in the decoded tiles. ([`dot_q2_k`]
+/// for one row multiplies by the scales per register: with one token the
+/// lookup costs more than it saves.) The sum over a block is the same integer
+/// as the packed body's, so the same products.
 #[inline(always)]
-unsafe fn dot_q2_k_x4<const V: u8>(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
+unsafe fn dot_q2_k_table<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ2K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc4 = _mm256_setzero_ps();
+    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = _mm256_broadcastsi128_si256(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
         let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
-        let mut sumi = [_mm256_setzero_si256(); 4];
+        let mut sumi = [_mm256_setzero_si256(); N];
         for h in 0..2 {
             let table = q2_products(sc, h);
             let q = load32(xb.qs.as_ptr().add(32 * h));
@@ -355,15 +356,22 @@ unsafe fn dot_q2_k_x4<const V: u8>(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
                     table,
                     _mm256_or_si256(bits(q, 2 * j as i32 + 2, 3), _mm256_set1_epi8(4 * j as i8 + 4)),
                 );
-                for n in 0..4 {
+                for n in 0..N {
                     sumi[n] = dot_scaled_pair::<V>(sumi[n], u0, u1, &a[n][i], 2 * h + j / 2);
                 }
             }
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        acc4 = tail4_min(acc4, &sumi, &q2_mins4(mins, &a, i), d, dmin, act_scales4(&a, i));
+        if N == 4 {
+            acc4 = tail4_min(acc4, &sumi, &q2_mins4(mins, &a, i), d, dmin, act_scales4(&a, i));
+            continue;
+        }
+        for n in 0..N {
+            let y = &a[n][i];
+            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, _mm256_madd_epi16(mins, bsums(y)));
+        }
     }
-    finish4_min(acc4)
+    finish_scaled_min(acc, acc4)
 }
 
 /// The decoded-tile prefill (see [`crate::kernels::dispatch::Decoded`]): a
