@@ -246,7 +246,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     }
     let x = as_blocks::<BlockQ2K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
+    let mut acc = [_mm256_setzero_ps(); N];
     for (i, xb) in x.iter().enumerate() {
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
@@ -266,17 +266,13 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
         // Minimums meet the activation group sums.
-        if N == 4 {
-            acc4 = tail4_min(acc4, &sumi, &q2_mins4(mins, &a, i), d, dmin, act_scales4(&a, i));
-            continue;
-        }
         for n in 0..N {
             let y = &a[n][i];
             let summ = _mm256_madd_epi16(mins, bsums(y));
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
         }
     }
-    finish_scaled_min(acc, acc4)
+    hsums(acc)
 }
 
 /// Index bytes of [`q2_products`]' scale pattern for half `h` of a block: in
