@@ -227,6 +227,13 @@ unsafe fn split4(v: __m128) -> [f32; 4] {
     out
 }
 
+/// A Q2_K block's 16 minimums (the high nibbles of its 16 scale bytes
+/// `packed`) as i16.
+#[inline(always)]
+unsafe fn q2_mins(packed: __m128i) -> __m256i {
+    _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)))
+}
+
 /// A Q2_K block's 16 minimums (as i16) against the group sums of each of the
 /// four tokens' activations, for [`tail4_min`].
 #[inline(always)]
@@ -251,7 +258,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        let mins = q2_mins(packed);
         let mut sumi = [_mm256_setzero_si256(); N];
         for h in 0..2 {
             let q = load32(xb.qs.as_ptr().add(32 * h));
@@ -337,7 +344,7 @@ unsafe fn dot_q2_k_table<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K];
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = _mm256_broadcastsi128_si256(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        let mins = q2_mins(packed);
         let mut sumi = [_mm256_setzero_si256(); N];
         for h in 0..2 {
             let table = q2_products(sc, h);
@@ -449,7 +456,7 @@ unsafe fn decode_q2_k(x: &[BlockQ2K], out: &mut [BlockQ2KScaled]) {
     for (o, xb) in out.iter_mut().zip(x) {
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
         let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-        let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        let mins = q2_mins(packed);
         _mm256_storeu_si256(o.mins.as_mut_ptr().cast(), mins);
         for h in 0..2 {
             let q = load32(xb.qs.as_ptr().add(32 * h));

@@ -59,7 +59,7 @@ type F16 = crate::quant::F16Bytes;
 unsafe fn decode<B: Signed32>(x: &[B], out: &mut [BlockQ8_0F]) {
     assert_eq!(x.len(), out.len(), "decode: {} blocks into {}", x.len(), out.len());
     for (o, b) in out.iter_mut().zip(x) {
-        o.d = b.scale();
+        o.d = _mm256_cvtss_f32(b.scale_x8());
         _mm256_storeu_si256(o.qs.as_mut_ptr().cast(), b.values());
     }
 }
@@ -73,6 +73,9 @@ unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
     _mm256_and_si256(_mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0F))
 }
 
+/// Bit `i % 8` in byte `i` of every 8: the bit each byte of [`bits_in_bytes`] keeps.
+const BYTE_BITS: i64 = 0x8040_2010_0804_0201_u64 as i64;
+
 /// Byte `i` of `qh` in bytes `8i..8i + 8`, each ANDed with its own bit
 /// (`1 << i % 8`): nonzero where bit `i` of the 32 is set.
 #[inline(always)]
@@ -82,14 +85,14 @@ unsafe fn bits_in_bytes(qh: [u8; 4]) -> __m256i {
         v,
         _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
     );
-    _mm256_and_si256(spread, _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64))
+    _mm256_and_si256(spread, _mm256_set1_epi64x(BYTE_BITS))
 }
 
 /// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is set.
 #[inline(always)]
 unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
     let b = bits_in_bytes(qh);
-    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64))
+    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(BYTE_BITS))
 }
 
 /// The 32 bits of `qh` spread to one byte each: 0xFF where the bit is clear.
@@ -117,20 +120,12 @@ unsafe fn broadcast_load(p: &f32) -> __m256 {
 
 /// A block with one scale, unpacked to 32 signed bytes.
 trait Signed32 {
-    unsafe fn scale(&self) -> f32;
-    /// The scale in all eight lanes.
-    #[inline(always)]
-    unsafe fn scale_x8(&self) -> __m256 {
-        _mm256_set1_ps(self.scale())
-    }
+    /// The scale in all eight lanes (the f16 ones broadcast, then converted once).
+    unsafe fn scale_x8(&self) -> __m256;
     unsafe fn values(&self) -> __m256i;
 }
 
 impl Signed32 for BlockQ8_0 {
-    #[inline(always)]
-    unsafe fn scale(&self) -> f32 {
-        fp16(self.d)
-    }
     #[inline(always)]
     unsafe fn scale_x8(&self) -> __m256 {
         fp16_x8(self.d)
@@ -143,8 +138,8 @@ impl Signed32 for BlockQ8_0 {
 
 impl Signed32 for BlockQ8_0F {
     #[inline(always)]
-    unsafe fn scale(&self) -> f32 {
-        self.d
+    unsafe fn scale_x8(&self) -> __m256 {
+        _mm256_set1_ps(self.d)
     }
     #[inline(always)]
     unsafe fn values(&self) -> __m256i {
@@ -153,10 +148,6 @@ impl Signed32 for BlockQ8_0F {
 }
 
 impl Signed32 for BlockQ4_0 {
-    #[inline(always)]
-    unsafe fn scale(&self) -> f32 {
-        fp16(self.d)
-    }
     #[inline(always)]
     unsafe fn scale_x8(&self) -> __m256 {
         fp16_x8(self.d)
@@ -169,10 +160,6 @@ impl Signed32 for BlockQ4_0 {
 }
 
 impl Signed32 for BlockQ5_0 {
-    #[inline(always)]
-    unsafe fn scale(&self) -> f32 {
-        fp16(self.d)
-    }
     #[inline(always)]
     unsafe fn scale_x8(&self) -> __m256 {
         fp16_x8(self.d)

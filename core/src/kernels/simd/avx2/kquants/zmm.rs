@@ -11,7 +11,7 @@
 //! the 256-bit kernels' (and the scalar twin's), only summed in another order.
 
 use super::{
-    act_scales4, finish4_min, out4, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4,
+    act_scales4, finish4_min, out4, q2_mins, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4,
     tail4_min, BlockQ2KScaled,
 };
 use crate::kernels::dispatch::decoded_blocks;
@@ -168,7 +168,7 @@ zmm_fn! {
             prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
             let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
             let table = q2_table(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-            let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+            let mins = q2_mins(packed);
             let mut sumi = [_mm512_setzero_si512(); 4];
             for h in 0..2 {
                 let q = both(xb.qs.as_ptr().add(32 * h));
