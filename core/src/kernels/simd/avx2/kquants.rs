@@ -251,35 +251,105 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
     if N > 1 {
         return dot_q2_k_table::<V, N>(w, a);
     }
+    let mut out = [0.0; N];
+    out[0] = dot_q2_k_one::<V>(w, a[0]);
+    out
+}
+
+/// `vpshufb` masks of [`dot_q2_k_one`], read from memory by [`pick_i16`]:
+/// mask `r < 8` widens scale byte `2r` over the low 128-bit lane and byte
+/// `2r + 1` over the high one (the groups of register `r`); mask 8 widens
+/// bytes 0..8 into the low lane and 8..16 into the high one (the 16 groups in
+/// order). Index `0x80` zeroes the high byte of each 16-bit lane.
+static Q2_ONE_MASKS: [[u8; 32]; 9] = {
+    let mut m = [[0x80u8; 32]; 9];
+    let mut b = 0;
+    while b < 32 {
+        let lane = b / 16;
+        if b % 2 == 0 {
+            let mut r = 0;
+            while r < 8 {
+                m[r][b] = (2 * r + lane) as u8;
+                r += 1;
+            }
+            m[8][b] = (8 * lane + (b % 16) / 2) as u8;
+        }
+        b += 1;
+    }
+    m
+};
+
+/// [`Q2_ONE_MASKS`] behind an empty `asm!` that is not `pure`: LLVM can
+/// neither see the constants (it would rewrite the `vpshufb`s, as in
+/// [`scale_i16`]) nor hoist the mask loads out of the block loop (nine masks
+/// in registers spill the loop's own values).
+#[inline(always)]
+#[allow(clippy::pointers_in_nomem_asm_block)] // the asm only hides the pointer's value; it reads nothing
+unsafe fn q2_one_masks() -> *const [u8; 32] {
+    let mut masks = Q2_ONE_MASKS.as_ptr();
+    std::arch::asm!("/* {0} */", inout(reg) masks, options(nomem, nostack, preserves_flags));
+    masks
+}
+
+/// Bytes of `v` (the same 16 in both 128-bit lanes) widened to i16 lanes as
+/// mask `k` of `masks` picks them (one `vpshufb`, its mask from memory).
+#[inline(always)]
+unsafe fn pick_i16(v: __m256i, masks: *const [u8; 32], k: usize) -> __m256i {
+    _mm256_shuffle_epi8(v, _mm256_loadu_si256(masks.add(k).cast()))
+}
+
+/// Q2_K with one activation row (decode), in fewer instructions than the
+/// multi-row bodies need per token: every integer is 16 times the block's
+/// sum, which leaves the 2-bit values where a mask finds them.
+/// - Value `j` of each byte is taken as `v * 4^j` for `j < 3` (one AND, no
+///   shift) and as `v * 16` for `j = 3` (one shift by 2, one AND); registers
+///   with `v`, `4v`, `16v` meet the group scales times 16, 4, 1, all widened
+///   straight from the 16 scale bytes broadcast to both lanes (one `vpshufb`
+///   each, no per-block widening). Products stay in range: `vpmaddubsw` pairs
+///   at most `2 * 48 * 127`.
+/// - Minimums times 16 are the scale bytes' high nibbles in place (one AND).
+/// - The scales' sums and the minimums' sums are interleaved into one
+///   register (unpack, add) and meet `[d, -dmin]` (the block's two f16s in one
+///   32-bit broadcast) times the activations' `d` in one FMA.
+///
+/// Every i32 stays below 2^24 (at most `8 * 4 * 720 * 127` per lane, twice
+/// that after the interleave), so its float is exact; the float sum is 16
+/// times the true one in every operation, and the final `/ 16` is exact.
+#[inline(always)]
+unsafe fn dot_q2_k_one<const V: u8>(w: &[u8], y: &[BlockQ8K]) -> f32 {
     let x = as_blocks::<BlockQ2K>(w);
-    debug_assert!(a.iter().all(|r| r.len() == x.len()));
-    let mut acc = [_mm256_setzero_ps(); N];
-    for (i, xb) in x.iter().enumerate() {
+    debug_assert_eq!(y.len(), x.len());
+    let mut acc = _mm256_setzero_ps();
+    for (xb, yb) in x.iter().zip(y) {
         prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
-        let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
-        let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-        let mins = q2_mins(packed);
-        let mut sumi = [_mm256_setzero_si256(); N];
+        let masks = q2_one_masks();
+        let packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(xb.scales.as_ptr().cast()));
+        let sc1 = _mm256_and_si256(packed, _mm256_set1_epi8(0x0F));
+        // Below 16 in every byte: the 16-bit shifts carry nothing across bytes.
+        let sc = [_mm256_slli_epi16(sc1, 4), _mm256_slli_epi16(sc1, 2), sc1, sc1];
+        let mins16 = pick_i16(_mm256_and_si256(packed, _mm256_set1_epi8(0xF0u8 as i8)), masks, 8);
+        let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             let q = load32(xb.qs.as_ptr().add(32 * h));
+            let u = [
+                _mm256_and_si256(q, _mm256_set1_epi8(0x03)),
+                _mm256_and_si256(q, _mm256_set1_epi8(0x0C)),
+                _mm256_and_si256(q, _mm256_set1_epi8(0x30)),
+                _mm256_and_si256(_mm256_srli_epi16(q, 2), _mm256_set1_epi8(0x30)),
+            ];
             for j in 0..4 {
                 let r = 4 * h + j;
-                // 2-bit pair j of each byte -> 0..3
-                let (u, s) = (bits(q, 2 * j as i32, 3), scale_i16(sc, r));
-                for n in 0..N {
-                    sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(u, acts(&a[n][i], r)), s);
-                }
+                sumi = dot_i16::<V>(sumi, _mm256_maddubs_epi16(u[j], acts(yb, r)), pick_i16(sc[j], masks, r));
             }
         }
-        let (d, dmin) = (fp16(xb.d), fp16(xb.dmin));
-        // Minimums meet the activation group sums.
-        for n in 0..N {
-            let y = &a[n][i];
-            let summ = _mm256_madd_epi16(mins, bsums(y));
-            acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, summ);
-        }
+        let summ = _mm256_madd_epi16(mins16, bsums(yb));
+        // [sumi, summ] lane pairs against [d, -dmin] * y.d.
+        let both = _mm256_add_epi32(_mm256_unpacklo_epi32(sumi, summ), _mm256_unpackhi_epi32(sumi, summ));
+        let dm = u32::from_le_bytes([xb.d.0[0], xb.d.0[1], xb.dmin.0[0], xb.dmin.0[1]]) ^ 0x8000_0000;
+        let coef = _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi32(dm as i32)), _mm256_set1_ps(yb.d));
+        acc = _mm256_fmadd_ps(coef, _mm256_cvtepi32_ps(both), acc);
     }
-    hsums(acc)
+    hsum_ps(acc) * (1.0 / 16.0)
 }
 
 /// Index bytes of [`q2_products`]' scale pattern for half `h` of a block: in
