@@ -44,8 +44,13 @@ unsafe fn scales_even_odd(sc: __m128i) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, order))
 }
 
+/// A table on its own cache lines: no load of a whole mask from it straddles
+/// two (measured on Zen 3, one-row kernels: Q2_K +3 %, Q4_K and Q6_K +2 %).
+#[repr(align(64))]
+pub(super) struct Aligned<T>(pub(super) T);
+
 /// Shuffle masks broadcasting i16 lane `i` of each 128-bit half.
-static SCALE_MASKS: [[u8; 32]; 8] = {
+static SCALE_MASKS: Aligned<[[u8; 32]; 8]> = Aligned({
     let mut m = [[0u8; 32]; 8];
     let mut i = 0;
     while i < 8 {
@@ -57,7 +62,7 @@ static SCALE_MASKS: [[u8; 32]; 8] = {
         i += 1;
     }
     m
-};
+});
 
 /// i16 lane `i` of each 128-bit half, broadcast over that half: one `vpshufb`
 /// with its mask from memory. (With a constant mask LLVM rewrites it as two
@@ -66,7 +71,7 @@ static SCALE_MASKS: [[u8; 32]; 8] = {
 #[inline(always)]
 #[allow(clippy::pointers_in_nomem_asm_block)] // the asm only hides the pointer's value; it reads nothing
 unsafe fn scale_i16(sc: __m256i, i: usize) -> __m256i {
-    let mut masks = SCALE_MASKS.as_ptr();
+    let mut masks = SCALE_MASKS.0.as_ptr();
     std::arch::asm!("/* {0} */", inout(reg) masks, options(pure, nomem, nostack, preserves_flags));
     _mm256_shuffle_epi8(sc, _mm256_loadu_si256(masks.add(i).cast()))
 }
@@ -261,7 +266,7 @@ unsafe fn dot_q2_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
 /// `2r + 1` over the high one (the groups of register `r`); mask 8 widens
 /// bytes 0..8 into the low lane and 8..16 into the high one (the 16 groups in
 /// order). Index `0x80` zeroes the high byte of each 16-bit lane.
-static Q2_ONE_MASKS: [[u8; 32]; 9] = {
+static Q2_ONE_MASKS: Aligned<[[u8; 32]; 9]> = Aligned({
     let mut m = [[0x80u8; 32]; 9];
     let mut b = 0;
     while b < 32 {
@@ -277,7 +282,7 @@ static Q2_ONE_MASKS: [[u8; 32]; 9] = {
         b += 1;
     }
     m
-};
+});
 
 /// [`Q2_ONE_MASKS`] behind an empty `asm!` that is not `pure`: LLVM can
 /// neither see the constants (it would rewrite the `vpshufb`s, as in
@@ -286,7 +291,7 @@ static Q2_ONE_MASKS: [[u8; 32]; 9] = {
 #[inline(always)]
 #[allow(clippy::pointers_in_nomem_asm_block)] // the asm only hides the pointer's value; it reads nothing
 unsafe fn q2_one_masks() -> *const [u8; 32] {
-    let mut masks = Q2_ONE_MASKS.as_ptr();
+    let mut masks = Q2_ONE_MASKS.0.as_ptr();
     std::arch::asm!("/* {0} */", inout(reg) masks, options(nomem, nostack, preserves_flags));
     masks
 }
@@ -356,7 +361,7 @@ unsafe fn dot_q2_k_one<const V: u8>(w: &[u8], y: &[BlockQ8K]) -> f32 {
 /// 128-bit lane `L`, 16-bit lanes `2k` and `2k + 1` take scale byte
 /// `8h + 2k + L` (the group of register `4h + k` in that lane), high bytes
 /// zero (index bit 7).
-static Q2_PRODUCT_SCALES: [[u8; 32]; 2] = {
+static Q2_PRODUCT_SCALES: Aligned<[[u8; 32]; 2]> = Aligned({
     let mut m = [[0u8; 32]; 2];
     let mut h = 0;
     while h < 2 {
@@ -369,7 +374,7 @@ static Q2_PRODUCT_SCALES: [[u8; 32]; 2] = {
         h += 1;
     }
     m
-};
+});
 
 /// The product table of half `h` of a Q2_K block (registers `4h..4h + 4`):
 /// byte `4k + v` of lane `L` is `v * sc[8h + 2k + L]`, the 2-bit value `v`
@@ -379,7 +384,7 @@ static Q2_PRODUCT_SCALES: [[u8; 32]; 2] = {
 /// (`0x0302`) makes both without a carry between them.
 #[inline(always)]
 unsafe fn q2_products(sc: __m256i, h: usize) -> __m256i {
-    let pattern = _mm256_shuffle_epi8(sc, _mm256_loadu_si256(Q2_PRODUCT_SCALES[h].as_ptr().cast()));
+    let pattern = _mm256_shuffle_epi8(sc, _mm256_loadu_si256(Q2_PRODUCT_SCALES.0[h].as_ptr().cast()));
     _mm256_mullo_epi16(pattern, _mm256_set1_epi32(0x0302_0100))
 }
 

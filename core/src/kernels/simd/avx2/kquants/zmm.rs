@@ -12,7 +12,7 @@
 
 use super::{
     act_scales4, finish4_min, out4, q2_mins, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4,
-    tail4_min, BlockQ2KScaled,
+    tail4_min, Aligned, BlockQ2KScaled,
 };
 use crate::kernels::dispatch::decoded_blocks;
 use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead, rows4};
@@ -49,7 +49,7 @@ unsafe fn acts64(y: &BlockQ8K, r: usize) -> __m512i {
 /// Word-permute indices: word `k` of the result takes scale `first + k /
 /// width` (`width` result words per group: 8 for one group per 128-bit lane,
 /// 16 for one per 256-bit half).
-static GROUP_IDX: [[u16; 32]; 12] = {
+static GROUP_IDX: Aligned<[[u16; 32]; 12]> = Aligned({
     let mut t = [[0u16; 32]; 12];
     let mut i = 0;
     while i < 12 {
@@ -64,19 +64,19 @@ static GROUP_IDX: [[u16; 32]; 12] = {
         i += 1;
     }
     t
-};
+});
 
 /// For 16-value groups: the scales of registers `r` and `r + 1` (groups
 /// `2r..2r + 4`), one group per 128-bit lane, each scale over its lane's 8 words.
 #[inline(always)]
 unsafe fn scales16(sc: __m512i, r: usize) -> __m512i {
-    _mm512_permutexvar_epi16(_mm512_loadu_si512(GROUP_IDX[r].as_ptr().cast()), sc)
+    _mm512_permutexvar_epi16(_mm512_loadu_si512(GROUP_IDX.0[r].as_ptr().cast()), sc)
 }
 
 /// For 32-value groups: groups `2c` and `2c + 1` over the two halves.
 #[inline(always)]
 unsafe fn scales32(sc: __m512i, c: usize) -> __m512i {
-    _mm512_permutexvar_epi16(_mm512_loadu_si512(GROUP_IDX[8 + c].as_ptr().cast()), sc)
+    _mm512_permutexvar_epi16(_mm512_loadu_si512(GROUP_IDX.0[8 + c].as_ptr().cast()), sc)
 }
 
 /// `acc + (u8 u * i8 y pair sums) * scale words` (never saturates: see the
