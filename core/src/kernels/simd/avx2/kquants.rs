@@ -303,9 +303,10 @@ unsafe fn pick_i16(v: __m256i, masks: *const [u8; 32], k: usize) -> __m256i {
     _mm256_shuffle_epi8(v, _mm256_loadu_si256(masks.add(k).cast()))
 }
 
-/// Q2_K with one activation row (decode), in fewer instructions than the
-/// multi-row bodies need per token: every integer is 16 times the block's
-/// sum, which leaves the 2-bit values where a mask finds them.
+/// Q2_K with one activation row (decode). On Zen 3 this kernel is bound by its
+/// instructions (as fast from L2 as from memory), so it spends as few as it
+/// can: every integer is 16 times the block's sum, which leaves the 2-bit
+/// values where a mask finds them.
 /// - Value `j` of each byte is taken as `v * 4^j` for `j < 3` (one AND, no
 ///   shift) and as `v * 16` for `j = 3` (one shift by 2, one AND); registers
 ///   with `v`, `4v`, `16v` meet the group scales times 16, 4, 1, all widened
@@ -406,10 +407,10 @@ unsafe fn dot_scaled_pair<const V: u8>(acc: __m256i, w0: __m256i, w1: __m256i, y
 /// Q2_K with two to four activation rows: each register of 2-bit values
 /// becomes value times group scale by a byte lookup ([`q2_products`]: one
 /// `vpshufb` per register, for all the tokens), so the tokens' products need
-/// no scale step: [`dot_scaled_pair`], as in the decoded tiles. ([`dot_q2_k`]
+/// no scale step: [`dot_scaled_pair`], as in the decoded tiles. ([`dot_q2_k_one`]
 /// for one row multiplies by the scales per register: with one token the
 /// lookup costs more than it saves.) The sum over a block is the same integer
-/// as the packed body's, so the same products.
+/// as the decoded tiles', so the same products.
 #[inline(always)]
 unsafe fn dot_q2_k_table<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ2K>(w);
