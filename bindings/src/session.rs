@@ -1,26 +1,19 @@
 //! `PocketSession`: a conversation with a model, usable from several threads.
 //!
-//! The core session needs `&mut` to generate, so it sits behind a mutex: a
-//! second `generate` while one runs waits for it (the first finishes or is
-//! cancelled), never races it. `cancel()` does not take that lock: it sets
-//! the core's cancel flag and bumps `cancel_epoch`, which also stops any call
-//! still waiting for the lock (the core clears its flag when a request starts,
-//! so the epoch is what makes a cancel that lands in between stick).
+//! A thin layer over core's [`SharedSession`], which owns the semantics:
+//! requests queue for their turn, `cancel()` stops the running request and
+//! those waiting without taking the lock, a listener cannot re-enter its own
+//! session. This file converts options, stats and listener errors.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::ThreadId;
+use std::sync::Arc;
 
 use pocket_core::chat::ChatMessage as CoreChatMessage;
 use pocket_core::model::KvType;
 use pocket_core::sampler::SamplerConfig;
-use pocket_core::session::{self as core, CancelHandle, ContextPolicy, Session};
+use pocket_core::session::{self as core, ContextPolicy, SharedSession};
 
 use crate::error::{guard, PocketError};
 use crate::model::PocketModel;
-
-/// Tokens kept at the start of the context when the window slides (attention sinks).
-const SLIDE_SINK: usize = 4;
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
@@ -54,7 +47,13 @@ pub struct SessionOptions {
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { context_length: 0, kv_cache_type: None, sliding_window: false, threads: 0, seed: 0x5EED }
+        SessionOptions {
+            context_length: 0,
+            kv_cache_type: None,
+            sliding_window: false,
+            threads: 0,
+            seed: core::DEFAULT_SEED,
+        }
     }
 }
 
@@ -148,13 +147,7 @@ pub trait TokenListener: Send + Sync {
 /// A conversation with a model: its KV cache, generation and cancellation.
 #[derive(uniffi::Object)]
 pub struct PocketSession {
-    session: Mutex<Session>,
-    /// Cancels the running generation without taking `session`'s lock.
-    cancel: CancelHandle,
-    /// Bumped by every `cancel()`; a request started before a bump is cancelled.
-    cancel_epoch: AtomicU64,
-    /// The thread holding `session` while it generates (to refuse re-entry from a listener).
-    holder: Mutex<Option<ThreadId>>,
+    session: SharedSession,
 }
 
 #[uniffi::export]
@@ -163,35 +156,23 @@ impl PocketSession {
     #[uniffi::constructor]
     pub fn new(model: Arc<PocketModel>, options: SessionOptions) -> Result<Arc<Self>, PocketError> {
         guard(|| {
-            let model_ctx = model.core().summary().context_length;
-            let n_ctx = match options.context_length {
-                0 => model_ctx.map_or(4096, |c| c.min(4096) as usize),
-                n => n as usize,
-            };
-            let context_policy = if options.sliding_window {
-                ContextPolicy::Slide { sink: SLIDE_SINK.min(n_ctx / 4) }
-            } else {
-                ContextPolicy::Error
-            };
             let threads = if options.threads == 0 { model.default_threads() } else { options.threads };
             let opts = core::SessionOptions {
-                context_length: n_ctx,
+                context_length: options.context_length as usize,
                 kv_type: match options.kv_cache_type.unwrap_or(KvCacheType::F16) {
                     KvCacheType::F16 => KvType::F16,
                     KvCacheType::F32 => KvType::F32,
                     KvCacheType::Q8_0 => KvType::Q8_0,
                 },
                 threads: threads as usize,
-                context_policy,
+                context_policy: if options.sliding_window {
+                    ContextPolicy::Slide { sink: None }
+                } else {
+                    ContextPolicy::Error
+                },
                 seed: options.seed,
             };
-            let session = Session::new(model.core().clone(), opts)?;
-            Ok(Arc::new(PocketSession {
-                cancel: session.cancel_handle(),
-                session: Mutex::new(session),
-                cancel_epoch: AtomicU64::new(0),
-                holder: Mutex::new(None),
-            }))
+            Ok(Arc::new(PocketSession { session: SharedSession::new(model.core().clone(), opts)? }))
         })
     }
 
@@ -204,8 +185,8 @@ impl PocketSession {
         options: GenerateOptions,
         listener: Arc<dyn TokenListener>,
     ) -> Result<GenerationStats, PocketError> {
-        let opts = core_options(&options)?;
-        self.run(listener.as_ref(), |s, on_piece| s.generate(&prompt, &opts, on_piece))
+        let opts = core_options(&options);
+        stream(listener.as_ref(), |on_piece| self.session.generate(&prompt, &opts, on_piece))
     }
 
     /// Answer a conversation rendered through the model's chat template.
@@ -216,140 +197,54 @@ impl PocketSession {
         options: GenerateOptions,
         listener: Arc<dyn TokenListener>,
     ) -> Result<GenerationStats, PocketError> {
-        let opts = core_options(&options)?;
+        let opts = core_options(&options);
         let messages: Vec<CoreChatMessage> =
             messages.into_iter().map(|m| CoreChatMessage { role: m.role, content: m.content }).collect();
-        self.run(listener.as_ref(), |s, on_piece| s.chat(&messages, &opts, on_piece))
+        stream(listener.as_ref(), |on_piece| self.session.chat(&messages, &opts, on_piece))
     }
 
     /// Stop the running generation (and any waiting to run) after the current
-    /// token. Safe from any thread; never blocks.
+    /// token. Safe from any thread; never blocks. A request made after this
+    /// call is not affected.
     pub fn cancel(&self) {
-        self.cancel_epoch.fetch_add(1, Ordering::SeqCst);
-        self.cancel.cancel();
+        self.session.cancel();
     }
 
     /// Forget the conversation. Waits for a running generation to end (call
     /// `cancel()` first to make that quick).
     pub fn reset(&self) {
-        if self.is_held_by_this_thread() {
-            log::warn!("reset() called from this session's own token listener: ignored");
-            return;
+        if let Err(e) = guard(|| Ok(self.session.reset()?)) {
+            log::warn!("reset(): {e}");
         }
-        let _ = guard(|| {
-            self.lock().reset();
-            Ok(())
-        });
     }
 }
 
-impl PocketSession {
-    /// Run one request under the lock, streaming to `listener`.
-    fn run(
-        &self,
-        listener: &dyn TokenListener,
-        request: impl FnOnce(&mut Session, &mut dyn FnMut(&str) -> bool) -> pocket_core::Result<core::GenerationStats>,
-    ) -> Result<GenerationStats, PocketError> {
-        guard(|| {
-            if self.is_held_by_this_thread() {
-                return Err(PocketError::invalid_argument(
-                    "generate/chat called from this session's own token listener",
-                ));
+/// Run one request, streaming to `listener`; an error the listener throws
+/// stops generation and is what the request returns.
+fn stream(
+    listener: &dyn TokenListener,
+    request: impl FnOnce(&mut dyn FnMut(&str) -> bool) -> pocket_core::Result<core::GenerationStats>,
+) -> Result<GenerationStats, PocketError> {
+    guard(|| {
+        let mut listener_error = None;
+        let mut on_piece = |piece: &str| match listener.on_token(piece.to_string()) {
+            Ok(go_on) => go_on,
+            Err(e) => {
+                listener_error = Some(e);
+                false
             }
-            let epoch = self.cancel_epoch.load(Ordering::SeqCst);
-            let mut session = self.lock();
-            let _holder = Holder::enter(&self.holder);
-            if self.cancel_epoch.load(Ordering::SeqCst) != epoch {
-                return Ok(cancelled_before_start());
-            }
-            let cancelled = || self.cancel_epoch.load(Ordering::SeqCst) != epoch;
-            let mut listener_error = None;
-            let mut on_piece = |piece: &str| {
-                if cancelled() {
-                    return false;
-                }
-                match listener.on_token(piece.to_string()) {
-                    Ok(go_on) => go_on,
-                    Err(e) => {
-                        listener_error = Some(e);
-                        false
-                    }
-                }
-            };
-            let stats = request(&mut session, &mut on_piece)?;
-            if let Some(e) = listener_error {
-                return Err(e);
-            }
-            let mut stats = GenerationStats::from(stats);
-            if stats.stop_reason == StopReason::ListenerStopped && cancelled() {
-                stats.stop_reason = StopReason::Cancelled;
-            }
-            Ok(stats)
-        })
-    }
-
-    /// The core session. A panic during an earlier request poisoned the lock
-    /// and may have left the state half-updated: start that conversation afresh.
-    fn lock(&self) -> MutexGuard<'_, Session> {
-        self.session.lock().unwrap_or_else(|poisoned| {
-            let mut s = poisoned.into_inner();
-            s.reset();
-            self.session.clear_poison();
-            s
-        })
-    }
-
-    fn is_held_by_this_thread(&self) -> bool {
-        *self.holder.lock().unwrap_or_else(|p| p.into_inner()) == Some(std::thread::current().id())
-    }
-}
-
-/// Marks the current thread as generating until dropped (also on panic).
-struct Holder<'a>(&'a Mutex<Option<ThreadId>>);
-
-impl<'a> Holder<'a> {
-    fn enter(slot: &'a Mutex<Option<ThreadId>>) -> Self {
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(std::thread::current().id());
-        Holder(slot)
-    }
-}
-
-impl Drop for Holder<'_> {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
-}
-
-fn cancelled_before_start() -> GenerationStats {
-    GenerationStats {
-        prompt_tokens: 0,
-        generated_tokens: 0,
-        time_to_first_token_ms: 0.0,
-        prefill_tokens_per_second: 0.0,
-        decode_tokens_per_second: 0.0,
-        stop_reason: StopReason::Cancelled,
-        text: String::new(),
-    }
-}
-
-fn core_options(o: &GenerateOptions) -> Result<core::GenerateOptions, PocketError> {
-    let finite = |name: &str, v: f32| {
-        if v.is_finite() {
-            Ok(v)
-        } else {
-            Err(PocketError::invalid_argument(format!("{name} must be a finite number, not {v}")))
+        };
+        let stats = request(&mut on_piece)?;
+        match listener_error {
+            Some(e) => Err(e),
+            None => Ok(GenerationStats::from(stats)),
         }
-    };
-    if finite("temperature", o.temperature)? < 0.0 {
-        return Err(PocketError::invalid_argument(format!("temperature {} is negative", o.temperature)));
-    }
-    if !(0.0..=1.0).contains(&finite("topP", o.top_p)?) || !(0.0..=1.0).contains(&finite("minP", o.min_p)?) {
-        return Err(PocketError::invalid_argument(format!("topP {} and minP {} must lie in [0, 1]", o.top_p, o.min_p)));
-    }
-    if finite("repeatPenalty", o.repeat_penalty)? <= 0.0 {
-        return Err(PocketError::invalid_argument(format!("repeatPenalty {} must be positive", o.repeat_penalty)));
-    }
-    Ok(core::GenerateOptions {
+    })
+}
+
+/// The core request options (core validates them when the request runs).
+fn core_options(o: &GenerateOptions) -> core::GenerateOptions {
+    core::GenerateOptions {
         max_tokens: o.max_tokens as usize,
         sampler: SamplerConfig {
             temperature: o.temperature,
@@ -362,7 +257,7 @@ fn core_options(o: &GenerateOptions) -> Result<core::GenerateOptions, PocketErro
         stop: o.stop.clone(),
         seed: o.seed,
         ..core::GenerateOptions::default()
-    })
+    }
 }
 
 impl From<core::GenerationStats> for GenerationStats {
@@ -383,5 +278,17 @@ impl From<core::GenerationStats> for GenerationStats {
             },
             text: s.text,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SessionOptions;
+
+    #[test]
+    fn the_exported_seed_default_is_core_s() {
+        // `#[uniffi(default = ...)]` takes only a literal: keep it equal to core's.
+        assert_eq!(SessionOptions::default().seed, 24301);
+        assert_eq!(pocket_core::session::DEFAULT_SEED, 24301);
     }
 }

@@ -37,15 +37,71 @@ impl Default for SamplerConfig {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             penalty_last_n: 64,
-            seed: 0x5EED,
+            seed: DEFAULT_SEED,
         }
     }
 }
+
+/// The seed of a session whose caller does not choose one (every front end:
+/// the CLI, the bindings and Rust callers).
+pub const DEFAULT_SEED: u64 = 0x5EED;
 
 impl SamplerConfig {
     /// Argmax sampling with no penalties.
     pub fn greedy() -> Self {
         SamplerConfig { temperature: 0.0, repeat_penalty: 1.0, ..Default::default() }
+    }
+
+    /// Every setting in its range ([`check`] names the first that is not).
+    pub fn validate(&self) -> crate::Result<()> {
+        let at = |field: &str, e: String| crate::Error::InvalidArgument(format!("{field}: {e}"));
+        check::temperature(self.temperature).map_err(|e| at("temperature", e))?;
+        check::probability(self.top_p).map_err(|e| at("top_p", e))?;
+        check::probability(self.min_p).map_err(|e| at("min_p", e))?;
+        check::penalty(self.repeat_penalty).map_err(|e| at("repeat_penalty", e))?;
+        check::finite(self.presence_penalty).map_err(|e| at("presence_penalty", e))?;
+        check::finite(self.frequency_penalty).map_err(|e| at("frequency_penalty", e))?;
+        Ok(())
+    }
+}
+
+/// The range of each sampler setting, one function per kind of value, each
+/// returning the value or why it is refused. [`SamplerConfig::validate`] and
+/// every front end (the CLI's flag parsers, the bindings) use these, so a
+/// setting means the same everywhere. (Top-k needs no check: any count is
+/// valid, 0 switches it off.)
+pub mod check {
+    /// A finite number.
+    pub fn finite(v: f32) -> Result<f32, String> {
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(format!("{v} is not a finite number"))
+        }
+    }
+
+    /// Temperature: finite and >= 0 (0 = greedy).
+    pub fn temperature(v: f32) -> Result<f32, String> {
+        match finite(v)? {
+            v if v >= 0.0 => Ok(v),
+            v => Err(format!("{v} is negative (0 = greedy)")),
+        }
+    }
+
+    /// Top-p and min-p: a probability in [0, 1].
+    pub fn probability(v: f32) -> Result<f32, String> {
+        match finite(v)? {
+            v if (0.0..=1.0).contains(&v) => Ok(v),
+            v => Err(format!("{v} does not lie in [0, 1]")),
+        }
+    }
+
+    /// Repeat penalty: finite and > 0 (1 = off).
+    pub fn penalty(v: f32) -> Result<f32, String> {
+        match finite(v)? {
+            v if v > 0.0 => Ok(v),
+            v => Err(format!("{v} is not positive (1 = off)")),
+        }
     }
 }
 
@@ -345,5 +401,28 @@ mod tests {
         let mut s = Sampler::new(SamplerConfig { temperature: 0.0, repeat_penalty: 4.0, ..cfg() });
         s.accept(1);
         assert_eq!(s.sample(&[-1.0, -0.3, -1.1]), 0);
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused_naming_the_field() {
+        assert!(SamplerConfig::default().validate().is_ok());
+        assert!(SamplerConfig::greedy().validate().is_ok());
+        let bad = [
+            (SamplerConfig { temperature: -1.0, ..cfg() }, "temperature"),
+            (SamplerConfig { temperature: f32::NAN, ..cfg() }, "temperature"),
+            (SamplerConfig { top_p: 1.5, ..cfg() }, "top_p"),
+            (SamplerConfig { min_p: 2.0, ..cfg() }, "min_p"),
+            (SamplerConfig { min_p: -0.1, ..cfg() }, "min_p"),
+            (SamplerConfig { repeat_penalty: 0.0, ..cfg() }, "repeat_penalty"),
+            (SamplerConfig { frequency_penalty: f32::INFINITY, ..cfg() }, "frequency_penalty"),
+        ];
+        for (c, field) in bad {
+            let e = c.validate().expect_err(field).to_string();
+            assert!(e.contains(field), "{e}");
+        }
+        // The edges are valid.
+        for c in [SamplerConfig { top_p: 1.0, min_p: 0.0, temperature: 0.0, ..cfg() }, cfg()] {
+            assert!(c.validate().is_ok());
+        }
     }
 }

@@ -163,7 +163,7 @@ fn a_sliding_window_runs_far_past_the_context() {
         let opts = SessionOptions {
             context_length: 64,
             threads: 2,
-            context_policy: ContextPolicy::Slide { sink: 4 },
+            context_policy: ContextPolicy::Slide { sink: Some(4) },
             ..Default::default()
         };
         let mut s = Session::new(m.clone(), opts).unwrap();
@@ -240,4 +240,61 @@ fn s_memory_ordering(m: &Arc<Model>) -> bool {
     };
     let (a, b, c) = (bytes(KvType::F32), bytes(KvType::F16), bytes(KvType::Q8_0));
     a > b && b > c
+}
+
+#[test]
+fn a_cancel_before_a_request_does_not_poison_it_and_bad_settings_are_refused() {
+    let m = tiny("qwen3moe-tiny-Q4_K_M");
+    let mut s = session(&m, 128);
+    s.cancel_handle().cancel();
+    let (_, st) = collect(&mut s, "Hello", &sampled(1, 4));
+    assert_eq!((st.stop_reason, st.generated_tokens), (StopReason::MaxTokens, 4));
+    // Core refuses out-of-range sampler settings for every caller, naming them.
+    for (bad, field) in [
+        (SamplerConfig { top_p: 1.5, ..Default::default() }, "top_p"),
+        (SamplerConfig { temperature: -1.0, ..Default::default() }, "temperature"),
+        (SamplerConfig { min_p: 2.0, ..Default::default() }, "min_p"),
+    ] {
+        let o = GenerateOptions { sampler: bad, ..sampled(1, 4) };
+        let e = s.generate("Hello", &o, &mut |_| true).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains(field)), "{e}");
+    }
+}
+
+#[test]
+fn a_shared_session_queues_requests_and_cancels_the_queued_ones() {
+    use pocket_core::session::SharedSession;
+    let m = tiny("qwen3moe-tiny-Q4_K_M");
+    let s = Arc::new(SharedSession::from(session(&m, 4096)));
+    let (tx, rx) = mpsc::channel();
+    let first = {
+        let s = s.clone();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            s.generate("Hello", &sampled(1, 3000), &mut |_| {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                true
+            })
+        })
+    };
+    rx.recv().unwrap();
+    let queued = {
+        let s = s.clone();
+        std::thread::spawn(move || s.generate("Hello", &sampled(1, 3000), &mut |_| true))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    s.cancel();
+    assert_eq!(first.join().unwrap().unwrap().stop_reason, StopReason::Cancelled);
+    assert_eq!(queued.join().unwrap().unwrap().stop_reason, StopReason::Cancelled);
+    let after = s.generate("Hello", &sampled(1, 3), &mut |_| true).unwrap();
+    assert_eq!((after.stop_reason, after.generated_tokens), (StopReason::MaxTokens, 3));
+    // The session's own listener cannot re-enter it.
+    let inner = s.generate("Hi", &sampled(1, 2), &mut |_| {
+        assert!(matches!(s.reset(), Err(Error::InvalidArgument(_))));
+        false
+    });
+    assert_eq!(inner.unwrap().stop_reason, StopReason::ListenerStopped);
 }

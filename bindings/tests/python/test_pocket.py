@@ -156,10 +156,23 @@ def test_bad_files_raise_pocket_errors(tmp_path):
 
 
 def test_invalid_options_raise_invalid_argument(session):
-    with pytest.raises(pocket.PocketError.InvalidArgument):
-        session.generate("Hi", pocket.GenerateOptions(temperature=-1.0), Collect())
-    with pytest.raises(pocket.PocketError.InvalidArgument):
-        session.generate("Hi", pocket.GenerateOptions(top_p=float("nan")), Collect())
+    # Core validates every request (the CLI refuses the same values): the
+    # error names the setting, and nothing is generated.
+    bad = [
+        (dict(temperature=-1.0), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(min_p=2.0), "min_p"),
+        (dict(repeat_penalty=0.0), "repeat_penalty"),
+    ]
+    for opts, field in bad:
+        with pytest.raises(pocket.PocketError.InvalidArgument) as e:
+            session.generate("Hi", pocket.GenerateOptions(**opts), Collect())
+        assert field in e.value.reason, (opts, e.value.reason)
+    # The session is unharmed.
+    stats = session.generate("Hi", pocket.GenerateOptions(max_tokens=2, **GREEDY), Collect())
+    assert stats.generated_tokens == 2
 
 
 def test_context_full_and_the_sliding_window(moe):

@@ -51,11 +51,11 @@ fn open(args: &Args) -> Result<(Session, GenerateOptions), String> {
     let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
     let kv: KvType = args.value("--kv").unwrap_or("f16").parse().map_err(|e: pocket_core::Error| e.to_string())?;
     let context_policy = if args.switch("--slide") {
-        ContextPolicy::Slide { sink: args.parsed("--keep")?.unwrap_or(4) }
+        ContextPolicy::Slide { sink: args.parsed("--keep")? }
     } else {
         ContextPolicy::Error
     };
-    let seed: u64 = args.parsed("--seed")?.unwrap_or(0x5EED);
+    let seed: u64 = args.parsed("--seed")?.unwrap_or(pocket_core::session::DEFAULT_SEED);
     let opts = SessionOptions {
         context_length: args.parsed("--ctx")?.unwrap_or(0),
         kv_type: kv,

@@ -8,133 +8,29 @@
 //! (qwen35moe) cannot drop tokens, so the session keeps state checkpoints at
 //! the end of each prompt and of each answer and rewinds to the best one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+mod cancel;
+mod options;
+mod shared;
+mod stop;
+
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::chat::ChatMessage;
 use crate::error::{Error, Result};
-use crate::model::{Checkpoint, KvType, Logits, Model, State};
+use crate::model::{Checkpoint, Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
 use crate::threads::ThreadPool;
 
-/// What the session does when the context is full.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ContextPolicy {
-    /// Stop with [`Error::ContextFull`].
-    #[default]
-    Error,
-    /// Keep the first `sink` tokens and the most recent half of the context,
-    /// drop the rest, and go on (the kept tokens are re-evaluated).
-    Slide { sink: usize },
-}
-
-/// Settings fixed for the life of a session.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SessionOptions {
-    /// Context length in tokens; 0 = the model's training context, at most 4096.
-    pub context_length: usize,
-    pub kv_type: KvType,
-    /// Worker threads; 0 = every core.
-    pub threads: usize,
-    pub context_policy: ContextPolicy,
-    /// Seed of the sampler when a request does not set one.
-    pub seed: u64,
-}
-
-impl Default for SessionOptions {
-    fn default() -> Self {
-        SessionOptions {
-            context_length: 0,
-            kv_type: KvType::F16,
-            threads: 0,
-            context_policy: ContextPolicy::Error,
-            seed: 0x5EED,
-        }
-    }
-}
-
-/// Settings of one request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenerateOptions {
-    pub max_tokens: usize,
-    pub sampler: SamplerConfig,
-    /// Generation stops before any of these strings; they are never emitted.
-    pub stop: Vec<String>,
-    /// Overrides the session seed for this request.
-    pub seed: Option<u64>,
-    /// Stream control tokens' text too.
-    pub show_special: bool,
-    /// Keep generating past end-of-generation tokens (benchmarks, tests).
-    pub ignore_eos: bool,
-}
-
-impl Default for GenerateOptions {
-    fn default() -> Self {
-        GenerateOptions {
-            max_tokens: 256,
-            sampler: SamplerConfig::default(),
-            stop: Vec::new(),
-            seed: None,
-            show_special: false,
-            ignore_eos: false,
-        }
-    }
-}
-
-/// Why generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum StopReason {
-    /// The model produced an end-of-generation token.
-    EndOfText,
-    MaxTokens,
-    StopString,
-    /// The listener returned false.
-    ListenerStopped,
-    Cancelled,
-}
-
-impl StopReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopReason::EndOfText => "end_of_text",
-            StopReason::MaxTokens => "max_tokens",
-            StopReason::StopString => "stop_string",
-            StopReason::ListenerStopped => "listener_stopped",
-            StopReason::Cancelled => "cancelled",
-        }
-    }
-}
-
-/// Figures of one request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GenerationStats {
-    /// Tokens of the prompt (the whole rendered conversation for chat).
-    pub prompt_tokens: usize,
-    /// Prompt tokens actually evaluated (the rest came from the cache).
-    pub prompt_tokens_evaluated: usize,
-    pub generated_tokens: usize,
-    pub time_to_first_token_ms: f64,
-    pub prefill_tokens_per_second: f64,
-    pub decode_tokens_per_second: f64,
-    pub stop_reason: StopReason,
-    /// The generated token ids.
-    pub tokens: Vec<u32>,
-    /// The text streamed to the listener.
-    pub text: String,
-}
-
-/// Cancels the generation of a session from any thread.
-#[derive(Clone, Debug)]
-pub struct CancelHandle(Arc<AtomicBool>);
-
-impl CancelHandle {
-    /// Stop the running generation after the current token (a request that
-    /// starts later is not affected).
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
+pub use crate::sampler::DEFAULT_SEED;
+pub use cancel::CancelHandle;
+pub(crate) use cancel::Ticket;
+pub use options::{
+    ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
+    DEFAULT_SLIDE_SINK,
+};
+pub use shared::SharedSession;
+use stop::StopMatcher;
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -150,20 +46,17 @@ pub struct Session {
     /// Tokens evaluated into `state`, in order.
     cached: Vec<u32>,
     checkpoints: Vec<(Vec<u32>, Checkpoint)>,
-    cancel: Arc<AtomicBool>,
+    cancel: CancelHandle,
 }
 
 impl Session {
-    pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Session> {
-        let n_ctx = match opts.context_length {
-            0 => model.summary().context_length.map_or(4096, |c| (c as usize).min(4096)),
-            n => n,
-        };
-        if let ContextPolicy::Slide { sink } = opts.context_policy {
-            if sink >= n_ctx / 2 {
-                return Err(Error::InvalidArgument(format!("{sink} sink tokens do not fit a context of {n_ctx}")));
-            }
-        }
+    /// A session with `opts` resolved against the model: the context length
+    /// (0 = the training context, at most [`DEFAULT_MAX_CONTEXT`]) and the
+    /// sliding window's sink are fixed here, and the state is allocated.
+    pub fn new(model: Arc<Model>, mut opts: SessionOptions) -> Result<Session> {
+        let n_ctx = opts.resolved_context(model.summary().context_length);
+        opts.context_length = n_ctx;
+        opts.context_policy = opts.resolved_policy(n_ctx)?;
         let threads =
             if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
         let state = model.new_state(n_ctx, opts.kv_type)?;
@@ -174,7 +67,7 @@ impl Session {
             state,
             cached: Vec::new(),
             checkpoints: Vec::new(),
-            cancel: Arc::new(AtomicBool::new(false)),
+            cancel: CancelHandle::default(),
         })
     }
 
@@ -182,6 +75,7 @@ impl Session {
         &self.model
     }
 
+    /// The options as resolved at creation (the context length and sink filled in).
     pub fn options(&self) -> &SessionOptions {
         &self.opts
     }
@@ -195,8 +89,9 @@ impl Session {
         &self.cached
     }
 
+    /// Cancels this session's requests from any thread (see [`CancelHandle`]).
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle(self.cancel.clone())
+        self.cancel.clone()
     }
 
     /// Bytes held by the KV cache, recurrent state and checkpoints.
@@ -220,9 +115,22 @@ impl Session {
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        self.generate_issued(&ticket, prompt, opts, on_piece)
+    }
+
+    /// [`generate`](Self::generate) for a request issued at `ticket`.
+    pub(crate) fn generate_issued(
+        &mut self,
+        ticket: &Ticket,
+        prompt: &str,
+        opts: &GenerateOptions,
+        on_piece: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<GenerationStats> {
         let start = Instant::now();
+        opts.validate()?;
         let tokens = self.model.tokenizer().encode(prompt, true, true)?;
-        self.run(tokens, opts, on_piece, start)
+        self.run(ticket, tokens, opts, on_piece, start)
     }
 
     /// Answer the conversation `messages` (rendered through the model's chat
@@ -234,7 +142,20 @@ impl Session {
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        self.chat_issued(&ticket, messages, opts, on_piece)
+    }
+
+    /// [`chat`](Self::chat) for a request issued at `ticket`.
+    pub(crate) fn chat_issued(
+        &mut self,
+        ticket: &Ticket,
+        messages: &[ChatMessage],
+        opts: &GenerateOptions,
+        on_piece: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<GenerationStats> {
         let start = Instant::now();
+        opts.validate()?;
         if messages.is_empty() {
             return Err(Error::InvalidArgument("no messages".into()));
         }
@@ -246,18 +167,18 @@ impl Session {
         let text = self.model.chat_template()?.render(messages, true, &[])?;
         // The template writes BOS itself where the model wants one.
         let tokens = self.model.tokenizer().encode(&text, false, true)?;
-        self.run(tokens, opts, on_piece, start)
+        self.run(ticket, tokens, opts, on_piece, start)
     }
 
     /// Evaluate `prompt` (reusing the cache) and sample up to `max_tokens`.
     fn run(
         &mut self,
+        ticket: &Ticket,
         prompt: Vec<u32>,
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
         start: Instant,
     ) -> Result<GenerationStats> {
-        self.cancel.store(false, Ordering::SeqCst);
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
@@ -272,17 +193,7 @@ impl Session {
 
         // ---- prefill: only what the cache does not already hold ----
         let reuse = self.rewind_to_prefix(&prompt)?;
-        let mut stats = GenerationStats {
-            prompt_tokens: prompt.len(),
-            prompt_tokens_evaluated: 0,
-            generated_tokens: 0,
-            time_to_first_token_ms: 0.0,
-            prefill_tokens_per_second: 0.0,
-            decode_tokens_per_second: 0.0,
-            stop_reason: StopReason::MaxTokens,
-            tokens: Vec::new(),
-            text: String::new(),
-        };
+        let mut stats = GenerationStats::empty(prompt.len());
         for &t in &prompt {
             sampler.accept(t);
         }
@@ -294,7 +205,7 @@ impl Session {
         }
         let todo: Vec<u32> = prompt[self.cached.len()..].to_vec();
         for (i, chunk) in todo.chunks(PREFILL_BATCH).enumerate() {
-            if self.cancel.load(Ordering::SeqCst) {
+            if ticket.cancelled() {
                 stats.stop_reason = StopReason::Cancelled;
                 return Ok(stats);
             }
@@ -320,7 +231,7 @@ impl Session {
                 stats.stop_reason = StopReason::MaxTokens;
                 break;
             }
-            if self.cancel.load(Ordering::SeqCst) {
+            if ticket.cancelled() {
                 stats.stop_reason = StopReason::Cancelled;
                 break;
             }
@@ -344,14 +255,16 @@ impl Session {
             let piece = decoder.push(next);
             let (emit, hit) = stops.push(&piece);
             if !emit.is_empty() {
+                // Nothing reaches the listener after a cancel.
+                if ticket.cancelled() {
+                    stats.stop_reason = StopReason::Cancelled;
+                    break;
+                }
                 stats.text.push_str(&emit);
                 if !on_piece(&emit) {
                     // A listener that stops because the caller cancelled reports the cancel.
-                    stats.stop_reason = if self.cancel.load(Ordering::SeqCst) {
-                        StopReason::Cancelled
-                    } else {
-                        StopReason::ListenerStopped
-                    };
+                    stats.stop_reason =
+                        if ticket.cancelled() { StopReason::Cancelled } else { StopReason::ListenerStopped };
                     break;
                 }
             }
@@ -361,7 +274,7 @@ impl Session {
             }
         }
         // Text held back (a partial stop string or partial UTF-8) is released when no stop matched.
-        if !matches!(stats.stop_reason, StopReason::StopString | StopReason::ListenerStopped) {
+        if !matches!(stats.stop_reason, StopReason::StopString | StopReason::ListenerStopped | StopReason::Cancelled) {
             let mut rest = stops.finish();
             rest.push_str(&decoder.flush());
             if !rest.is_empty() {
@@ -386,7 +299,7 @@ impl Session {
         if self.state.n_past() + tokens.len() > self.state.n_ctx() {
             match self.opts.context_policy {
                 ContextPolicy::Error => return Err(Error::ContextFull { n_ctx: self.state.n_ctx() }),
-                ContextPolicy::Slide { sink } => self.slide(sink, tokens.len())?,
+                ContextPolicy::Slide { sink } => self.slide(sink.unwrap_or(0), tokens.len())?,
             }
         }
         self.model.forward(&self.pool, &mut self.state, tokens, want)?;
@@ -481,90 +394,5 @@ impl Session {
             self.checkpoints.remove(0);
         }
         self.checkpoints.push((self.cached.clone(), self.state.checkpoint()));
-    }
-}
-
-/// Finds stop strings across token boundaries: text that might be the start
-/// of a stop string is held back until it is known not to be.
-struct StopMatcher<'a> {
-    stops: &'a [String],
-    held: String,
-    done: bool,
-}
-
-impl<'a> StopMatcher<'a> {
-    fn new(stops: &'a [String]) -> Self {
-        StopMatcher { stops, held: String::new(), done: false }
-    }
-
-    /// Add generated text; returns the text that is safe to emit and whether a stop string was hit.
-    fn push(&mut self, piece: &str) -> (String, bool) {
-        if self.done {
-            return (String::new(), true);
-        }
-        self.held.push_str(piece);
-        let active = self.stops.iter().filter(|s| !s.is_empty());
-        // A complete stop string: emit what precedes the earliest one.
-        if let Some(at) = active.clone().filter_map(|s| self.held.find(s.as_str())).min() {
-            let emit = self.held[..at].to_string();
-            self.held.clear();
-            self.done = true;
-            return (emit, true);
-        }
-        // Hold back the longest suffix that is a prefix of some stop string.
-        let mut hold = 0;
-        for s in active {
-            for (i, _) in self.held.char_indices() {
-                let suffix = &self.held[i..];
-                if suffix.len() > hold && s.starts_with(suffix) {
-                    hold = suffix.len();
-                    break;
-                }
-            }
-        }
-        let cut = self.held.len() - hold;
-        let emit = self.held[..cut].to_string();
-        self.held.drain(..cut);
-        (emit, false)
-    }
-
-    /// What is still held when generation ends without a stop.
-    fn finish(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopMatcher;
-
-    fn run(stops: &[&str], pieces: &[&str]) -> (String, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut m = StopMatcher::new(&stops);
-        let mut out = String::new();
-        for p in pieces {
-            let (e, hit) = m.push(p);
-            out.push_str(&e);
-            if hit {
-                return (out, true);
-            }
-        }
-        out.push_str(&m.finish());
-        (out, false)
-    }
-
-    #[test]
-    fn stop_strings_split_across_pieces_are_never_emitted() {
-        assert_eq!(run(&["</end>"], &["Hello </", "en", "d> more"]), ("Hello ".into(), true));
-        assert_eq!(run(&["STOP"], &["aST", "OPb"]), ("a".into(), true));
-        // A false start is released.
-        assert_eq!(run(&["STOP"], &["aST", "x"]), ("aSTx".into(), false));
-        // Held text at the end without a stop is released.
-        assert_eq!(run(&["STOP"], &["abc", "ST"]), ("abcST".into(), false));
-        // The earliest of several stops wins.
-        assert_eq!(run(&["b", "zz"], &["azzb"]), ("a".into(), true));
-        // Multi-byte text is cut at character boundaries.
-        assert_eq!(run(&["éé"], &["xé", "é!"]), ("x".into(), true));
-        assert_eq!(run(&[], &["free ", "text"]), ("free text".into(), false));
     }
 }

@@ -1,0 +1,178 @@
+//! What a caller chooses for a session and for each request, and the
+//! defaults every front end (the CLI, the bindings, Rust callers) shares.
+
+use crate::error::{Error, Result};
+use crate::model::KvType;
+use crate::sampler::{SamplerConfig, DEFAULT_SEED};
+
+/// The context a session gets when its options say 0: the model's training
+/// context, but at most this many tokens (a phone's memory, not the model's
+/// limit, is what bounds it by default).
+pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+/// Tokens kept at the start of the context when the window slides
+/// (attention sinks), unless the caller says otherwise; at most a quarter of
+/// the context.
+pub const DEFAULT_SLIDE_SINK: usize = 4;
+
+/// What the session does when the context is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ContextPolicy {
+    /// Stop with [`Error::ContextFull`].
+    #[default]
+    Error,
+    /// Keep the first `sink` tokens and the most recent half of the context,
+    /// drop the rest, and go on (the kept tokens are re-evaluated). `None`:
+    /// [`DEFAULT_SLIDE_SINK`], at most a quarter of the context.
+    Slide { sink: Option<usize> },
+}
+
+/// Settings fixed for the life of a session.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionOptions {
+    /// Context length in tokens; 0 = the model's training context, at most 4096.
+    pub context_length: usize,
+    pub kv_type: KvType,
+    /// Worker threads; 0 = every core.
+    pub threads: usize,
+    pub context_policy: ContextPolicy,
+    /// Seed of the sampler when a request does not set one.
+    pub seed: u64,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            context_length: 0,
+            kv_type: KvType::F16,
+            threads: 0,
+            context_policy: ContextPolicy::Error,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+impl SessionOptions {
+    /// The context length these options give on a model trained for
+    /// `trained` tokens (if the file says).
+    pub fn resolved_context(&self, trained: Option<u64>) -> usize {
+        match self.context_length {
+            0 => trained.map_or(DEFAULT_MAX_CONTEXT, |c| (c as usize).clamp(1, DEFAULT_MAX_CONTEXT)),
+            n => n,
+        }
+    }
+
+    /// The policy with its sink resolved for a context of `n_ctx`, or why
+    /// the options cannot work.
+    pub(super) fn resolved_policy(&self, n_ctx: usize) -> Result<ContextPolicy> {
+        match self.context_policy {
+            ContextPolicy::Error => Ok(ContextPolicy::Error),
+            ContextPolicy::Slide { sink: None } => {
+                Ok(ContextPolicy::Slide { sink: Some(DEFAULT_SLIDE_SINK.min(n_ctx / 4)) })
+            }
+            ContextPolicy::Slide { sink: Some(sink) } if sink >= n_ctx / 2 => {
+                Err(Error::InvalidArgument(format!("{sink} sink tokens do not fit a context of {n_ctx}")))
+            }
+            p => Ok(p),
+        }
+    }
+}
+
+/// Settings of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Generation stops before any of these strings; they are never emitted.
+    pub stop: Vec<String>,
+    /// Overrides the session seed for this request.
+    pub seed: Option<u64>,
+    /// Stream control tokens' text too.
+    pub show_special: bool,
+    /// Keep generating past end-of-generation tokens (benchmarks, tests).
+    pub ignore_eos: bool,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions {
+            max_tokens: 256,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            seed: None,
+            show_special: false,
+            ignore_eos: false,
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// Every setting in its range (see [`crate::sampler::check`]).
+    pub fn validate(&self) -> Result<()> {
+        self.sampler.validate()
+    }
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StopReason {
+    /// The model produced an end-of-generation token.
+    EndOfText,
+    MaxTokens,
+    StopString,
+    /// The listener returned false.
+    ListenerStopped,
+    Cancelled,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndOfText => "end_of_text",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::StopString => "stop_string",
+            StopReason::ListenerStopped => "listener_stopped",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Figures of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationStats {
+    /// Tokens of the prompt (the whole rendered conversation for chat).
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually evaluated (the rest came from the cache).
+    pub prompt_tokens_evaluated: usize,
+    pub generated_tokens: usize,
+    pub time_to_first_token_ms: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+    pub stop_reason: StopReason,
+    /// The generated token ids.
+    pub tokens: Vec<u32>,
+    /// The text streamed to the listener.
+    pub text: String,
+}
+
+impl GenerationStats {
+    /// The figures of a request that has evaluated nothing yet.
+    pub(super) fn empty(prompt_tokens: usize) -> GenerationStats {
+        GenerationStats {
+            prompt_tokens,
+            prompt_tokens_evaluated: 0,
+            generated_tokens: 0,
+            time_to_first_token_ms: 0.0,
+            prefill_tokens_per_second: 0.0,
+            decode_tokens_per_second: 0.0,
+            stop_reason: StopReason::MaxTokens,
+            tokens: Vec::new(),
+            text: String::new(),
+        }
+    }
+
+    /// A request cancelled before it started.
+    pub(super) fn cancelled() -> GenerationStats {
+        GenerationStats { stop_reason: StopReason::Cancelled, ..GenerationStats::empty(0) }
+    }
+}
