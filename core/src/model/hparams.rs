@@ -22,7 +22,7 @@ impl<'a> Meta<'a> {
         k.for_arch(self.arch)
     }
 
-    fn bad(&self, k: Key, reason: impl Into<String>) -> Error {
+    pub fn bad(&self, k: Key, reason: impl Into<String>) -> Error {
         Error::InvalidHyperparameter { key: self.key(k), reason: reason.into() }
     }
 

@@ -1,44 +1,9 @@
-//! Buffers a forward pass reuses from token to token (no allocation per
-//! token once they have grown to the batch size), and a raw view for threads
-//! that write disjoint parts of one buffer.
+//! Helpers for the buffers a forward pass reuses: growing a buffer to a
+//! batch, quantising one input for several matrices, and a raw view for
+//! threads that write disjoint parts of one buffer.
 
 use crate::kernels::{ActFormat, QActs};
 use crate::quant::GgmlType;
-
-/// Growable f32 buffers, one per role in the forward pass.
-#[derive(Default)]
-pub struct Scratch {
-    /// Residual stream `[n_tokens][n_embd]`.
-    pub x: Vec<f32>,
-    /// Normalised input of the current block.
-    pub xn: Vec<f32>,
-    pub q: Vec<f32>,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-    /// Attention output before the output projection.
-    pub att: Vec<f32>,
-    /// Output of a block before it joins the residual.
-    pub out: Vec<f32>,
-    pub gate: Vec<f32>,
-    pub up: Vec<f32>,
-    pub router: Vec<f32>,
-    pub moe: Vec<f32>,
-    pub tmp: Vec<f32>,
-    /// Per-thread attention scores, `n_threads * query heads per item * capacity`.
-    pub scores: Vec<f32>,
-    /// Quantised activations, shared by the matrices that read the same input.
-    pub acts: QActs,
-    pub acts2: QActs,
-    /// The current block input quantised once per activation format.
-    pub shared: ActCache,
-    /// MoE routing of the current batch: experts and weights per token, tokens per expert.
-    pub chosen: Vec<u32>,
-    pub weights: Vec<f32>,
-    pub members: Vec<Vec<(usize, f32)>>,
-    pub rows: Vec<usize>,
-    /// 0, 1, 2, ...: row lists of contiguous segments.
-    pub iota: Vec<usize>,
-}
 
 /// One input quantised for every activation format a group of matrices
 /// needs (q, k and v read the same normalised input: quantise it once).

@@ -15,13 +15,12 @@
 //!
 //! and the output is RMSNorm(o) * SiLU(z) per head, projected back to n_embd.
 
-use super::attention::project;
-use super::scratch::{split, take, Scratch, SharedMut};
-use super::weights::{Loader, Matrix};
+use super::super::pass::{DeltaRule, Pass};
+use super::super::scratch::{split, take, ActCache, SharedMut};
+use super::super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{self, ops, MatJob};
-use crate::threads::ThreadPool;
+use crate::kernels::{ops, MatJob, QActs};
 
 /// Shape of a DeltaNet layer.
 #[derive(Clone, Copy, Debug)]
@@ -54,11 +53,12 @@ impl DeltaParams {
     }
 }
 
-/// Weights of one DeltaNet layer. Shapes (rows x cols): qkv `[conv_dim, n_embd]`,
+/// One DeltaNet layer: its shape and weights. Shapes (rows x cols): qkv `[conv_dim, n_embd]`,
 /// gate (z) `[value_dim, n_embd]`, beta/alpha `[n_v_heads, n_embd]`,
 /// conv `[d_conv][conv_dim]` (tap-major: transposed from the file's `[conv_dim][d_conv]` at load, so each
 /// tap is one contiguous row over the channels), dt_bias/a `[n_v_heads]`, norm `[d_v]`, out `[n_embd, value_dim]`.
-pub struct DeltaWeights {
+pub struct DeltaNet {
+    pub p: DeltaParams,
     pub qkv: Matrix,
     pub gate: Matrix,
     pub beta: Matrix,
@@ -70,10 +70,12 @@ pub struct DeltaWeights {
     pub out: Matrix,
 }
 
-impl DeltaWeights {
-    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: &DeltaParams) -> Result<DeltaWeights> {
+impl DeltaNet {
+    /// Layer `il`'s tensors.
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: DeltaParams) -> Result<DeltaNet> {
         let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
-        Ok(DeltaWeights {
+        Ok(DeltaNet {
+            p,
             qkv: ld.matrix(TensorKind::AttnQkv, il, cd, n_embd)?,
             gate: ld.matrix(TensorKind::AttnGate, il, vd, n_embd)?,
             beta: ld.matrix(TensorKind::SsmBeta, il, hv, n_embd)?,
@@ -120,82 +122,109 @@ impl DeltaState {
     }
 }
 
-/// Run the layer over `n` tokens whose normalised inputs are `s.xn`; the
-/// projected output lands in `s.out` and the state advances by `n` tokens.
-pub fn forward(
-    file: &[u8],
-    pool: &ThreadPool,
-    p: &DeltaParams,
-    w: &DeltaWeights,
-    st: &mut DeltaState,
-    n: usize,
-    n_embd: usize,
-    s: &mut Scratch,
-) {
-    let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
-    let xn = &s.xn[..n * n_embd];
+/// What a DeltaNet layer reuses from pass to pass.
+#[derive(Default)]
+pub struct DeltaScratch {
+    /// q|k|v before the conv, `[n][conv_dim]`, and after it.
+    qkv: Vec<f32>,
+    conv: Vec<f32>,
+    /// The output gate z `[n][value_dim]`; beta and the log decays `[2][n][n_v_heads]`.
+    z: Vec<f32>,
+    beta_g: Vec<f32>,
+    /// The heads' outputs `[n][value_dim]`.
+    o: Vec<f32>,
+    /// The backend's own scratch.
+    rule: Vec<f32>,
+    input: ActCache,
+    heads: QActs,
+}
 
-    // Input projections: q|k|v (pre-conv) into s.q, z into s.gate, beta and alpha into s.router.
-    s.shared.prepare(xn, n, n_embd, &[w.qkv.ty, w.gate.ty, w.beta.ty, w.alpha.ty]);
-    let qkv = take(&mut s.q, n * cd);
-    let z = take(&mut s.gate, n * vd);
-    let ba = take(&mut s.router, 2 * n * hv);
-    let (beta, alpha) = ba.split_at_mut(n * hv);
-    kernels::matmul_batch(
-        pool,
-        &mut [
-            MatJob { w: w.qkv.view(file), x: s.shared.get(w.qkv.ty), rows: None, out: qkv },
-            MatJob { w: w.gate.view(file), x: s.shared.get(w.gate.ty), rows: None, out: z },
-            MatJob { w: w.beta.view(file), x: s.shared.get(w.beta.ty), rows: None, out: beta },
-            MatJob { w: w.alpha.view(file), x: s.shared.get(w.alpha.ty), rows: None, out: alpha },
-        ],
-    );
-    // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
-    beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
-    for row in alpha.chunks_exact_mut(hv) {
-        for ((g, &bias), &a) in row.iter_mut().zip(&w.dt_bias).zip(&w.a) {
-            *g = softplus(*g + bias) * a;
-        }
-    }
+impl DeltaNet {
+    /// `out = DeltaNet(x)` for the pass's tokens (`[n][n_embd]` each); the
+    /// state advances by `n` tokens.
+    pub fn forward(&self, pass: &Pass, st: &mut DeltaState, s: &mut DeltaScratch, x: &[f32], out: &mut [f32]) {
+        let (p, n) = (&self.p, pass.n);
+        let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
+        let n_embd = x.len() / n;
 
-    // Causal depthwise conv (kernel d_conv) over [state window | new inputs], then SiLU.
-    let conv_out = take(&mut s.k, n * cd);
-    let hist = p.d_conv - 1;
-    for t in 0..n {
-        let out = &mut conv_out[t * cd..(t + 1) * cd];
-        for (j, taps) in w.conv.chunks_exact(cd).enumerate() {
-            // Input at time t + j - hist: from the state window when negative.
-            let i = t + j;
-            let x = if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
-            if j == 0 {
-                out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o = x * k);
-            } else {
-                out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o += x * k);
+        // Input projections: q|k|v (pre-conv), the output gate z, beta and alpha.
+        s.input.prepare(x, n, n_embd, &[self.qkv.ty, self.gate.ty, self.beta.ty, self.alpha.ty]);
+        let qkv = take(&mut s.qkv, n * cd);
+        let z = take(&mut s.z, n * vd);
+        let (beta, g) = take(&mut s.beta_g, 2 * n * hv).split_at_mut(n * hv);
+        let f = pass.file;
+        pass.matmul(&mut [
+            MatJob { w: self.qkv.view(f), x: s.input.get(self.qkv.ty), rows: None, out: qkv },
+            MatJob { w: self.gate.view(f), x: s.input.get(self.gate.ty), rows: None, out: z },
+            MatJob { w: self.beta.view(f), x: s.input.get(self.beta.ty), rows: None, out: beta },
+            MatJob { w: self.alpha.view(f), x: s.input.get(self.alpha.ty), rows: None, out: g },
+        ]);
+        // beta = sigmoid(.), g = softplus(alpha + dt_bias) * a (a < 0: a decay rate)
+        beta.iter_mut().for_each(|b| *b = ops::sigmoid(*b));
+        for row in g.chunks_exact_mut(hv) {
+            for ((g, &bias), &a) in row.iter_mut().zip(&self.dt_bias).zip(&self.a) {
+                *g = softplus(*g + bias) * a;
             }
         }
-        ops::silu(out);
-    }
-    // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
-    let keep = hist.saturating_sub(n);
-    st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
-    let fresh = hist - keep;
-    st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
 
-    // L2-normalise q and k of every key head.
-    let kd = p.key_dim();
-    for t in 0..n {
-        let row = &mut conv_out[t * cd..t * cd + 2 * kd];
-        row.chunks_exact_mut(p.d_k).for_each(|h| l2_norm(h, p.eps));
-    }
+        // Causal depthwise conv (kernel d_conv) over [state window | new inputs], then SiLU.
+        let conv_out = take(&mut s.conv, n * cd);
+        let hist = p.d_conv - 1;
+        for t in 0..n {
+            let out = &mut conv_out[t * cd..(t + 1) * cd];
+            for (j, taps) in self.conv.chunks_exact(cd).enumerate() {
+                // Input at time t + j - hist: from the state window when negative.
+                let i = t + j;
+                let x =
+                    if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
+                if j == 0 {
+                    out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o = x * k);
+                } else {
+                    out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o += x * k);
+                }
+            }
+            ops::silu(out);
+        }
+        // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
+        let keep = hist.saturating_sub(n);
+        st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
+        let fresh = hist - keep;
+        st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
 
-    // The delta rule, token by token; value heads are independent: split them over threads.
-    let o = take(&mut s.att, n * vd);
+        // L2-normalise q and k of every key head.
+        let kd = p.key_dim();
+        for t in 0..n {
+            let row = &mut conv_out[t * cd..t * cd + 2 * kd];
+            row.chunks_exact_mut(p.d_k).for_each(|h| l2_norm(h, p.eps));
+        }
+
+        // The delta rule, on the backend.
+        let o = take(&mut s.o, n * vd);
+        let rule = DeltaRule { p, qkv: conv_out, g, beta };
+        pass.backend.delta_rule(pass, &rule, &mut st.ssm, o, &mut s.rule);
+
+        // Gated RMSNorm per head: RMSNorm(o) * SiLU(z).
+        ops::silu(z);
+        for (oh, zh) in o.chunks_exact_mut(p.d_v).zip(z.chunks_exact(p.d_v)) {
+            ops::rms_norm_inplace(oh, Some(&self.norm), p.eps);
+            ops::mul(oh, zh);
+        }
+
+        // Output projection.
+        pass.project(&self.out, &mut s.heads, o, out);
+    }
+}
+
+/// [`crate::model::pass::Backend::delta_rule`] on the CPU: value heads are
+/// independent, so they are split over threads; each head runs token by
+/// token, or in chunks (see [`ChunkScratch`]) for long prompts.
+pub(crate) fn delta_rule_cpu(pass: &Pass, d: &DeltaRule<'_>, ssm: &mut [f32], o: &mut [f32], scratch: &mut Vec<f32>) {
+    let (p, conv_out, beta, g, n, pool) = (d.p, d.qkv, d.beta, d.g, pass.n, pass.pool);
+    let (cd, vd, hv, kd) = (p.conv_dim(), p.value_dim(), p.n_v_heads, p.key_dim());
     // Per-thread scratch: the scaled queries of every token, and u.
     let per_thread = n * p.d_k + p.d_v;
-    let tmp = take(&mut s.tmp, pool.n_threads() * per_thread);
-    let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(&mut st.ssm), SharedMut::new(tmp));
-    let conv_out = &*conv_out;
-    let (beta, g) = (&*beta, &*alpha);
+    let tmp = take(scratch, pool.n_threads() * per_thread);
+    let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(ssm), SharedMut::new(tmp));
     let q_scale = 1.0 / (p.d_k as f32).sqrt();
     pool.run(&|ith, nth| {
         let (h0, h1) = split(hv, ith, nth);
@@ -217,7 +246,8 @@ pub fn forward(
                     for t in 0..n {
                         let out = unsafe { o_out.slice(t * vd + h * p.d_v, p.d_v) };
                         let q = &qs[t * p.d_k..(t + 1) * p.d_k];
-                        delta_step(sh, q, k_of(t), v_of(t), g[t * hv + h].exp(), beta[t * hv + h], u, out);
+                        let step = Step { decay: g[t * hv + h].exp(), beta: beta[t * hv + h] };
+                        delta_step(sh, q, k_of(t), v_of(t), step, u, out);
                     }
                 }
                 Some(cs) => {
@@ -238,18 +268,6 @@ pub fn forward(
             }
         }
     });
-
-    // Gated RMSNorm per head: RMSNorm(o) * SiLU(z).
-    let z = &mut s.gate[..n * vd];
-    ops::silu(z);
-    for (oh, zh) in s.att[..n * vd].chunks_exact_mut(p.d_v).zip(z.chunks_exact(p.d_v)) {
-        ops::rms_norm_inplace(oh, Some(&w.norm), p.eps);
-        ops::mul(oh, zh);
-    }
-
-    // Output projection.
-    let out = take(&mut s.out, n * n_embd);
-    project(pool, file, &w.out, &mut s.acts2, &s.att[..n * vd], n, out);
 }
 
 /// Prompts at least this long use the chunked form of the delta rule.
@@ -441,18 +459,9 @@ impl ChunkScratch {
 ///
 /// which is `S <- exp(g) S; S <- S + k (v - S^T k)^T beta; o = S^T q`
 /// reordered. `u` is scratch of length d_v.
-#[allow(clippy::too_many_arguments)]
 #[inline]
-pub fn delta_step(
-    s: &mut [f32],
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    decay: f32,
-    beta: f32,
-    u: &mut [f32],
-    out: &mut [f32],
-) {
+pub fn delta_step(s: &mut [f32], q: &[f32], k: &[f32], v: &[f32], step: Step, u: &mut [f32], out: &mut [f32]) {
+    let Step { decay, beta } = step;
     ops::state_read(s, k, q, u, out);
     let qk = ops::dot_f32(q, k);
     for ((ui, &vi), oi) in u.iter_mut().zip(v).zip(out.iter_mut()) {
@@ -461,6 +470,13 @@ pub fn delta_step(
         *oi = decay * *oi + qk * d;
     }
     ops::state_update(s, decay, k, u);
+}
+
+/// One token's scalars of the delta rule: the state's decay `exp(g)` and the update strength.
+#[derive(Clone, Copy, Debug)]
+pub struct Step {
+    pub decay: f32,
+    pub beta: f32,
 }
 
 /// `log(1 + e^x)`, linear above 20 (as the reference does).
@@ -525,8 +541,7 @@ mod tests {
                     &q[t * dk..][..dk],
                     &k[t * dk..][..dk],
                     &v[t * dv..][..dv],
-                    g[t].exp(),
-                    beta[t],
+                    Step { decay: g[t].exp(), beta: beta[t] },
                     &mut u,
                     out,
                 );

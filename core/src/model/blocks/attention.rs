@@ -1,0 +1,262 @@
+//! Causal self-attention over the KV cache: grouped-query heads, RoPE,
+//! optional QK-norm, biases, an output gate, and sliding windows.
+
+use super::super::cache::{KvCache, KvType};
+use super::super::hparams::Meta;
+use super::super::pass::{Attend, Pass};
+use super::super::scratch::{split, take, ActCache, SharedMut};
+use super::super::weights::{Loader, Matrix};
+use crate::error::Result;
+use crate::gguf::{Key, TensorKind};
+use crate::kernels::{ops, MatJob, QActs};
+
+/// How positions rotate queries and keys.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    /// Dimensions rotated at the start of each head (partial rotary when < head_dim).
+    pub n_rot: usize,
+    pub base: f32,
+    /// 1 / linear scaling factor.
+    pub scale: f32,
+    /// NeoX pairs (i, i + n_rot/2) rather than adjacent pairs (2i, 2i+1).
+    pub neox: bool,
+}
+
+/// Shape and behaviour of one attention layer.
+#[derive(Clone, Debug)]
+pub struct AttnParams {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    pub rope: Rope,
+    /// Multiplies q·k before the softmax.
+    pub scale: f32,
+    /// Attend only to the last `window` positions (including the current one).
+    pub window: Option<usize>,
+    /// Epsilon of the per-head QK RMSNorm.
+    pub eps: f32,
+}
+
+impl AttnParams {
+    /// The attention keys of `m`: heads, head sizes, RoPE (with `rope_base`
+    /// when the file gives none; NeoX or adjacent pairs as the architecture
+    /// rotates), and the QK-norm epsilon.
+    pub fn read(m: &Meta, rope_base: f32, neox: bool, eps: f32) -> Result<AttnParams> {
+        let n_embd = m.nonzero(Key::EmbeddingLength)?;
+        let n_head = m.nonzero(Key::HeadCount)?;
+        let n_kv_head = m.usize_or(Key::HeadCountKv, n_head)?;
+        m.ensure(Key::HeadCountKv, n_kv_head > 0 && n_head % n_kv_head == 0, "must divide head_count")?;
+        let head_dim = m.usize_or(Key::KeyLength, n_embd / n_head)?;
+        let head_dim_v = m.usize_or(Key::ValueLength, head_dim)?;
+        let n_rot = m.usize_or(Key::RopeDimensionCount, head_dim)?;
+        m.ensure(Key::RopeDimensionCount, n_rot <= head_dim && n_rot % 2 == 0, "must be even and <= head dim")?;
+        Ok(AttnParams {
+            n_head,
+            n_kv_head,
+            head_dim,
+            head_dim_v,
+            rope: Rope { n_rot, base: m.f32_or(Key::RopeFreqBase, rope_base)?, scale: m.rope_freq_scale()?, neox },
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            window: None,
+            eps,
+        })
+    }
+
+    /// The KV cache of one such layer for `n_ctx` positions.
+    pub fn new_cache(&self, kv: KvType, n_ctx: usize) -> Result<KvCache> {
+        KvCache::new(kv, self.n_kv_head, self.head_dim, self.head_dim_v, n_ctx)
+    }
+}
+
+/// One attention layer: its shape and its weights. Shapes: q `[n_head*hd
+/// (x2 if gated), n_embd]`, k/v `[n_kv_head*hd, n_embd]`, o `[n_embd,
+/// n_head*hd_v]`, q/k norm `[hd]`.
+pub struct Attention {
+    pub p: AttnParams,
+    pub q: Matrix,
+    pub k: Matrix,
+    pub v: Matrix,
+    pub o: Matrix,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub q_bias: Option<Vec<f32>>,
+    pub k_bias: Option<Vec<f32>>,
+    pub v_bias: Option<Vec<f32>>,
+    /// q carries a per-head output gate after each head's query
+    /// (`[q_h | gate_h]` per head): the output is `att * sigmoid(gate)`.
+    pub gated: bool,
+}
+
+/// What attention reuses from pass to pass.
+#[derive(Default)]
+pub struct AttnScratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Heads' outputs before the output projection.
+    att: Vec<f32>,
+    /// Per-thread scores and gathered queries (see [`attend_cpu`]).
+    scores: Vec<f32>,
+    /// The input quantised once for q, k and v; the heads' outputs for o.
+    input: ActCache,
+    heads: QActs,
+}
+
+impl Attention {
+    /// Load the standard tensors of layer `il`.
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: AttnParams, gated: bool) -> Result<Attention> {
+        let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
+        let kv_k = p.n_kv_head * p.head_dim;
+        let kv_v = p.n_kv_head * p.head_dim_v;
+        Ok(Attention {
+            q: ld.matrix(TensorKind::AttnQ, il, q_rows, n_embd)?,
+            k: ld.matrix(TensorKind::AttnK, il, kv_k, n_embd)?,
+            v: ld.matrix(TensorKind::AttnV, il, kv_v, n_embd)?,
+            o: ld.matrix(TensorKind::AttnOut, il, n_embd, p.n_head * p.head_dim_v)?,
+            q_norm: ld.vector_opt(TensorKind::AttnQNorm, il, p.head_dim)?,
+            k_norm: ld.vector_opt(TensorKind::AttnKNorm, il, p.head_dim)?,
+            q_bias: ld.bias_opt(TensorKind::AttnQ, il, q_rows)?,
+            k_bias: ld.bias_opt(TensorKind::AttnK, il, kv_k)?,
+            v_bias: ld.bias_opt(TensorKind::AttnV, il, kv_v)?,
+            gated,
+            p,
+        })
+    }
+
+    /// `out = Attention(x)` for the pass's tokens (`x`, `out`: `[n][n_embd]`);
+    /// their keys and values join `cache` at positions `pos0..pos0 + n`.
+    pub fn forward(&self, pass: &Pass, cache: &mut KvCache, s: &mut AttnScratch, x: &[f32], out: &mut [f32]) {
+        let (p, n, pos0) = (&self.p, pass.n, pass.pos0);
+        let (hd, hdv) = (p.head_dim, p.head_dim_v);
+        let q_rows = self.q.rows;
+        let (kv_k, kv_v) = (p.n_kv_head * hd, p.n_kv_head * hdv);
+        let n_embd = x.len() / n;
+
+        // Projections: q (and its gate), k, v = W · x.
+        let q = take(&mut s.q, n * q_rows);
+        let k = take(&mut s.k, n * kv_k);
+        let v = take(&mut s.v, n * kv_v);
+        s.input.prepare(x, n, n_embd, &[self.q.ty, self.k.ty, self.v.ty]);
+        pass.matmul(&mut [
+            MatJob { w: self.q.view(pass.file), x: s.input.get(self.q.ty), rows: None, out: q },
+            MatJob { w: self.k.view(pass.file), x: s.input.get(self.k.ty), rows: None, out: k },
+            MatJob { w: self.v.view(pass.file), x: s.input.get(self.v.ty), rows: None, out: v },
+        ]);
+        for (bias, out, width) in
+            [(&self.q_bias, &mut *q, q_rows), (&self.k_bias, &mut *k, kv_k), (&self.v_bias, &mut *v, kv_v)]
+        {
+            if let Some(b) = bias {
+                out.chunks_exact_mut(width).for_each(|row| ops::add(row, b));
+            }
+        }
+
+        // Per head: QK-norm, then RoPE at the token's position; keys and values go to the cache.
+        let q_stride = if self.gated { 2 * hd } else { hd };
+        for t in 0..n {
+            let pos = pos0 + t;
+            let qt = &mut q[t * q_rows..(t + 1) * q_rows];
+            let kt = &mut k[t * kv_k..(t + 1) * kv_k];
+            ops::with_rope_angles(p.rope.n_rot, pos, p.rope.base, p.rope.scale, |cs| {
+                for h in 0..p.n_head {
+                    let qh = &mut qt[h * q_stride..][..hd];
+                    if let Some(nw) = &self.q_norm {
+                        ops::rms_norm_inplace(qh, Some(nw), p.eps);
+                    }
+                    ops::rope_apply(qh, hd, cs, p.rope.neox);
+                }
+                if let Some(nw) = &self.k_norm {
+                    kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
+                }
+                ops::rope_apply(kt, hd, cs, p.rope.neox);
+            });
+            for h in 0..p.n_kv_head {
+                cache.store(h, pos, &kt[h * hd..(h + 1) * hd], &v[t * kv_v + h * hdv..][..hdv]);
+            }
+        }
+
+        // softmax(scale · q·K) · V on the backend, then the output projection.
+        let att = take(&mut s.att, n * p.n_head * hdv);
+        let a = Attend { p, cache, q, q_rows, gated: self.gated };
+        pass.backend.attend(pass, &a, att, &mut s.scores);
+        pass.project(&self.o, &mut s.heads, att, out);
+    }
+}
+
+/// [`crate::model::pass::Backend::attend`] on the CPU. The query heads that
+/// share a KV head run together: the score and mix kernels read each key and
+/// value row once for all of them; work items are (token, KV head, slice of
+/// its query heads), split over threads. Each thread's stripe of `scratch`
+/// holds the item's scores and its queries, gathered into consecutive rows
+/// and rounded to the cache's precision.
+pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<f32>) {
+    let (p, cache, q, q_rows, pool) = (a.p, a.cache, a.q, a.q_rows, pass.pool);
+    let (n, pos0) = (pass.n, pass.pos0);
+    let (hd, hdv) = (p.head_dim, p.head_dim_v);
+    let q_stride = if a.gated { 2 * hd } else { hd };
+    let cap = cache.capacity;
+    let group = p.n_head / p.n_kv_head;
+    let per_item = heads_per_item(group, n * p.n_kv_head, pool.n_threads());
+    let stripe = per_item * (cap + hd);
+    let scratch = take(scratch, pool.n_threads() * stripe);
+    let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
+    let slices = group / per_item;
+    pool.run(&|ith, nth| {
+        let (lo_item, hi_item) = split(n * p.n_kv_head * slices, ith, nth);
+        // SAFETY: each thread owns its stripe of the scratch.
+        let (sc_all, qs) = unsafe { scratch.slice(ith * stripe, stripe) }.split_at_mut(per_item * cap);
+        for item in lo_item..hi_item {
+            let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
+            let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
+            let pos = pos0 + t;
+            let lo = p.window.map_or(0, |wnd| (pos + 1).saturating_sub(wnd));
+            let len = pos + 1 - lo;
+            for (g, qg) in qs.chunks_exact_mut(hd).enumerate() {
+                cache.round_query(&q[t * q_rows + (h0 + g) * q_stride..][..hd], qg);
+            }
+            let sc = &mut sc_all[..per_item * len];
+            cache.k_scores(kvh, lo, qs, per_item, sc);
+            for row in sc.chunks_exact_mut(len) {
+                ops::scale(row, p.scale);
+                ops::softmax(row);
+            }
+            // SAFETY: the item owns heads h0..h0 + per_item of token t.
+            let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, per_item * hdv) };
+            cache.v_mix(kvh, lo, sc, per_item, out);
+            if a.gated {
+                for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
+                    let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
+                    for (o, &gv) in o.iter_mut().zip(gate) {
+                        *o *= ops::sigmoid(gv);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Query heads per work item: the whole group sharing a KV head when there
+/// are enough (token, KV head) items to keep every thread busy, else the
+/// largest divisor of the group that makes enough items.
+fn heads_per_item(group: usize, kv_items: usize, threads: usize) -> usize {
+    (1..=group).rev().find(|&k| group.is_multiple_of(k) && kv_items * (group / k) >= threads).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::heads_per_item;
+
+    #[test]
+    fn query_heads_split_only_as_far_as_the_threads_need() {
+        // Qwen3.5 decode: 2 KV heads of 8 query heads, 2 threads: whole groups.
+        assert_eq!(heads_per_item(8, 2, 2), 8);
+        // 6 threads: quarters of each group (8 items).
+        assert_eq!(heads_per_item(8, 2, 6), 2);
+        // Gemma 3 270M decode: one KV head of 4, 2 threads: halves.
+        assert_eq!(heads_per_item(4, 1, 2), 2);
+        // More threads than heads: one head per item; prefill: whole groups.
+        assert_eq!(heads_per_item(4, 1, 8), 1);
+        assert_eq!(heads_per_item(4, 128, 8), 4);
+        assert_eq!(heads_per_item(1, 1, 2), 1);
+    }
+}

@@ -1,0 +1,421 @@
+//! The Mixture-of-Experts block: a router picks `n_used` of `n_expert`
+//! experts per token, the tokens are grouped by expert so each routed expert
+//! runs once over all its tokens (unrouted experts are never touched), and
+//! the experts' outputs are summed with the router's weights; a shared expert
+//! may run beside them for every token.
+//!
+//! [`Moe::forward`] is four steps in order: [`Moe::route`],
+//! [`Groups::build`], [`Moe::run_experts`] and [`Moe::combine`].
+
+use super::super::hparams::Meta;
+use super::super::pass::Pass;
+use super::super::scratch::{take, ActCache};
+use super::super::weights::{Experts, Loader, Matrix};
+use super::ffn::{Act, Dense};
+use crate::error::{Error, Result};
+use crate::gguf::{Key, TensorKind};
+use crate::kernels::{ops, MatJob, QActs};
+
+/// How router logits become expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+    /// sqrt(softplus(x)).
+    SqrtSoftplus,
+}
+
+impl Gating {
+    /// `{arch}.expert_gating_func` (1 softmax, 2 sigmoid, 4 sqrt-softplus), or
+    /// `default` when the file does not say.
+    pub fn from_meta(m: &Meta, default: Gating) -> Result<Gating> {
+        match m.usize_or(Key::ExpertGatingFunc, 0)? {
+            0 => Ok(default),
+            1 => Ok(Gating::Softmax),
+            2 => Ok(Gating::Sigmoid),
+            4 => Ok(Gating::SqrtSoftplus),
+            other => Err(Error::InvalidHyperparameter {
+                key: m.key(Key::ExpertGatingFunc),
+                reason: format!("unknown gating function {other}"),
+            }),
+        }
+    }
+
+    /// Router logits to probabilities, in place.
+    fn apply(self, p: &mut [f32]) {
+        match self {
+            Gating::Softmax => ops::softmax(p),
+            Gating::Sigmoid => p.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
+            Gating::SqrtSoftplus => p.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
+        }
+    }
+}
+
+/// How a MoE layer routes, from the file's metadata.
+#[derive(Clone, Copy, Debug)]
+pub struct MoeParams {
+    pub n_expert: usize,
+    /// Experts per token.
+    pub n_used: usize,
+    /// Rows of one expert's gate and up (its hidden size).
+    pub n_ff: usize,
+    pub gating: Gating,
+    /// Renormalise the selected experts' weights to sum to 1.
+    pub norm_weights: bool,
+    /// Multiply the weights by this (1 = off).
+    pub weights_scale: f32,
+}
+
+impl MoeParams {
+    /// The routing keys of `m` (expert counts given by the caller, who knows
+    /// which keys its architecture uses for them).
+    pub fn read(m: &Meta, n_expert: usize, n_used: usize, n_ff: usize) -> Result<MoeParams> {
+        if n_used == 0 || n_used > n_expert {
+            return Err(Error::InvalidHyperparameter {
+                key: m.key(Key::ExpertUsedCount),
+                reason: format!("{n_used} of {n_expert} experts"),
+            });
+        }
+        Ok(MoeParams {
+            n_expert,
+            n_used,
+            n_ff,
+            gating: Gating::from_meta(m, Gating::Softmax)?,
+            norm_weights: m.bool_or(Key::ExpertWeightsNorm, true)?,
+            weights_scale: m.f32_or(Key::ExpertWeightsScale, 1.0)?,
+        })
+    }
+}
+
+/// A shared expert that every token passes through, optionally scaled by
+/// sigmoid(gate_inp · x).
+pub struct SharedExpert {
+    pub ffn: Dense,
+    /// `[n_embd]`.
+    pub gate_inp: Option<Vec<f32>>,
+}
+
+/// A Mixture-of-Experts FFN. Router `[n_expert, n_embd]`; experts stacked
+/// `[n_expert][n_ff, n_embd]` (gate, up) and `[n_expert][n_embd, n_ff]` (down).
+pub struct Moe {
+    pub p: MoeParams,
+    pub router: Matrix,
+    pub gate: Experts,
+    pub up: Experts,
+    pub down: Experts,
+    pub shared: Option<SharedExpert>,
+}
+
+/// What one forward pass of the MoE block routed where (for tests and stats).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Routing {
+    /// `[n_tokens][n_used]` expert ids.
+    pub experts: Vec<u32>,
+}
+
+/// What the MoE block reuses from pass to pass.
+#[derive(Default)]
+pub struct MoeScratch {
+    /// The input quantised once for the router, the experts and the shared expert.
+    input: ActCache,
+    /// Router probabilities `[n][n_expert]`.
+    probs: Vec<f32>,
+    /// Chosen experts and their weights, `[n][n_used]`.
+    chosen: Vec<u32>,
+    weights: Vec<f32>,
+    groups: Groups,
+    /// Gate and up outputs: the routed rows, then the shared expert's `[n]` rows.
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// The down projections' inputs quantised: routed rows, shared rows.
+    hidden: QActs,
+    shared_hidden: QActs,
+    /// Down outputs of the routed rows, and their weighted sum per token.
+    down: Vec<f32>,
+    sum: Vec<f32>,
+}
+
+/// The routed tokens grouped by expert: expert `active[i]`'s tokens take
+/// rows `seg[i]..seg[i + 1]` of the stacked expert inputs and outputs.
+#[derive(Default)]
+pub struct Groups {
+    /// Per expert, its `(token, weight)` pairs in token order.
+    members: Vec<Vec<(usize, f32)>>,
+    /// Experts with at least one token, ascending.
+    active: Vec<usize>,
+    seg: Vec<usize>,
+    /// The token of each row.
+    rows: Vec<usize>,
+    /// 0, 1, 2, ...: row lists of contiguous segments.
+    iota: Vec<usize>,
+}
+
+impl Groups {
+    /// Group `n` tokens' choices (`chosen`/`weights`: `[n][k]`) by expert.
+    pub fn build(&mut self, chosen: &[u32], weights: &[f32], n: usize, n_expert: usize) {
+        let k = chosen.len() / n;
+        self.members.resize_with(n_expert, Vec::new);
+        self.members.iter_mut().for_each(Vec::clear);
+        for t in 0..n {
+            for j in 0..k {
+                self.members[chosen[t * k + j] as usize].push((t, weights[t * k + j]));
+            }
+        }
+        self.active.clear();
+        self.active.extend((0..n_expert).filter(|&e| !self.members[e].is_empty()));
+        self.seg.clear();
+        self.seg.push(0);
+        self.rows.clear();
+        for &e in &self.active {
+            self.rows.extend(self.members[e].iter().map(|&(t, _)| t));
+            self.seg.push(self.rows.len());
+        }
+        if self.iota.len() < self.rows.len().max(n) {
+            self.iota = (0..self.rows.len().max(n)).collect();
+        }
+    }
+
+    /// Rows in all (tokens times experts per token).
+    fn total(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// `(expert, rows of its segment, first row)` of each active expert.
+    fn segments(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+        self.active.iter().enumerate().map(|(i, &e)| (e, self.seg[i]..self.seg[i + 1]))
+    }
+}
+
+impl Moe {
+    /// Layer `il`'s router and stacked experts.
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, p: MoeParams) -> Result<Moe> {
+        Ok(Moe {
+            router: ld.matrix(TensorKind::FfnGateInp, il, p.n_expert, n_embd)?,
+            gate: ld.experts(TensorKind::FfnGateExps, il, p.n_expert, p.n_ff, n_embd)?,
+            up: ld.experts(TensorKind::FfnUpExps, il, p.n_expert, p.n_ff, n_embd)?,
+            down: ld.experts(TensorKind::FfnDownExps, il, p.n_expert, n_embd, p.n_ff)?,
+            p,
+            shared: None,
+        })
+    }
+
+    /// Add layer `il`'s shared expert (`*_shexp`, hidden size `n_ff`) and its
+    /// optional input gate, when the file has them.
+    pub fn with_shared_expert(mut self, ld: &Loader, il: usize, n_embd: usize, n_ff: usize) -> Result<Moe> {
+        if !ld.has(TensorKind::FfnUpShexp, il) {
+            return Ok(self);
+        }
+        let gate_name = TensorKind::FfnGateInpShexp.weight(il);
+        // Stored as [n_embd] or [n_embd, 1].
+        let gate_inp = match ld.file.tensor(&gate_name).map(|t| t.n_dims) {
+            Some(1) => Some(ld.vector_shaped(&gate_name, &[n_embd as u64])?),
+            Some(_) => Some(ld.vector_shaped(&gate_name, &[n_embd as u64, 1])?),
+            None => None,
+        };
+        let kinds = [TensorKind::FfnGateShexp, TensorKind::FfnUpShexp, TensorKind::FfnDownShexp];
+        let ffn = Dense::load_kinds(ld, il, kinds, n_embd, n_ff, Act::Silu)?;
+        self.shared = Some(SharedExpert { ffn, gate_inp });
+        Ok(self)
+    }
+
+    /// `out = MoE(x)` for the pass's tokens; appends the routing to `trace` when given.
+    pub fn forward(
+        &self,
+        pass: &Pass,
+        s: &mut MoeScratch,
+        x: &[f32],
+        out: &mut [f32],
+        trace: Option<&mut Vec<Routing>>,
+    ) {
+        let n = pass.n;
+        // One quantisation of the input for the router, the experts and the shared expert.
+        let (shared_gate, shared_up) =
+            self.shared.as_ref().map_or((self.gate.all.ty, self.up.all.ty), |sh| (sh.ffn.gate.ty, sh.ffn.up.ty));
+        let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up];
+        s.input.prepare(x, n, self.router.cols, &tys);
+
+        self.route(pass, s);
+        if let Some(tr) = trace {
+            tr.push(Routing { experts: s.chosen.clone() });
+        }
+        s.groups.build(&s.chosen, &s.weights, n, self.p.n_expert);
+        self.run_experts(pass, s, out);
+        self.combine(s, x, out);
+    }
+
+    /// Router: logits -> probabilities -> top-k -> weights, into `s.chosen`
+    /// and `s.weights`.
+    pub fn route(&self, pass: &Pass, s: &mut MoeScratch) {
+        let (n, n_expert, k) = (pass.n, self.p.n_expert, self.p.n_used);
+        let probs = take(&mut s.probs, n * n_expert);
+        pass.matmul(&mut [MatJob {
+            w: self.router.view(pass.file),
+            x: s.input.get(self.router.ty),
+            rows: None,
+            out: probs,
+        }]);
+        s.chosen.resize(n * k, 0);
+        s.weights.resize(n * k, 0.0);
+        for t in 0..n {
+            let p = &mut probs[t * n_expert..(t + 1) * n_expert];
+            self.p.gating.apply(p);
+            let chosen = &mut s.chosen[t * k..(t + 1) * k];
+            top_k(p, chosen);
+            let w = &mut s.weights[t * k..(t + 1) * k];
+            for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
+                *wi = p[e as usize];
+            }
+            if self.p.norm_weights {
+                let sum: f32 = w.iter().sum::<f32>().max(6.103_515_6e-5);
+                w.iter_mut().for_each(|x| *x /= sum);
+            }
+            if self.p.weights_scale != 1.0 && self.p.weights_scale != 0.0 {
+                w.iter_mut().for_each(|x| *x *= self.p.weights_scale);
+            }
+        }
+    }
+
+    /// Every routed expert over its group of tokens, and the shared expert
+    /// over all of them: gate and up of all in one batch of products, the
+    /// activation, then every down projection in a second batch. The routed
+    /// rows' outputs land in `s.down`, the shared expert's in `shared_out`.
+    pub fn run_experts(&self, pass: &Pass, s: &mut MoeScratch, shared_out: &mut [f32]) {
+        let (n, n_ff, n_embd) = (pass.n, self.p.n_ff, self.router.cols);
+        let g = &s.groups;
+        let total = g.total();
+        let n_ffs = self.shared.as_ref().map_or(0, |sh| sh.ffn.gate.rows);
+
+        // gate and up of every routed expert (and of the shared expert) in one pass.
+        let g_all = take(&mut s.gate, total * n_ff + n * n_ffs);
+        let u_all = take(&mut s.up, total * n_ff + n * n_ffs);
+        {
+            let (g_routed, g_shared) = g_all.split_at_mut(total * n_ff);
+            let (u_routed, u_shared) = u_all.split_at_mut(total * n_ff);
+            let mut jobs = Vec::with_capacity(2 * g.active.len() + 2);
+            let (mut g_rest, mut u_rest) = (g_routed, u_routed);
+            for (e, seg) in g.segments() {
+                let m = seg.len();
+                let (gout, gr) = std::mem::take(&mut g_rest).split_at_mut(m * n_ff);
+                let (uout, ur) = std::mem::take(&mut u_rest).split_at_mut(m * n_ff);
+                (g_rest, u_rest) = (gr, ur);
+                let rows = Some(&g.rows[seg]);
+                jobs.push(MatJob {
+                    w: self.gate.slab(pass.file, e),
+                    x: s.input.get(self.gate.all.ty),
+                    rows,
+                    out: gout,
+                });
+                jobs.push(MatJob { w: self.up.slab(pass.file, e), x: s.input.get(self.up.all.ty), rows, out: uout });
+            }
+            if let Some(sh) = &self.shared {
+                let (gw, uw) = (&sh.ffn.gate, &sh.ffn.up);
+                jobs.push(MatJob { w: gw.view(pass.file), x: s.input.get(gw.ty), rows: None, out: g_shared });
+                jobs.push(MatJob { w: uw.view(pass.file), x: s.input.get(uw.ty), rows: None, out: u_shared });
+            }
+            pass.matmul(&mut jobs);
+        }
+        Act::Silu.apply(g_all, u_all);
+
+        // down: one quantisation of all expert inputs, then every expert in one pass.
+        let d_all = take(&mut s.down, total * n_embd);
+        s.hidden.quantize(self.down.all.ty, &g_all[..total * n_ff], total, n_ff);
+        if let Some(sh) = &self.shared {
+            s.shared_hidden.quantize(sh.ffn.down.ty, &g_all[total * n_ff..total * n_ff + n * n_ffs], n, n_ffs);
+        }
+        let mut jobs = Vec::with_capacity(g.active.len() + 1);
+        let mut d_rest = &mut d_all[..];
+        for (e, seg) in g.segments() {
+            let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(seg.len() * n_embd);
+            d_rest = dr;
+            jobs.push(MatJob { w: self.down.slab(pass.file, e), x: &s.hidden, rows: Some(&g.iota[seg]), out: d });
+        }
+        if let Some(sh) = &self.shared {
+            jobs.push(MatJob { w: sh.ffn.down.view(pass.file), x: &s.shared_hidden, rows: None, out: shared_out });
+        }
+        pass.matmul(&mut jobs);
+    }
+
+    /// `out = Σ weight · expert output` per token, plus the shared expert's
+    /// output (in `out` on entry) scaled by its gate `sigmoid(gate_inp · x)`.
+    pub fn combine(&self, s: &mut MoeScratch, x: &[f32], out: &mut [f32]) {
+        let n_embd = self.router.cols;
+        let sum = take(&mut s.sum, out.len());
+        sum.fill(0.0);
+        for (e, seg) in s.groups.segments() {
+            for (row, &(t, wgt)) in seg.zip(&s.groups.members[e]) {
+                ops::axpy_f32(&mut sum[t * n_embd..(t + 1) * n_embd], wgt, &s.down[row * n_embd..(row + 1) * n_embd]);
+            }
+        }
+        let Some(sh) = &self.shared else {
+            out.copy_from_slice(sum);
+            return;
+        };
+        if let Some(gi) = &sh.gate_inp {
+            for (o, xt) in out.chunks_exact_mut(n_embd).zip(x.chunks_exact(n_embd)) {
+                ops::scale(o, ops::sigmoid(ops::dot_f32(xt, gi)));
+            }
+        }
+        ops::add(out, sum);
+    }
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// Indices of the `out.len()` largest values, largest first (ties: lower index first).
+pub fn top_k(values: &[f32], out: &mut [u32]) {
+    let k = out.len();
+    let mut filled = 0usize;
+    for (i, &v) in values.iter().enumerate() {
+        // Insertion into a small sorted list: k is 2..8.
+        let mut pos = filled;
+        while pos > 0 && values[out[pos - 1] as usize] < v {
+            pos -= 1;
+        }
+        if pos < k {
+            let end = filled.min(k - 1);
+            out.copy_within(pos..end, pos + 1);
+            out[pos] = i as u32;
+            filled = (filled + 1).min(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{top_k, Groups};
+
+    #[test]
+    fn top_k_picks_largest_in_order() {
+        let v = [0.1, 0.5, 0.3, 0.9, 0.5, -1.0];
+        let mut out = [0u32; 3];
+        top_k(&v, &mut out);
+        assert_eq!(out, [3, 1, 4]);
+        let mut one = [0u32; 1];
+        top_k(&v, &mut one);
+        assert_eq!(one, [3]);
+        let mut all = [0u32; 6];
+        top_k(&v, &mut all);
+        assert_eq!(all, [3, 1, 4, 2, 0, 5]);
+    }
+
+    #[test]
+    fn groups_list_each_expert_s_tokens_in_order() {
+        // 3 tokens, 2 experts each, of 4.
+        let chosen = [2, 0, 2, 3, 0, 2];
+        let weights = [0.6, 0.4, 0.7, 0.3, 0.5, 0.5];
+        let mut g = Groups::default();
+        g.build(&chosen, &weights, 3, 4);
+        assert_eq!(g.active, [0, 2, 3]);
+        assert_eq!(g.seg, [0, 2, 5, 6]);
+        assert_eq!(g.rows, [0, 2, 0, 1, 2, 1]);
+        assert_eq!(g.members[2], [(0, 0.6), (1, 0.7), (2, 0.5)]);
+        let segs: Vec<_> = g.segments().collect();
+        assert_eq!(segs, [(0, 0..2), (2, 2..5), (3, 5..6)]);
+    }
+}

@@ -1,0 +1,149 @@
+//! What an architecture implements ([`Network`]), and the loaded model that
+//! runs one: the mapped file, the network, its tokenizer and chat template.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::blocks::moe::Routing;
+use super::cache::{KvType, Logits};
+use super::pass::{Cpu, Pass};
+use super::scratch::take;
+use super::state::{LayerState, Scratch, State};
+use super::trunk::Trunk;
+use super::weights::Experts;
+use crate::chat::ChatTemplate;
+use crate::error::{Error, Result};
+use crate::gguf::{Arch, GgufFile, Summary};
+use crate::threads::ThreadPool;
+use crate::tokenizer::Tokenizer;
+
+/// An architecture: its trunk (embedding and head), its per-layer state,
+/// and its layer recipe.
+pub trait Network: Send + Sync {
+    fn arch(&self) -> Arch;
+
+    fn trunk(&self) -> &Trunk;
+
+    /// Layers run per token.
+    fn n_layer(&self) -> usize;
+
+    /// Per-layer state for `n_ctx` positions.
+    fn new_layers(&self, n_ctx: usize, kv: KvType) -> Result<Vec<LayerState>>;
+
+    /// Run every layer over the residual stream `s.x` (`[n][n_embd]`: the
+    /// embedded tokens on entry, the last layer's output on exit), appending
+    /// the tokens to the layers' state and, when asked, the MoE routing to `trace`.
+    fn layers(
+        &self,
+        pass: &Pass,
+        states: &mut [LayerState],
+        s: &mut Scratch,
+        trace: Option<&mut Vec<Routing>>,
+    ) -> Result<()>;
+
+    /// The routed-expert tensors, with their layer.
+    fn experts(&self) -> Vec<(usize, &Experts)> {
+        Vec::new()
+    }
+}
+
+/// The error for a state made by another model (its layers do not match).
+pub(super) fn foreign_state() -> Error {
+    Error::InvalidArgument("state does not belong to this model".into())
+}
+
+/// A loaded model: the mapped file, its network, tokenizer and chat template.
+/// Immutable, shared by any number of sequences.
+pub struct Model {
+    file: Arc<GgufFile>,
+    net: Box<dyn Network>,
+    summary: Summary,
+    tokenizer: Tokenizer,
+    /// The file's template (the architecture's turn format when it has
+    /// none), or why it does not compile.
+    template: std::result::Result<ChatTemplate, String>,
+}
+
+impl Model {
+    /// Map and validate a GGUF file and build its network (no weights are copied).
+    pub fn load(path: impl AsRef<Path>) -> Result<Model> {
+        Self::from_gguf(GgufFile::open(path)?)
+    }
+
+    pub fn from_gguf(file: GgufFile) -> Result<Model> {
+        let summary = Summary::of(&file)?;
+        let net = super::network_for(&file)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
+        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template; an error when the file's template does not compile.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.template.as_ref().map_err(|e| Error::Template { reason: e.clone() })
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    pub fn arch(&self) -> Arch {
+        self.net.arch()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.net.trunk().n_vocab
+    }
+
+    /// For each routed-expert tensor: its layer and the file byte range of
+    /// each expert's slab.
+    pub fn expert_slabs(&self) -> Vec<(usize, Vec<std::ops::Range<usize>>)> {
+        self.net.experts().into_iter().map(|(il, x)| (il, (0..x.n_expert).map(|e| x.slab_range(e)).collect())).collect()
+    }
+
+    /// A fresh state holding up to `n_ctx` positions.
+    pub fn new_state(&self, n_ctx: usize, kv: KvType) -> Result<State> {
+        if n_ctx == 0 {
+            return Err(Error::InvalidArgument("context length must be positive".into()));
+        }
+        Ok(State::new(self.net.new_layers(n_ctx, kv)?, n_ctx))
+    }
+
+    /// Evaluate `tokens` after the state's current contents: embed them, run
+    /// the layers, and leave the logits `want` asks for in the state.
+    pub fn forward(&self, pool: &ThreadPool, state: &mut State, tokens: &[u32], want: Logits) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        if state.n_past + tokens.len() > state.n_ctx {
+            return Err(Error::ContextFull { n_ctx: state.n_ctx });
+        }
+        let n_vocab = self.n_vocab();
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+        }
+        if state.layers.len() != self.net.n_layer() {
+            return Err(foreign_state());
+        }
+        state.clock += 1;
+        let (start, end) = (state.n_past, state.n_past + tokens.len());
+        state.stamps[start..end].fill(state.clock);
+
+        let pass = Pass { file: self.file.source().bytes(), pool, backend: &Cpu, pos0: start, n: tokens.len() };
+        let trunk = self.net.trunk();
+        let s = &mut state.scratch;
+        trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));
+        self.net.layers(&pass, &mut state.layers, s, state.trace.as_mut())?;
+        state.logit_rows = trunk.logits(&pass, s, want, &mut state.logits);
+        state.n_past = end;
+        Ok(())
+    }
+}

@@ -1,0 +1,109 @@
+//! One forward pass's context, and the seam to the device that computes it.
+//!
+//! Every block is called the same way: `block.forward(&pass, state, scratch,
+//! input, output)`, where `pass` says what is being evaluated (the mapped
+//! file, the worker pool, the backend, the positions) and the block's own
+//! weights are `self`. Blocks do their cheap per-row arithmetic (norms, RoPE,
+//! activations) in place and hand every heavy operation — matrix products,
+//! attention over the KV cache, the delta rule — to the [`Backend`].
+
+use super::blocks::attention::AttnParams;
+use super::blocks::deltanet::DeltaParams;
+use super::cache::KvCache;
+use super::weights::Matrix;
+use crate::kernels::{self, MatJob, QActs};
+use crate::threads::ThreadPool;
+
+/// What one forward pass evaluates, and with what.
+pub struct Pass<'a> {
+    /// The mapped model file: weights are views into it.
+    pub file: &'a [u8],
+    pub pool: &'a ThreadPool,
+    pub backend: &'a dyn Backend,
+    /// Position of the first token of the pass.
+    pub pos0: usize,
+    /// Tokens in the pass.
+    pub n: usize,
+}
+
+impl Pass<'_> {
+    /// `job.out = job.w · job.x` for every job, on the backend.
+    pub fn matmul(&self, jobs: &mut [MatJob<'_>]) {
+        self.backend.matmul(self.pool, jobs)
+    }
+
+    /// `out = w · x` for the rows of `x` (`[rows][w.cols]`), quantised into `acts` first.
+    pub fn project(&self, w: &Matrix, acts: &mut QActs, x: &[f32], out: &mut [f32]) {
+        acts.quantize(w.ty, x, x.len() / w.cols, w.cols);
+        self.matmul(&mut [MatJob { w: w.view(self.file), x: acts, rows: None, out }]);
+    }
+}
+
+/// Causal attention of a pass's queries over a KV cache whose keys and
+/// values for positions `..pos0 + n` are stored.
+pub struct Attend<'a> {
+    pub p: &'a AttnParams,
+    pub cache: &'a KvCache,
+    /// `[n][q_rows]`: per head its query of `head_dim` (followed by its
+    /// output gate of `head_dim` when `gated`).
+    pub q: &'a [f32],
+    pub q_rows: usize,
+    /// Multiply each head's output by sigmoid of its gate.
+    pub gated: bool,
+}
+
+/// The gated delta rule of one DeltaNet layer over a pass's tokens.
+pub struct DeltaRule<'a> {
+    pub p: &'a DeltaParams,
+    /// `[n][conv_dim]`: q | k | v after the conv, q and k L2-normalised.
+    pub qkv: &'a [f32],
+    /// `[n][n_v_heads]` log decays and update strengths.
+    pub g: &'a [f32],
+    pub beta: &'a [f32],
+}
+
+/// The operations a device implements for the blocks. The CPU kernels
+/// ([`Cpu`]) are the reference; a second backend (the GPU) implements the
+/// same operations and is tested against them, operation by operation.
+pub trait Backend: Send + Sync {
+    /// A short name for reports (`cpu`, `gpu`).
+    fn name(&self) -> &'static str;
+
+    /// `job.out = job.w · job.x` for every job; jobs share one split of the
+    /// work over the pool.
+    fn matmul(&self, pool: &ThreadPool, jobs: &mut [MatJob<'_>]);
+
+    /// `out[t][h] = softmax(scale · q_th · K) · V` (`[n][n_head][head_dim_v]`),
+    /// each token seeing positions up to its own (and its window); `scratch`
+    /// is reused between calls.
+    fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>);
+
+    /// Advance `state` (`[n_v_heads][d_k][d_v]`) over the pass's tokens,
+    /// writing each token's output (`[n][value_dim]`) into `out`.
+    fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>);
+}
+
+/// The CPU: the kernels of [`crate::kernels`] on the worker pool.
+pub struct Cpu;
+
+impl Backend for Cpu {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn matmul(&self, pool: &ThreadPool, jobs: &mut [MatJob<'_>]) {
+        match jobs {
+            // One product over all its rows skips the batch's bookkeeping.
+            [MatJob { w, x, rows: None, out }] => kernels::matmul(pool, w, x, out),
+            _ => kernels::matmul_batch(pool, jobs),
+        }
+    }
+
+    fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>) {
+        super::blocks::attention::attend_cpu(pass, a, out, scratch)
+    }
+
+    fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
+        super::blocks::deltanet::delta_rule_cpu(pass, d, state, out, scratch)
+    }
+}

@@ -1,0 +1,221 @@
+//! What one sequence carries between forward passes: per-layer state (KV
+//! cache or recurrent state), the position, the last logits, checkpoints of
+//! the recurrent layers, and the scratch its forward passes reuse.
+
+use super::blocks::attention::AttnScratch;
+use super::blocks::deltanet::{DeltaScratch, DeltaState};
+use super::blocks::ffn::FfnScratch;
+use super::blocks::moe::{MoeScratch, Routing};
+use super::cache::KvCache;
+use super::scratch::take;
+use crate::error::{Error, Result};
+use crate::kernels::QActs;
+
+/// Per-layer sequence state.
+pub enum LayerState {
+    /// Keys and values of an attention layer.
+    Attention(KvCache),
+    /// Conv window and delta-rule state of a linear-attention layer.
+    Recurrent(DeltaState),
+}
+
+/// Everything one sequence carries between forward passes.
+pub struct State {
+    pub(crate) layers: Vec<LayerState>,
+    /// Tokens already in the state.
+    pub(crate) n_past: usize,
+    /// Positions the state can hold.
+    pub(crate) n_ctx: usize,
+    pub(crate) scratch: Scratch,
+    /// `[rows][n_vocab]` logits of the last forward pass.
+    pub(crate) logits: Vec<f32>,
+    pub(crate) logit_rows: usize,
+    /// When set, MoE routing decisions are recorded here.
+    pub trace: Option<Vec<Routing>>,
+    /// Forward passes so far; `stamps[pos]` is the pass that wrote `pos`.
+    pub(crate) clock: u64,
+    pub(crate) stamps: Vec<u64>,
+}
+
+/// Buffers a forward pass reuses from token to token (no allocation per
+/// token once they have grown to the batch size): the residual stream and
+/// the trunk's two working rows, and each kind of block's own scratch.
+#[derive(Default)]
+pub struct Scratch {
+    /// Residual stream `[n_tokens][n_embd]`.
+    pub x: Vec<f32>,
+    /// The normalised input of the current block.
+    pub xn: Vec<f32>,
+    /// The output of the current block before it joins the residual.
+    pub out: Vec<f32>,
+    /// The final rows quantised for the output head.
+    pub head: QActs,
+    pub blocks: BlockScratch,
+}
+
+/// Each kind of block's own scratch (one of each: layers run one at a time).
+#[derive(Default)]
+pub struct BlockScratch {
+    pub attn: AttnScratch,
+    pub delta: DeltaScratch,
+    pub ffn: FfnScratch,
+    pub moe: MoeScratch,
+}
+
+/// The trunk's rows for one pass: the residual stream, a block's input and
+/// its output (`[n][n_embd]` each), and the blocks' scratch.
+pub struct Rows<'a> {
+    pub x: &'a mut [f32],
+    pub xn: &'a mut [f32],
+    pub out: &'a mut [f32],
+    pub blocks: &'a mut BlockScratch,
+}
+
+impl Scratch {
+    /// The rows for `n` tokens of `n_embd`.
+    pub fn rows(&mut self, n: usize, n_embd: usize) -> Rows<'_> {
+        Rows {
+            x: take(&mut self.x, n * n_embd),
+            xn: take(&mut self.xn, n * n_embd),
+            out: take(&mut self.out, n * n_embd),
+            blocks: &mut self.blocks,
+        }
+    }
+}
+
+/// A saved sequence position: the recurrent layers' state copied, the
+/// attention layers' cache prefix referenced (it is append-only, so it stays
+/// valid until a position before the checkpoint is rewritten).
+#[derive(Clone, Debug)]
+pub struct Checkpoint {
+    n_past: usize,
+    clock: u64,
+    recurrent: Vec<(usize, DeltaState)>,
+}
+
+impl Checkpoint {
+    /// Tokens in the state when the checkpoint was taken.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    /// Memory the checkpoint holds (recurrent state copies; the KV prefix is shared).
+    pub fn bytes(&self) -> usize {
+        self.recurrent.iter().map(|(_, s)| s.bytes()).sum()
+    }
+}
+
+impl State {
+    /// A fresh state of `layers` for up to `n_ctx` positions.
+    pub(crate) fn new(layers: Vec<LayerState>, n_ctx: usize) -> State {
+        State {
+            layers,
+            n_past: 0,
+            n_ctx,
+            scratch: Scratch::default(),
+            logits: Vec::new(),
+            logit_rows: 0,
+            trace: None,
+            clock: 0,
+            stamps: vec![0; n_ctx],
+        }
+    }
+
+    /// Tokens evaluated so far.
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Logits of the last forward pass: one row per requested position.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    pub fn logit_rows(&self) -> usize {
+        self.logit_rows
+    }
+
+    /// Forget every token (the buffers are kept).
+    pub fn clear(&mut self) {
+        self.n_past = 0;
+        self.logit_rows = 0;
+        for l in &mut self.layers {
+            if let LayerState::Recurrent(r) = l {
+                r.clear();
+            }
+        }
+    }
+
+    /// Whether some layer carries recurrent state (which cannot be rewound
+    /// without a checkpoint).
+    pub fn is_recurrent(&self) -> bool {
+        self.layers.iter().any(|l| matches!(l, LayerState::Recurrent(_)))
+    }
+
+    /// Drop the tokens from position `n` on. O(1) for attention layers; a
+    /// recurrent state can only be rewound through [`restore`](Self::restore).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n >= self.n_past {
+            return Ok(());
+        }
+        if n == 0 {
+            self.clear();
+            return Ok(());
+        }
+        if self.is_recurrent() {
+            return Err(Error::InvalidArgument(
+                "a recurrent state cannot be rewound; restore a checkpoint instead".into(),
+            ));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+
+    /// Save the current position (see [`Checkpoint`]).
+    pub fn checkpoint(&self) -> Checkpoint {
+        let recurrent = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(il, l)| match l {
+                LayerState::Recurrent(r) => Some((il, r.clone())),
+                LayerState::Attention(_) => None,
+            })
+            .collect();
+        Checkpoint { n_past: self.n_past, clock: self.clock, recurrent }
+    }
+
+    /// Return to a checkpoint of this state. Fails when a position before it
+    /// has been rewritten since (the cache prefix it refers to is gone).
+    pub fn restore(&mut self, cp: &Checkpoint) -> Result<()> {
+        let stale = self.stamps.len() < cp.n_past || self.stamps[..cp.n_past].iter().any(|&s| s > cp.clock);
+        let layers_match =
+            cp.recurrent.iter().all(|(il, _)| matches!(self.layers.get(*il), Some(LayerState::Recurrent(_))));
+        if stale || !layers_match {
+            return Err(Error::InvalidArgument("checkpoint no longer matches this state".into()));
+        }
+        for (il, saved) in &cp.recurrent {
+            if let LayerState::Recurrent(r) = &mut self.layers[*il] {
+                r.clone_from(saved);
+            }
+        }
+        self.n_past = cp.n_past;
+        self.logit_rows = 0;
+        Ok(())
+    }
+
+    /// Bytes held by caches.
+    pub fn cache_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attention(c) => c.allocated_bytes(),
+                LayerState::Recurrent(r) => r.bytes(),
+            })
+            .sum()
+    }
+}
