@@ -5,9 +5,12 @@ mod android;
 mod apple;
 mod bindings;
 mod compare;
+mod elf;
 mod llama;
+mod pagesize;
 mod synth;
 mod util;
+mod zip;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -33,8 +36,12 @@ commands:
       iOS device + simulator static libraries, headers and Swift bindings;
       ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the command is printed)
   aar [--profile mobile]
-      the Android AAR through Gradle + cargo-ndk when the NDK is present, else the three
-      Android static libraries and what to run where the NDK is
+      the Android AAR through Gradle + cargo-ndk when the NDK is present, checked for 16 KB
+      pages and published with its POM to android/build/maven; else the three Android
+      static libraries and what to run where the NDK is
+  check-16k FILE...
+      whether every LOAD segment of every .so (a library, or those in an AAR / APK) is
+      aligned for 16 KB pages (p_align >= 16384), as Android 15+ devices need
 ";
 
 fn main() {
@@ -49,6 +56,7 @@ fn main() {
         Some("staticlibs") => android::staticlibs_command(rest),
         Some("xcframework") => apple::command(rest),
         Some("aar") => android::aar_command(rest),
+        Some("check-16k") => pagesize::command(rest),
         Some("help") | Some("--help") | None => {
             print!("{USAGE}");
             Ok(())
