@@ -15,7 +15,7 @@ use std::process::Command;
 
 use crate::bindings::{self, Lang};
 use crate::pagesize;
-use crate::util::{cargo, on_path, root, run, target_dir, Args, Result};
+use crate::util::{cargo, root, run, target_dir, Args, Result};
 
 /// Android ABIs and their Rust targets.
 pub const ABIS: [(&str, &str); 3] = [
@@ -93,50 +93,20 @@ pub fn aar_command(args: &[String]) -> Result {
     let cargo_ndk = Command::new("cargo").args(["ndk", "--version"]).output().is_ok_and(|o| o.status.success());
     let android = root().join("android");
     if ndk.is_some() && cargo_ndk {
-        let gradle = if android.join("gradlew").is_file() {
-            Some(android.join("gradlew").display().to_string())
-        } else if on_path("gradle") {
-            Some("gradle".to_string())
-        } else {
-            None
-        };
-        match gradle {
-            Some(gradle) => {
-                // The module's cargoNdk task builds and links the three ABIs first.
-                run(Command::new(gradle).current_dir(&android).args([
-                    ":pocket:assembleRelease",
-                    ":pocket:publishReleasePublicationToLocalRepository",
-                    &format!("-Ppocket.cargoProfile={profile}"),
-                ]))?;
-                let aar = android.join("pocket/build/outputs/aar/pocket-release.aar");
-                check_aar(&aar)?;
-                let repo = android.join("build/maven");
-                check_pom(&repo)?;
-                eprintln!("\nAAR: {}", aar.display());
-                eprintln!("Maven repository (AAR + POM): {}", repo.display());
-                eprintln!("  dependencies {{ implementation(\"dev.pocket:pocket:{}\") }}", env!("CARGO_PKG_VERSION"));
-            }
-            None => {
-                let mut cmd = cargo();
-                cmd.arg("ndk");
-                for (abi, _) in ABIS {
-                    cmd.args(["-t", abi]);
-                }
-                cmd.args(["--platform", "24", "-o"]).arg(android.join("pocket/src/main/jniLibs"));
-                cmd.args(["build", "-p", "pocket-ffi", "--lib", "--profile", &profile]);
-                run(&mut cmd)?;
-                let jni_libs = android.join("pocket/src/main/jniLibs");
-                let mut libs = Vec::new();
-                for (abi, _) in ABIS {
-                    libs.extend(pagesize::libraries(&jni_libs.join(abi).join("libpocket_ffi.so"))?);
-                }
-                eprintln!("\n16 KB page alignment:");
-                pagesize::require_16k(&libs)?;
-                eprintln!("\nShared libraries are in android/pocket/src/main/jniLibs. No Gradle found:");
-                eprintln!("open android/ in Android Studio (or run `gradle wrapper` there once) and");
-                eprintln!("build :pocket:assembleRelease with -Ppocket.skipCargo=true to package the AAR.");
-            }
-        }
+        // The committed Gradle wrapper; the module's cargoNdk task builds and links the three ABIs first.
+        let gradlew = android.join(if cfg!(windows) { "gradlew.bat" } else { "gradlew" });
+        run(Command::new(gradlew).current_dir(&android).args([
+            ":pocket:assembleRelease",
+            ":pocket:publishReleasePublicationToLocalRepository",
+            &format!("-Ppocket.cargoProfile={profile}"),
+        ]))?;
+        let aar = android.join("pocket/build/outputs/aar/pocket-release.aar");
+        check_aar(&aar)?;
+        let repo = android.join("build/maven");
+        check_pom(&repo)?;
+        eprintln!("\nAAR: {}", aar.display());
+        eprintln!("Maven repository (AAR + POM): {}", repo.display());
+        eprintln!("  dependencies {{ implementation(\"dev.pocket:pocket:{}\") }}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
 
