@@ -8,6 +8,7 @@ mod compare;
 mod elf;
 mod llama;
 mod pagesize;
+mod sha256;
 mod synth;
 mod util;
 mod zip;
@@ -32,9 +33,10 @@ commands:
   staticlibs [--profile release] [--quick] [--target-dir DIR] [TARGET...]
       cargo rustc --crate-type staticlib of pocket-ffi for each target
       (default: aarch64-apple-ios and the three Android targets; --quick: no LTO, 16 codegen units)
-  xcframework [--profile mobile]
-      iOS device + simulator static libraries, headers and Swift bindings;
-      ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the command is printed)
+  xcframework [--profile mobile] [--zip]
+      iOS device + simulator (arm64 and x86_64, lipo) static libraries, headers and Swift
+      bindings; ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the commands
+      are printed); --zip: the release zip and its SwiftPM checksum for Package.swift
   aar [--profile mobile]
       the Android AAR through Gradle + cargo-ndk when the NDK is present, checked for 16 KB
       pages and published with its POM to android/build/maven; else the three Android
