@@ -1,15 +1,32 @@
 // swift-tools-version:5.9
 // Pocket for iOS (and macOS, for tests): the generated UniFFI bindings plus a
 // Swift concurrency layer (ios/Sources/Pocket) over the Rust engine, shipped
-// as a static-library XCFramework (ios/PocketFFI.xcframework).
+// as a static-library XCFramework (the binary target PocketFFI).
 //
-// Build the XCFramework first, on a Mac with Xcode and rustup:
-//     cargo xtask xcframework
-// then `swift build` / `swift test` here, or add this repository as a package
-// dependency in Xcode. To consume a released build instead, replace the binary
-// target's `path:` with `url:` + `checksum:` (`swift package compute-checksum`).
+// Apps add this repository as a package dependency at a release tag; the
+// binary target is then the release's zipped XCFramework, downloaded and
+// verified against its checksum. Working on the package itself (or on the
+// sample app), build the XCFramework locally and select it:
+//     cargo xtask xcframework                  # -> ios/PocketFFI.xcframework
+//     POCKET_LOCAL_XCFRAMEWORK=1 swift test
+// See ios/README.md.
 
 import PackageDescription
+
+/// The XCFramework of the release this revision belongs to: the zip that
+/// `cargo xtask xcframework --zip` makes, uploaded to the GitHub release, and
+/// its SwiftPM checksum (the command prints this declaration, filled in, to
+/// set in the commit that is tagged). nil until the first release.
+let releasedXCFramework: (url: String, checksum: String)? = nil
+
+/// POCKET_LOCAL_XCFRAMEWORK=1 (or a revision without a release) links
+/// ios/PocketFFI.xcframework, built by `cargo xtask xcframework`, instead.
+let pocketFFI: Target = {
+    if let release = releasedXCFramework, Context.environment["POCKET_LOCAL_XCFRAMEWORK"] != "1" {
+        return .binaryTarget(name: "PocketFFI", url: release.url, checksum: release.checksum)
+    }
+    return .binaryTarget(name: "PocketFFI", path: "ios/PocketFFI.xcframework")
+}()
 
 let package = Package(
     name: "Pocket",
@@ -18,7 +35,7 @@ let package = Package(
         .library(name: "Pocket", targets: ["Pocket"]),
     ],
     targets: [
-        .binaryTarget(name: "PocketFFI", path: "ios/PocketFFI.xcframework"),
+        pocketFFI,
         .target(
             name: "Pocket",
             dependencies: ["PocketFFI"],

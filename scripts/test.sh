@@ -39,6 +39,8 @@ export POCKET_REQUIRE_GEMMA=1
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+# Includes xtask's tests: the JNA pin in android/pocket/build.gradle.kts (>= 5.18.1, for
+# 16 KB pages) and the ELF alignment checker on hand-made libraries, aligned and not.
 step "x86-64 tests (cargo test --workspace)"
 cargo test --workspace
 

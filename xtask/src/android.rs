@@ -4,15 +4,18 @@
 //! The AAR needs the Android NDK (to link `libpocket_ffi.so`) and cargo-ndk.
 //! The Gradle module (android/pocket) runs cargo-ndk itself before building,
 //! for arm64-v8a, armeabi-v7a and x86_64, linked with 16 KB page alignment
-//! (`-Wl,-z,max-page-size=16384`, set for the Android targets in
-//! .cargo/config.toml). Without an NDK this command builds the three static
-//! libraries instead and says what is missing.
+//! (`-Wl,-z,max-page-size=16384`, passed to the linker by bindings/build.rs).
+//! The AAR is then checked for that alignment, with the JNA AAR it depends on
+//! (pagesize.rs), and published with its POM to a local Maven repository.
+//! Without an NDK this command builds the three static libraries instead and
+//! says what is missing.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::bindings::{self, Lang};
-use crate::util::{cargo, on_path, root, run, target_dir, Args, Result};
+use crate::pagesize;
+use crate::util::{cargo, root, run, target_dir, Args, Result};
 
 /// Android ABIs and their Rust targets.
 pub const ABIS: [(&str, &str); 3] = [
@@ -90,35 +93,20 @@ pub fn aar_command(args: &[String]) -> Result {
     let cargo_ndk = Command::new("cargo").args(["ndk", "--version"]).output().is_ok_and(|o| o.status.success());
     let android = root().join("android");
     if ndk.is_some() && cargo_ndk {
-        let gradle = if android.join("gradlew").is_file() {
-            Some(android.join("gradlew").display().to_string())
-        } else if on_path("gradle") {
-            Some("gradle".to_string())
-        } else {
-            None
-        };
-        match gradle {
-            Some(gradle) => {
-                // The module's cargoNdk task builds and links the three ABIs first.
-                run(Command::new(gradle)
-                    .current_dir(&android)
-                    .args([":pocket:assembleRelease", &format!("-Ppocket.cargoProfile={profile}")]))?;
-                eprintln!("\nAAR: {}", android.join("pocket/build/outputs/aar/pocket-release.aar").display());
-            }
-            None => {
-                let mut cmd = cargo();
-                cmd.arg("ndk");
-                for (abi, _) in ABIS {
-                    cmd.args(["-t", abi]);
-                }
-                cmd.args(["--platform", "24", "-o"]).arg(android.join("pocket/src/main/jniLibs"));
-                cmd.args(["build", "-p", "pocket-ffi", "--lib", "--profile", &profile]);
-                run(&mut cmd)?;
-                eprintln!("\nShared libraries are in android/pocket/src/main/jniLibs. No Gradle found:");
-                eprintln!("open android/ in Android Studio (or run `gradle wrapper` there once) and");
-                eprintln!("build :pocket:assembleRelease with -Ppocket.skipCargo=true to package the AAR.");
-            }
-        }
+        // The committed Gradle wrapper; the module's cargoNdk task builds and links the three ABIs first.
+        let gradlew = android.join(if cfg!(windows) { "gradlew.bat" } else { "gradlew" });
+        run(Command::new(gradlew).current_dir(&android).args([
+            ":pocket:assembleRelease",
+            ":pocket:publishReleasePublicationToLocalRepository",
+            &format!("-Ppocket.cargoProfile={profile}"),
+        ]))?;
+        let aar = android.join("pocket/build/outputs/aar/pocket-release.aar");
+        check_aar(&aar)?;
+        let repo = android.join("build/maven");
+        check_pom(&repo)?;
+        eprintln!("\nAAR: {}", aar.display());
+        eprintln!("Maven repository (AAR + POM): {}", repo.display());
+        eprintln!("  dependencies {{ implementation(\"dev.pocket:pocket:{}\") }}", env!("CARGO_PKG_VERSION"));
         return Ok(());
     }
 
@@ -130,7 +118,119 @@ pub fn aar_command(args: &[String]) -> Result {
     }
     eprintln!("\nOn a machine with the NDK and cargo-ndk:");
     eprintln!("  export ANDROID_NDK_HOME=$ANDROID_HOME/ndk/<version>");
-    eprintln!("  cargo xtask aar        # runs `gradle :pocket:assembleRelease` in android/");
+    eprintln!(
+        "  cargo xtask aar        # runs `gradlew :pocket:assembleRelease` and the Maven publication in android/"
+    );
     eprintln!("  -> android/pocket/build/outputs/aar/pocket-release.aar (arm64-v8a, armeabi-v7a, x86_64; 16 KB pages)");
+    eprintln!("  -> android/build/maven (dev.pocket:pocket with its POM: JNA and kotlinx-coroutines)");
     Ok(())
+}
+
+/// The Gradle module's build script, where the JNA dependency is pinned.
+fn module_script() -> PathBuf {
+    root().join("android/pocket/build.gradle.kts")
+}
+
+/// The JNA release pinned in `script` (`net.java.dev.jna:jna:X.Y.Z@aar`), as numbers.
+fn jna_version(script: &str) -> Result<[u32; 3]> {
+    const COORDINATE: &str = "\"net.java.dev.jna:jna:";
+    let mut pins = script.match_indices(COORDINATE).map(|(at, _)| &script[at + COORDINATE.len()..]);
+    let pin = pins.next().ok_or("no net.java.dev.jna:jna dependency")?;
+    if pins.next().is_some() {
+        return Err("JNA is pinned more than once".into());
+    }
+    let version = pin.split('"').next().unwrap_or_default();
+    let Some(number) = version.strip_suffix("@aar") else {
+        return Err(format!("JNA {version}: depend on the @aar artifact, which carries the Android libjnidispatch.so"));
+    };
+    let parts: Vec<u32> = number
+        .split('.')
+        .map(str::parse)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| format!("JNA version {number}: {e}"))?;
+    parts.try_into().map_err(|p: Vec<u32>| format!("JNA version {number}: {} parts, expected 3", p.len()))
+}
+
+/// The oldest JNA whose Android `libjnidispatch.so` is 16 KB aligned (5.16/5.17
+/// fixed the alignment) without the Structure deadlock 5.16 brought (fixed in 5.18).
+const MIN_JNA: [u32; 3] = [5, 18, 1];
+
+/// The built AAR: a 16 KB-aligned `libpocket_ffi.so` for each ABI, and the
+/// JNA AAR it depends on (from Gradle's cache) aligned too.
+fn check_aar(aar: &Path) -> Result {
+    eprintln!("\n16 KB page alignment:");
+    let mut libs = pagesize::libraries(aar)?;
+    for (abi, _) in ABIS {
+        let name = format!("!jni/{abi}/libpocket_ffi.so");
+        if !libs.iter().any(|l| l.name.ends_with(&name)) {
+            return Err(format!("{}: no jni/{abi}/libpocket_ffi.so", aar.display()));
+        }
+    }
+    let script = module_script();
+    let version = jna_version(&std::fs::read_to_string(&script).map_err(|e| format!("{}: {e}", script.display()))?)?;
+    let jna = jna_aar_in_gradle_cache(version)?;
+    let jna_libs = pagesize::libraries(&jna)?;
+    if jna_libs.is_empty() {
+        return Err(format!("{}: no native libraries in the JNA AAR", jna.display()));
+    }
+    libs.extend(jna_libs);
+    pagesize::require_16k(&libs)
+}
+
+/// `jna-X.Y.Z.aar` where Gradle keeps downloaded artifacts
+/// (`$GRADLE_USER_HOME` or `~/.gradle`, `caches/modules-2/files-2.1/<group>/<name>/<version>/<sha1>/`).
+fn jna_aar_in_gradle_cache([a, b, c]: [u32; 3]) -> Result<PathBuf> {
+    let version = format!("{a}.{b}.{c}");
+    let home = std::env::var_os("GRADLE_USER_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".gradle")))
+        .ok_or("neither GRADLE_USER_HOME nor HOME is set")?;
+    let dir = home.join("caches/modules-2/files-2.1/net.java.dev.jna/jna").join(&version);
+    let file = format!("jna-{version}.aar");
+    std::fs::read_dir(&dir)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path().join(&file)))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{file} not found under {} (the Gradle build should have downloaded it)", dir.display()))
+}
+
+/// The published POM must carry the dependencies an app needs at run time.
+fn check_pom(repo: &Path) -> Result {
+    let version = env!("CARGO_PKG_VERSION");
+    let pom = repo.join(format!("dev/pocket/pocket/{version}/pocket-{version}.pom"));
+    let text = std::fs::read_to_string(&pom).map_err(|e| format!("{}: {e}", pom.display()))?;
+    for artifact in ["<artifactId>jna</artifactId>", "<artifactId>kotlinx-coroutines-android</artifactId>"] {
+        if !text.contains(artifact) {
+            return Err(format!("{}: no {artifact} dependency", pom.display()));
+        }
+    }
+    eprintln!("POM: {} (JNA, kotlinx-coroutines)", pom.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pinned_jna_loads_on_16k_page_devices() {
+        let script = std::fs::read_to_string(module_script()).unwrap();
+        let pinned = jna_version(&script).unwrap();
+        assert!(pinned >= MIN_JNA, "android/pocket/build.gradle.kts pins JNA {pinned:?}, below {MIN_JNA:?}");
+    }
+
+    #[test]
+    fn jna_versions_are_read_from_the_dependency_line() {
+        let line = |v: &str| format!("dependencies {{\n    api(\"net.java.dev.jna:jna:{v}\")\n}}");
+        assert_eq!(jna_version(&line("5.18.1@aar")).unwrap(), [5, 18, 1]);
+        assert_eq!(jna_version(&line("5.9.0@aar")).unwrap(), [5, 9, 0]);
+        assert!(jna_version(&line("5.9.0@aar")).unwrap() < MIN_JNA, "compared as numbers, not text");
+        assert!(jna_version(&line("5.15.0@aar")).unwrap() < MIN_JNA);
+        assert!(jna_version(&line("5.18.1")).unwrap_err().contains("@aar"));
+        assert!(jna_version(&line("5.18@aar")).unwrap_err().contains("3"));
+        assert!(jna_version("dependencies {}").is_err());
+        assert!(jna_version(&(line("5.18.1@aar") + &line("5.15.0@aar"))).unwrap_err().contains("more than once"));
+    }
 }

@@ -155,7 +155,8 @@ fn test_python(pytest_args: &[String]) -> Result {
 }
 
 /// The Kotlin harness (bindings/tests/kotlin) on the JVM against the host
-/// library: generated Kotlin + the Flow layer + the tests, compiled with kotlinc
+/// library: generated Kotlin + the Flow layer + the descriptor checks behind the
+/// Android helpers + the tests, compiled with kotlinc
 /// (KOTLIN_HOME, default the npm `kotlin-compiler` package in ~/.cache/pocket/tools)
 /// and run with JNA (JNA_JAR, default Debian's /usr/share/java/jna.jar).
 fn test_kotlin() -> Result {
@@ -172,7 +173,9 @@ fn test_kotlin() -> Result {
     }
     // Builds the host library too; the committed sources are what gets compiled.
     check_committed()?;
-    let mut sources = vec![kotlin_sources().join(KOTLIN_FILE), kotlin_sources().join("uniffi/pocket/PocketFlow.kt")];
+    // Every Android-free source of the AAR module; PocketAndroid.kt (the Android shell) needs the SDK.
+    let mut sources = vec![kotlin_sources().join(KOTLIN_FILE)];
+    sources.extend(["PocketFlow.kt", "PocketDescriptors.kt"].map(|f| kotlin_sources().join("uniffi/pocket").join(f)));
     sources.extend(util::files_with_extension(&root().join("bindings/tests/kotlin"), "kt")?);
 
     let jar = target_dir().join("bindings/kotlin-tests.jar");

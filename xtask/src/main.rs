@@ -5,9 +5,13 @@ mod android;
 mod apple;
 mod bindings;
 mod compare;
+mod elf;
 mod llama;
+mod pagesize;
+mod sha256;
 mod synth;
 mod util;
+mod zip;
 
 const USAGE: &str = "\
 usage: cargo xtask <command> [options]
@@ -29,12 +33,17 @@ commands:
   staticlibs [--profile release] [--quick] [--target-dir DIR] [TARGET...]
       cargo rustc --crate-type staticlib of pocket-ffi for each target
       (default: aarch64-apple-ios and the three Android targets; --quick: no LTO, 16 codegen units)
-  xcframework [--profile mobile]
-      iOS device + simulator static libraries, headers and Swift bindings;
-      ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the command is printed)
+  xcframework [--profile mobile] [--zip]
+      iOS device + simulator (arm64 and x86_64, lipo) static libraries, headers and Swift
+      bindings; ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the commands
+      are printed); --zip: the release zip and its SwiftPM checksum for Package.swift
   aar [--profile mobile]
-      the Android AAR through Gradle + cargo-ndk when the NDK is present, else the three
-      Android static libraries and what to run where the NDK is
+      the Android AAR through Gradle + cargo-ndk when the NDK is present, checked for 16 KB
+      pages and published with its POM to android/build/maven; else the three Android
+      static libraries and what to run where the NDK is
+  check-16k FILE...
+      whether every LOAD segment of every .so (a library, or those in an AAR / APK) is
+      aligned for 16 KB pages (p_align >= 16384), as Android 15+ devices need
 ";
 
 fn main() {
@@ -49,6 +58,7 @@ fn main() {
         Some("staticlibs") => android::staticlibs_command(rest),
         Some("xcframework") => apple::command(rest),
         Some("aar") => android::aar_command(rest),
+        Some("check-16k") => pagesize::command(rest),
         Some("help") | Some("--help") | None => {
             print!("{USAGE}");
             Ok(())

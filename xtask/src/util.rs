@@ -58,11 +58,6 @@ pub fn show(cmd: &Command) -> String {
     parts.join(" ")
 }
 
-/// Whether `program` can be found on PATH.
-pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
 /// File name of the host's dynamic library for `lib_name`.
 pub fn host_cdylib(lib_name: &str) -> String {
     if cfg!(target_os = "macos") {

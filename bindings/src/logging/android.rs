@@ -1,9 +1,9 @@
 //! Android: logcat through liblog, and the JNI entry point.
 //!
 //! UniFFI's Kotlin bindings load the library through JNA, which does not call
-//! `JNI_OnLoad`; the Kotlin layer (`Pocket.kt`) calls `System.loadLibrary`
-//! first so that it runs. Constructors install the logger too, so logging
-//! works either way.
+//! `JNI_OnLoad`; the Kotlin layer (`Pocket.init()` in `PocketAndroid.kt`)
+//! calls `System.loadLibrary` first so that it runs. Constructors install the
+//! logger too, so logging works either way.
 
 use std::ffi::{c_char, c_int, c_void, CString};
 

@@ -1,11 +1,13 @@
-// The Kotlin bindings on the JVM against the host library (JNA), and the
-// Flow layer: load, info, streaming, listener stop, cancel from another
-// thread, errors, generation after an error, chat, loadFromFd.
+// The Kotlin bindings on the JVM against the host library (JNA), the
+// Flow layer, and the Android helpers' descriptor checks and error mapping
+// (PocketDescriptors.kt): load, info, streaming, listener stop, cancel from
+// another thread, errors, generation after an error, chat, loadFromFd.
 // Run by `cargo xtask test-bindings kotlin`; a tiny runner, no JUnit needed.
 
 import com.sun.jna.Library
 import com.sun.jna.Native
 import java.io.File
+import java.io.FileNotFoundException
 import java.util.concurrent.CountDownLatch
 import java.util.concurrent.TimeUnit
 import java.util.concurrent.atomic.AtomicReference
@@ -281,6 +283,52 @@ fun main() {
         expectThrows<PocketException.InvalidArgument> {
             runBlocking { newSession().chatFlow(emptyList(), greedy(6u)).toList() }
         }
+    }
+
+    // ---- the Android helpers' logic (PocketDescriptors.kt) -------------------------------------
+
+    test("loadFromDescriptor loads a range of an open descriptor, as loadAsset does") {
+        val bytes = File(moePath).readBytes()
+        val prefix = ByteArray(100) { 1 }
+        val apk = File.createTempFile("assets", ".apk").apply { writeBytes(prefix + bytes); deleteOnExit() }
+        val fd = libc.open(apk.path, 0)
+        val model = try {
+            loadFromDescriptor(fd, prefix.size.toLong(), bytes.size.toLong(), "asset tiny.gguf", LoadOptions())
+        } finally {
+            libc.close(fd)
+        }
+        expect(model.info() == moe.info()) { "${model.info()}" }
+    }
+
+    test("an unknown size (statSize -1, a pipe) is Io with the remedy, before the engine sees it") {
+        val fd = libc.open(moePath, 0)
+        try {
+            val e = expectThrows<PocketException.Io> { loadFromDescriptor(fd, 0L, -1L, "content://x/model", LoadOptions()) }
+            expect(e.reason.startsWith("content://x/model") && e.reason.contains("filesDir")) { e.reason }
+            val empty = expectThrows<PocketException.Io> { loadFromDescriptor(fd, 0L, 0L, "content://x/model", LoadOptions()) }
+            expect(empty.reason.contains("empty")) { empty.reason }
+            expectThrows<PocketException.InvalidArgument> { loadFromDescriptor(fd, -5L, 10L, "asset a", LoadOptions()) }
+        } finally {
+            libc.close(fd)
+        }
+        val none = expectThrows<PocketException.Io> { loadFromDescriptor(-1, 0L, 10L, "content://y", LoadOptions()) }
+        expect(none.reason.contains("no file descriptor")) { none.reason }
+    }
+
+    test("open failures become Io with a hint; engine errors and other failures pass through") {
+        // AssetManager.openFd on a compressed asset throws FileNotFoundException.
+        val compressed = expectThrows<PocketException.Io> {
+            loadingFrom("asset big.gguf", ASSET_HINT) { throw FileNotFoundException("This file can not be opened as a file descriptor; it is probably compressed") }
+        }
+        expect(compressed.reason.startsWith("asset big.gguf: This file") && compressed.reason.contains("noCompress")) { compressed.reason }
+        val revoked = expectThrows<PocketException.Io> {
+            loadingFrom("content://docs/1", URI_HINT) { throw SecurityException("Permission Denial: opening provider") }
+        }
+        expect(revoked.reason.contains("permission denied") && revoked.reason.contains("Pick the file again")) { revoked.reason }
+        val junk = File.createTempFile("junk", ".gguf").apply { writeText("not a model".repeat(20)); deleteOnExit() }
+        expectThrows<PocketException.InvalidModel> { loadingFrom(junk.path, URI_HINT) { PocketModel.load(junk.path, LoadOptions()) } }
+        expectThrows<IllegalStateException> { loadingFrom("asset a", ASSET_HINT) { throw IllegalStateException("a bug") } }
+        expect(loadingFrom("asset a", ASSET_HINT) { 42 } == 42) { "value not returned" }
     }
 
     var failed = 0

@@ -40,30 +40,35 @@ final class ChatModel {
     }
 
     /// Load a model (mapped, not copied: milliseconds even for multi-GB files).
+    /// A running answer is stopped first, and Send stays disabled until the
+    /// load ends: the load replaces the session and clears the turns.
     func load(_ url: URL, securityScoped: Bool = false) {
         stop()
         isLoading = true
         errorText = nil
         status = "Loading \(url.lastPathComponent)…"
-        if securityScoped {
-            _ = url.startAccessingSecurityScopedResource()
-        }
+        // A file picked outside the sandbox is readable between start and stop; true means a stop is owed.
+        let accessing = securityScoped && url.startAccessingSecurityScopedResource()
         Task.detached(priority: .userInitiated) {
             do {
                 let model = try PocketModel.load(url: url)
                 // A sliding window: long chats keep going instead of failing with ContextFull.
                 let session = try PocketSession(model: model, options: SessionOptions(contextLength: 4096, slidingWindow: true))
                 let info = model.info()
-                await self.loaded(url: url, securityScoped: securityScoped, session: session, info: info)
+                await self.loaded(url: url, accessing: accessing, session: session, info: info)
             } catch {
+                // Nothing keeps the file open: give the access back.
+                if accessing {
+                    url.stopAccessingSecurityScopedResource()
+                }
                 await self.failed(error)
             }
         }
     }
 
-    private func loaded(url: URL, securityScoped: Bool, session: PocketSession, info: ModelInfo) {
+    private func loaded(url: URL, accessing: Bool, session: PocketSession, info: ModelInfo) {
         scopedURL?.stopAccessingSecurityScopedResource()
-        scopedURL = securityScoped ? url : nil
+        scopedURL = accessing ? url : nil
         self.session = session
         modelName = url.deletingPathExtension().lastPathComponent
         turns = []
@@ -80,10 +85,11 @@ final class ChatModel {
 
     func send(_ text: String) {
         let text = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        guard let session, !isGenerating, !text.isEmpty else { return }
+        guard let session, !isGenerating, !isLoading, !text.isEmpty else { return }
         turns.append(Turn(role: "user", text: text))
         let messages = turns.map { ChatMessage(role: $0.role, content: $0.text) }
-        turns.append(Turn(role: "assistant", text: ""))
+        let reply = Turn(role: "assistant", text: "")
+        turns.append(reply)
         isGenerating = true
         errorText = nil
         generation = Task {
@@ -94,14 +100,23 @@ final class ChatModel {
                     let line = String(
                         format: "%.1f tok/s · %d tokens · first token %.0f ms",
                         stats.decodeTokensPerSecond, Int(stats.generatedTokens), stats.timeToFirstTokenMs)
-                    Task { @MainActor in self.status = line }
+                    // A load that started meanwhile owns the status line.
+                    Task { @MainActor in
+                        if !self.isLoading { self.status = line }
+                    }
                 })
             do {
                 for try await piece in stream {
-                    turns[turns.count - 1].text += piece
+                    // Stopped (Stop, New chat, a load): drop what the stream still holds.
+                    if Task.isCancelled { break }
+                    // By id, never by position: New chat or a load may have emptied `turns`.
+                    guard let index = turns.firstIndex(where: { $0.id == reply.id }) else { break }
+                    turns[index].text += piece
                 }
             } catch {
-                errorText = "\(error)"
+                if !Task.isCancelled {
+                    errorText = "\(error)"
+                }
             }
             isGenerating = false
         }

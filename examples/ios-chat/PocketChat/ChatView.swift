@@ -45,7 +45,8 @@ struct ChatView: View {
                             input = ""
                         }
                         .buttonStyle(.borderedProminent)
-                        .disabled(chat.modelName == nil || input.trimmingCharacters(in: .whitespaces).isEmpty)
+                        // Not while a model loads: the load replaces the session and clears the turns.
+                        .disabled(chat.modelName == nil || chat.isLoading || input.trimmingCharacters(in: .whitespaces).isEmpty)
                     }
                 }
                 .padding()

@@ -9,7 +9,8 @@ extension PocketSession {
     ///
     /// Generation runs on its own thread. Cancelling the consuming `Task` (or
     /// leaving the `for try await` loop early) calls `cancel()` on the session;
-    /// the engine stops within a token. Engine failures are thrown as
+    /// the engine stops within a token, and a request whose consumer is gone
+    /// before its thread runs is not started at all. Engine failures are thrown as
     /// `PocketError`. `onStats` receives the request's figures (tokens/s, stop
     /// reason) when it ends, on the generating thread.
     ///
@@ -52,6 +53,15 @@ extension PocketSession {
                 }
             }
             let worker = Thread { [self] in
+                // The consumer may be gone before this thread runs. A cancel() that came before
+                // the request does not carry over to it (the session forgets it), so the whole
+                // prompt would be prefilled before the closed listener stopped it at the first
+                // token: don't start.
+                guard listener.isOpen else {
+                    finished.set()
+                    continuation.finish()
+                    return
+                }
                 do {
                     let stats = try request(self, listener)
                     finished.set()
@@ -93,6 +103,11 @@ private final class StreamListener: TokenListener, @unchecked Sendable {
 
     init(continuation: AsyncThrowingStream<String, Error>.Continuation) {
         self.continuation = continuation
+    }
+
+    /// False once the stream has terminated (consumer cancelled, loop left, or finished).
+    var isOpen: Bool {
+        open.isSet
     }
 
     func close() {

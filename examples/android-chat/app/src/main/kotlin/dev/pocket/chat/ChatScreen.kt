@@ -13,7 +13,7 @@ import androidx.compose.foundation.layout.imePadding
 import androidx.compose.foundation.layout.padding
 import androidx.compose.foundation.layout.widthIn
 import androidx.compose.foundation.lazy.LazyColumn
-import androidx.compose.foundation.lazy.itemsIndexed
+import androidx.compose.foundation.lazy.items
 import androidx.compose.foundation.lazy.rememberLazyListState
 import androidx.compose.foundation.shape.RoundedCornerShape
 import androidx.compose.material3.Button
@@ -92,7 +92,7 @@ fun ChatScreen(chat: ChatViewModel) {
                 modifier = Modifier.weight(1f).fillMaxWidth(),
                 verticalArrangement = Arrangement.spacedBy(8.dp),
             ) {
-                itemsIndexed(state.turns) { _, turn -> Bubble(turn) }
+                items(state.turns, key = { it.id }) { turn -> Bubble(turn) }
             }
             Row(Modifier.fillMaxWidth().padding(8.dp), verticalAlignment = Alignment.CenterVertically) {
                 OutlinedTextField(
@@ -111,7 +111,8 @@ fun ChatScreen(chat: ChatViewModel) {
                             chat.send(input)
                             input = ""
                         },
-                        enabled = state.modelName != null && input.isNotBlank(),
+                        // Not while a model loads: the load clears the turns and replaces the session.
+                        enabled = state.modelName != null && !state.loading && input.isNotBlank(),
                         modifier = Modifier.padding(start = 8.dp),
                     ) { Text("Send") }
                 }

@@ -4,6 +4,7 @@ import android.app.Application
 import android.net.Uri
 import androidx.lifecycle.AndroidViewModel
 import androidx.lifecycle.viewModelScope
+import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.Job
 import kotlinx.coroutines.flow.MutableStateFlow
@@ -13,7 +14,6 @@ import kotlinx.coroutines.launch
 import kotlinx.coroutines.withContext
 import uniffi.pocket.ChatMessage
 import uniffi.pocket.GenerateOptions
-import uniffi.pocket.PocketException
 import uniffi.pocket.PocketModel
 import uniffi.pocket.PocketSession
 import uniffi.pocket.SessionOptions
@@ -21,7 +21,8 @@ import uniffi.pocket.chatFlow
 import uniffi.pocket.loadAsset
 import uniffi.pocket.loadUri
 
-data class Turn(val role: String, val text: String)
+/** One message; [id] finds a reply again after other turns came and went. */
+data class Turn(val id: Long, val role: String, val text: String)
 
 data class ChatState(
     val assetModels: List<String> = emptyList(),
@@ -41,6 +42,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     private var model: PocketModel? = null
     private var session: PocketSession? = null
     private var generation: Job? = null
+    private var nextTurnId = 0L
 
     private fun listAssetModels(): List<String> =
         getApplication<Application>().assets.list("")?.filter { it.endsWith(".gguf") }?.sorted() ?: emptyList()
@@ -53,6 +55,11 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         PocketModel.loadUri(getApplication<Application>(), uri)
     }
 
+    /**
+     * Loads a model and starts a new chat on it. A running answer is stopped
+     * first (the old session goes away), and Send stays disabled until the
+     * load ends, so no answer runs on the old model while the turns are cleared.
+     */
     private fun load(name: String, open: () -> PocketModel) {
         stop()
         _state.update { it.copy(loading = true, status = "Loading $name…", error = null) }
@@ -77,17 +84,22 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
                         status = "${info.architecture} · ${info.quantization} · ${info.parameterCount / 1_000_000u}M params$experts",
                     )
                 }
-            } catch (e: PocketException) {
-                _state.update { it.copy(loading = false, status = "Pick a model", error = e.message) }
+            } catch (e: CancellationException) {
+                throw e
+            } catch (e: Throwable) {
+                // PocketException from the engine or the loaders (including a compressed asset or a
+                // revoked URI), and anything else, e.g. UnsatisfiedLinkError for a missing library.
+                _state.update { it.copy(loading = false, status = "Pick a model", error = describe(e)) }
             }
         }
     }
 
     fun send(text: String) {
         val session = session ?: return
-        if (_state.value.generating || text.isBlank()) return
-        val history = _state.value.turns + Turn("user", text.trim())
-        _state.update { it.copy(turns = history + Turn("assistant", ""), generating = true, error = null) }
+        if (_state.value.generating || _state.value.loading || text.isBlank()) return
+        val history = _state.value.turns + Turn(nextTurnId++, "user", text.trim())
+        val reply = Turn(nextTurnId++, "assistant", "")
+        _state.update { it.copy(turns = history + reply, generating = true, error = null) }
         generation = viewModelScope.launch {
             try {
                 session.chatFlow(
@@ -105,13 +117,15 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
                         )
                     }
                 }.collect { piece ->
+                    // By id: "New chat" or a load may have removed the reply meanwhile.
                     _state.update { st ->
-                        val last = st.turns.last()
-                        st.copy(turns = st.turns.dropLast(1) + last.copy(text = last.text + piece))
+                        st.copy(turns = st.turns.map { if (it.id == reply.id) it.copy(text = it.text + piece) else it })
                     }
                 }
-            } catch (e: PocketException) {
-                _state.update { it.copy(error = e.message) }
+            } catch (e: CancellationException) {
+                throw e
+            } catch (e: Throwable) {
+                _state.update { it.copy(error = describe(e)) }
             } finally {
                 _state.update { it.copy(generating = false) }
             }
@@ -127,6 +141,8 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         stop()
         _state.update { it.copy(turns = emptyList()) }
     }
+
+    private fun describe(e: Throwable): String = e.message ?: e.javaClass.simpleName
 
     override fun onCleared() {
         generation?.cancel()
