@@ -1,7 +1,8 @@
 //! Chat templates: the model's `tokenizer.chat_template` (Jinja) rendered with
 //! minijinja as Hugging Face renders it (jinja2 sandbox, `trim_blocks`,
 //! `lstrip_blocks`, HF's `tojson`, `raise_exception`, `strftime_now`, Python
-//! string/dict methods). A file without a template gets ChatML.
+//! string/dict methods). A file without a template gets its architecture's
+//! own turn format ([`fallback_for`]).
 //!
 //! Templates come from files and are untrusted: there is no loader (no
 //! `include` reaches the file system), no network, and rendering is bounded
@@ -14,14 +15,52 @@ use std::io;
 use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior, Value};
 use serde_json::{Map, Value as Json};
 
-use crate::gguf::{GgufFile, Key};
+use crate::gguf::{Arch, GgufFile, Key};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
-/// The template used when a file has none.
+/// ChatML: the Qwen family's turns, and the fallback of last resort.
 pub const CHATML: &str = "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + \
 message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' \
 }}{%- endif %}";
+
+/// Gemma's turns: `user` and `model`, a system message folded into the
+/// first user turn (Gemma has no system role).
+pub const GEMMA_TURNS: &str = "{{- bos_token }}{%- if messages and messages[0]['role'] == 'system' %}\
+{%- set prefix = messages[0]['content'] + '\n\n' %}{%- set turns = messages[1:] %}{%- else %}{%- set prefix = '' %}\
+{%- set turns = messages %}{%- endif %}{%- for message in turns %}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] %}\
+{{- '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}\
+{%- endfor %}{%- if add_generation_prompt %}{{- '<start_of_turn>model\n' }}{%- endif %}";
+
+/// Llama 3's header turns.
+pub const LLAMA3_HEADERS: &str = "{{- bos_token }}{%- for message in messages %}\
+{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}\
+{%- endfor %}{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{%- endif %}";
+
+/// Llama 2 / Mistral instruction turns (`[INST] ... [/INST]`), a system
+/// message folded into the first instruction.
+pub const INST_TURNS: &str = "{{- bos_token }}{%- if messages and messages[0]['role'] == 'system' %}\
+{%- set prefix = messages[0]['content'] + '\n\n' %}{%- set turns = messages[1:] %}{%- else %}{%- set prefix = '' %}\
+{%- set turns = messages %}{%- endif %}{%- for message in turns %}{%- if message['role'] == 'assistant' %}\
+{{- ' ' + message['content'] | trim + eos_token }}{%- else %}\
+{{- '[INST] ' + (prefix if loop.first else '') + message['content'] | trim + ' [/INST]' }}{%- endif %}{%- endfor %}";
+
+/// The turn format of a file without a template: its architecture's own
+/// (Gemma's turns for gemma3, Llama 3's headers where a Llama vocabulary has
+/// them, else the Llama 2 / Mistral instruction format), ChatML for the Qwen
+/// family and anything else.
+pub fn fallback_for(g: &GgufFile, tok: &Tokenizer) -> &'static str {
+    let arch = g.architecture().ok().flatten().and_then(Arch::from_name);
+    match arch {
+        Some(Arch::Gemma3) => GEMMA_TURNS,
+        Some(Arch::Llama) if tok.token_id("<|start_header_id|>").is_some() && tok.token_id("<|eot_id|>").is_some() => {
+            LLAMA3_HEADERS
+        }
+        Some(Arch::Llama) => INST_TURNS,
+        _ => CHATML,
+    }
+}
 
 /// Rendering stops after this many VM instructions.
 const FUEL: u64 = 50_000_000;
@@ -60,15 +99,18 @@ impl std::fmt::Debug for ChatTemplate {
 }
 
 impl ChatTemplate {
-    /// The template of a GGUF file (ChatML when it has none), with BOS/EOS
-    /// texts from its vocabulary.
+    /// The template of a GGUF file (its architecture's turn format when it
+    /// has none, see [`fallback_for`]), with BOS/EOS texts from its vocabulary.
     pub fn from_gguf(g: &GgufFile) -> Result<ChatTemplate> {
         Self::for_model(g, &Tokenizer::from_gguf(g)?)
     }
 
     /// As [`from_gguf`](Self::from_gguf) with the file's tokenizer already loaded.
     pub fn for_model(g: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate> {
-        let source = g.get_str(Key::TokenizerChatTemplate.name())?.unwrap_or(CHATML);
+        let source = match g.get_str(Key::TokenizerChatTemplate.name())? {
+            Some(s) => s,
+            None => fallback_for(g, tok),
+        };
         let text = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.token_piece(i)).into_owned());
         Self::from_source(source, &text(tok.bos()).unwrap_or_default(), &text(tok.eos()).unwrap_or_default())
     }

@@ -62,6 +62,23 @@ fn files_without_a_template_get_chatml() {
 }
 
 #[test]
+fn files_without_a_template_get_their_architecture_s_turns() {
+    let msgs = [ChatMessage::new("system", "S"), ChatMessage::new("user", " Hi "), ChatMessage::new("assistant", "Yo")];
+    let gemma = GgufFile::open(common::fixtures().join("models/gemma3-tiny-F32.gguf")).unwrap();
+    let t = ChatTemplate::from_gguf(&gemma).unwrap();
+    let bos = t.special_texts().0.to_string();
+    assert!(!bos.is_empty());
+    assert_eq!(
+        t.render(&msgs, true, &[]).unwrap(),
+        format!("{bos}<start_of_turn>user\nS\n\nHi<end_of_turn>\n<start_of_turn>model\nYo<end_of_turn>\n<start_of_turn>model\n")
+    );
+    let mixtral = GgufFile::open(common::fixtures().join("models/mixtral-tiny-Q8_0.gguf")).unwrap();
+    let t = ChatTemplate::from_gguf(&mixtral).unwrap();
+    let (bos, eos) = (t.special_texts().0.to_string(), t.special_texts().1.to_string());
+    assert_eq!(t.render(&msgs, false, &[]).unwrap(), format!("{bos}[INST] S\n\nHi [/INST] Yo{eos}"));
+}
+
+#[test]
 fn tool_role_and_tool_calls_render() {
     let t = template("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>");
     let msgs = json!([

@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::dispatch::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot, Rows};
+use super::table::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot, Rows};
 use super::{ActFormat, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;

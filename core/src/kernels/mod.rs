@@ -5,16 +5,21 @@
 //! activations are quantised once per operation into the int8 format the
 //! weight type's dot product needs ([`QActs`]), exactly as llama.cpp does, and
 //! every product then runs on int8 dot products. The instruction-set path is
-//! chosen once at start-up ([`isa`]); see [`dispatch`] for forcing one.
+//! chosen once at start-up ([`isa`]; `POCKET_ISA` forces one): [`table`] holds
+//! the table's types and the scalar reference, `simd/` fills the table per
+//! instruction set, `dispatch` picks one.
 
 pub mod bench;
 mod dispatch;
 mod matmul;
 pub mod ops;
+mod scalar;
 mod simd;
+mod table;
 pub mod testing;
 
-pub use dispatch::{available_isas, isa, Isa, Kernels};
+pub use dispatch::{available_isas, isa};
+pub use table::{Isa, Kernels};
 
 use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType, QK_K};
 use crate::threads::ThreadPool;

@@ -6,7 +6,7 @@
 //! kernels go through the SIMD table; the rest is simple enough for the
 //! compiler to vectorise.
 
-use super::dispatch::Kernels;
+use super::table::Kernels;
 use half::f16;
 
 /// `1 / sqrt(mean(x^2) + eps)`, with the squares summed in f64 as ggml does.
@@ -66,7 +66,7 @@ pub fn sigmoid(x: f32) -> f32 {
 }
 
 #[inline]
-fn silu1(x: f32) -> f32 {
+pub(super) fn silu1(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
@@ -287,84 +287,6 @@ mod gelu_table_tests {
         super::gelu_tanh(&mut y);
         for (&a, &b) in x.iter().zip(&y) {
             assert_eq!(super::gelu1(a).to_bits(), b.to_bits(), "gelu({a})");
-        }
-    }
-}
-
-/// Scalar twins of the table's f32 kernels.
-pub(crate) mod scalar {
-    use crate::quant::f16_to_f32;
-    use half::f16;
-
-    /// In-place SiLU with libm's `expf`.
-    pub fn silu(x: &mut [f32]) {
-        x.iter_mut().for_each(|v| *v = super::silu1(*v));
-    }
-
-    pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        a.iter().zip(b).map(|(&x, &y)| x * y).sum()
-    }
-
-    pub fn axpy_f32(out: &mut [f32], a: f32, x: &[f32]) {
-        out.iter_mut().zip(x).for_each(|(o, &v)| *o += a * v);
-    }
-
-    pub fn scores_f16(q: &[f32], heads: usize, k: &[f16], out: &mut [f32]) {
-        let d = q.len() / heads;
-        let n = k.len() / d;
-        for (qg, out) in q.chunks_exact(d).zip(out.chunks_exact_mut(n)) {
-            for (o, kj) in out.iter_mut().zip(k.chunks_exact(d)) {
-                *o = qg.iter().zip(kj).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum();
-            }
-        }
-    }
-
-    pub fn mix_f16(w: &[f32], heads: usize, v: &[f16], out: &mut [f32]) {
-        mix_f16_cols(w, heads, v, out, 0);
-    }
-
-    /// [`mix_f16`] on columns `from..` of every head only (the SIMD kernels'
-    /// tails).
-    pub fn mix_f16_cols(w: &[f32], heads: usize, v: &[f16], out: &mut [f32], from: usize) {
-        let d = out.len() / heads;
-        let n = v.len() / d;
-        for (wg, out) in w.chunks_exact(n).zip(out.chunks_exact_mut(d)) {
-            out[from..].fill(0.0);
-            for (&a, vj) in wg.iter().zip(v.chunks_exact(d)) {
-                out[from..].iter_mut().zip(&vj[from..]).for_each(|(o, &x)| *o += a * f16_to_f32(x.to_bits()));
-            }
-        }
-    }
-
-    pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
-        state_read_cols(s, k, q, u, out, 0);
-    }
-
-    pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
-        state_update_cols(s, decay, k, d, 0);
-    }
-
-    /// [`state_read`] on columns `from..` only (the SIMD kernels' tails).
-    pub fn state_read_cols(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32], from: usize) {
-        let dv = u.len();
-        if dv == 0 {
-            return;
-        }
-        u[from..].fill(0.0);
-        out[from..].fill(0.0);
-        for ((row, &ki), &qi) in s.chunks_exact(dv).zip(k).zip(q) {
-            axpy_f32(&mut u[from..], ki, &row[from..]);
-            axpy_f32(&mut out[from..], qi, &row[from..]);
-        }
-    }
-
-    /// [`state_update`] on columns `from..` only (the SIMD kernels' tails).
-    pub fn state_update_cols(s: &mut [f32], decay: f32, k: &[f32], d: &[f32], from: usize) {
-        if d.is_empty() {
-            return;
-        }
-        for (row, &ki) in s.chunks_exact_mut(d.len()).zip(k) {
-            row[from..].iter_mut().zip(&d[from..]).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
         }
     }
 }

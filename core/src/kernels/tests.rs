@@ -6,7 +6,7 @@
 //! the magnitudes of the terms (`mag`), which is the relative tolerance that
 //! stays meaningful when a dot product cancels to near zero.
 
-use super::dispatch::{Kernels, Multi, RowDot};
+use super::table::{Kernels, Multi, RowDot};
 use super::testing::{make_valid, random_weights, Rng};
 use super::*;
 use crate::threads::ThreadPool;
@@ -130,7 +130,7 @@ fn multi_products<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -
                     if let Some(dec) = k.decoded {
                         // The same products to the bit from the decoded row.
                         let mut buf = Vec::new();
-                        let d = crate::kernels::dispatch::decoded_buffer(&mut buf, per_row * dec.block_bytes);
+                        let d = crate::kernels::table::decoded_buffer(&mut buf, per_row * dec.block_bytes);
                         (dec.decode)(w, d);
                         let mut v = [0f32; 4];
                         let out = v.each_mut().map(std::slice::from_mut);
@@ -241,7 +241,7 @@ fn kernels_at_the_extremes_equal_scalar_twins() {
 }
 
 /// The rows kernel of a path (if any) on all rows of `m` with activation row 0.
-fn rows_products<B>(dot: super::dispatch::Dot<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Option<Vec<f32>> {
+fn rows_products<B>(dot: super::table::Dot<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Option<Vec<f32>> {
     let mut out = vec![f32::NAN; m.rows];
     // SAFETY: the kernels come from a path this CPU has.
     unsafe { (dot.rows?)(m.data, m.row_bytes(), &acts[..per_row], &mut out) };

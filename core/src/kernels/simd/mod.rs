@@ -2,7 +2,7 @@
 //! module exposes `detected()`: the kernel tables this CPU can run, from the
 //! lowest path up. The `cfg` lives here, at module level only.
 
-use super::dispatch::Kernels;
+use super::table::Kernels;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

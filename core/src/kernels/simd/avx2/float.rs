@@ -233,7 +233,7 @@ pub(crate) mod avx2 {
             c += 16;
         }
         // The last d % 16 columns.
-        crate::kernels::ops::scalar::mix_f16_cols(w, H, v, out, c);
+        crate::kernels::scalar::mix_f16_cols(w, H, v, out, c);
     }
 
     /// Columns per block of the state kernels: 4 registers of 8 lanes per
@@ -263,7 +263,7 @@ pub(crate) mod avx2 {
                 _mm256_storeu_ps(out.as_mut_ptr().add(c + 8 * i), ao[i]);
             }
         }
-        crate::kernels::ops::scalar::state_read_cols(s, k, q, u, out, blocks);
+        crate::kernels::scalar::state_read_cols(s, k, q, u, out, blocks);
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -284,7 +284,7 @@ pub(crate) mod avx2 {
                 }
             }
         }
-        crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
+        crate::kernels::scalar::state_update_cols(s, decay, k, d, blocks);
     }
 
     /// In-place SiLU, `x / (1 + e^-x)`, eight lanes at a time: the NEON
@@ -316,6 +316,6 @@ pub(crate) mod avx2 {
             let num = _mm256_max_ps(_mm256_set1_ps(NUM_MIN), v);
             _mm256_storeu_ps(c.as_mut_ptr(), _mm256_div_ps(num, _mm256_add_ps(e, _mm256_set1_ps(1.0))));
         }
-        crate::kernels::ops::scalar::silu(chunks.into_remainder());
+        crate::kernels::scalar::silu(chunks.into_remainder());
     }
 }

@@ -453,7 +453,7 @@ unsafe fn dot_q2_k_table<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K];
     finish_scaled_min(acc, acc4)
 }
 
-/// The decoded-tile prefill (see [`crate::kernels::dispatch::Decoded`]): a
+/// The decoded-tile prefill (see [`crate::kernels::table::Decoded`]): a
 /// tile's weight rows are unpacked once, and every group of four activation
 /// rows then meets each 32 bytes of them without unpacking. Module
 /// `decoded::<isa>::<format>` holds `decode`, `x4`, `BLOCK_BYTES` and
@@ -486,7 +486,7 @@ pub(crate) mod decoded {
             pub(crate) mod $name {
                 use super::super::super::super::$v as V;
                 use super::super::super::{$decode, $dot, $dec};
-                use crate::kernels::dispatch::{decoded_blocks, decoded_blocks_mut};
+                use crate::kernels::table::{decoded_blocks, decoded_blocks_mut};
                 use crate::quant::{as_blocks, BlockQ8K};
                 pub(crate) const BLOCK_BYTES: usize = size_of::<$dec>();
                 pub(crate) const MIN_ACTS: usize = $min;

@@ -14,7 +14,7 @@ paths! {
     q8_0 = dot_q8_0(BlockQ8_0F);
 }
 
-/// The decoded-rows prefill (see [`crate::kernels::dispatch::Decoded`]):
+/// The decoded-rows prefill (see [`crate::kernels::table::Decoded`]):
 /// module `decoded::<isa>::<format>` holds `decode` (a Q4_0 or Q5_0 row into
 /// [`BlockQ8_0F`] blocks) and `x4` (a decoded row with four activation rows).
 pub(crate) mod decoded {
@@ -28,7 +28,7 @@ pub(crate) mod decoded {
         (@format $features:literal, $v:ident, $name:ident, $block:ident) => {
             pub(crate) mod $name {
                 use super::super::super::super::$v as V;
-                use crate::kernels::dispatch::{decoded_blocks, decoded_blocks_mut};
+                use crate::kernels::table::{decoded_blocks, decoded_blocks_mut};
                 use crate::quant::{as_blocks, $block, BlockQ8_0F};
                 pub(crate) const BLOCK_BYTES: usize = size_of::<BlockQ8_0F>();
                 pub(crate) const MIN_ACTS: usize = 8;

@@ -17,7 +17,7 @@ mod kquants;
 mod legacy;
 mod quant;
 
-use crate::kernels::dispatch::{Acts, Decoded, Dot, Isa, Kernels, Multi};
+use crate::kernels::table::{Acts, Decoded, Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::x86_64::*;
 

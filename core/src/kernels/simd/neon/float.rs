@@ -185,7 +185,7 @@ unsafe fn mix_h<const H: usize>(w: &[f32], v: &[F16], out: &mut [f32]) {
         c += 16;
     }
     // The last d % 16 columns.
-    crate::kernels::ops::scalar::mix_f16_cols(w, H, v, out, c);
+    crate::kernels::scalar::mix_f16_cols(w, H, v, out, c);
 }
 
 /// Columns per block of the state kernels: 4 registers per vector kept in
@@ -217,7 +217,7 @@ pub(crate) unsafe fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], 
             vst1q_f32(out.as_mut_ptr().add(c + 4 * i), ao[i]);
         }
     }
-    crate::kernels::ops::scalar::state_read_cols(s, k, q, u, out, blocks);
+    crate::kernels::scalar::state_read_cols(s, k, q, u, out, blocks);
 }
 
 /// `s = decay * s + k d^T`, column blocks of `d` held in registers.
@@ -243,7 +243,7 @@ pub(crate) unsafe fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32
             }
         }
     }
-    crate::kernels::ops::scalar::state_update_cols(s, decay, k, d, blocks);
+    crate::kernels::scalar::state_update_cols(s, decay, k, d, blocks);
 }
 
 /// In-place SiLU, `x / (1 + e^-x)`, four lanes at a time with a polynomial
@@ -270,5 +270,5 @@ pub(crate) unsafe fn silu(x: &mut [f32]) {
         let num = vmaxq_f32(v, vdupq_n_f32(NUM_MIN));
         vst1q_f32(c.as_mut_ptr(), vdivq_f32(num, vaddq_f32(e, vdupq_n_f32(1.0))));
     }
-    crate::kernels::ops::scalar::silu(chunks.into_remainder());
+    crate::kernels::scalar::silu(chunks.into_remainder());
 }

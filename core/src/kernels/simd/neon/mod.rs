@@ -15,7 +15,7 @@ mod kquants;
 mod legacy;
 mod quant;
 
-use crate::kernels::dispatch::{Dot, Isa, Kernels, Multi};
+use crate::kernels::table::{Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::aarch64::*;
 use std::arch::{asm, is_aarch64_feature_detected};

@@ -14,8 +14,8 @@ use super::{
     act_scales4, finish4_min, out4, q2_mins, q2_mins4, q3_scales, remove_offset, scales_mins, split4, tail4, tail4_k4,
     tail4_min, Aligned, BlockQ2KScaled,
 };
-use crate::kernels::dispatch::decoded_blocks;
 use crate::kernels::simd::avx2::{fp16, load32, prefetch_ahead, rows4};
+use crate::kernels::table::decoded_blocks;
 use crate::quant::{as_blocks, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
 
@@ -323,9 +323,9 @@ zmm_fn! {
 three!(q6_k_x3, q6_k_x4);
 
 /// Put the 512-bit kernels into the `avx512vnni` table's K-quant prefill entries.
-pub(crate) fn install(k: &mut crate::kernels::dispatch::Kernels) {
+pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     use super::decoded::avx512vnni::q2_k as q2_k_decoded;
-    use crate::kernels::dispatch::{Acts3, Acts4, Decoded, Dot, Multi};
+    use crate::kernels::table::{Acts3, Acts4, Decoded, Dot, Multi};
     fn set(d: &mut Dot<BlockQ8K>, three: Acts3<BlockQ8K>, four: Acts4<BlockQ8K>, decoded: Option<Decoded<BlockQ8K>>) {
         if let Multi::Acts(acts) = &mut d.multi {
             acts.three = three;

@@ -1,0 +1,303 @@
+//! The kernel table: the types of [`Kernels`] (one instruction-set path's
+//! function pointers) and the scalar path that is the reference every other
+//! is tested against. Filling the table for a SIMD path is `simd/`'s job;
+//! choosing one at start-up is [`super::dispatch`]'s. This file knows neither.
+
+use super::scalar;
+use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType};
+use half::f16;
+use std::fmt;
+
+/// An instruction-set path of the kernels, from the reference up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Isa {
+    /// Portable Rust: the reference every other path is tested against.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 with the VEX-encoded int8 dot product (`vpdpbusd`, AVX-VNNI).
+    AvxVnni,
+    /// AVX2 with the EVEX-encoded 256-bit `vpdpbusd` (AVX-512 VNNI + VL);
+    /// with AVX-512 F + BW as well, 512-bit four-token K-quant kernels.
+    Avx512Vnni,
+    /// aarch64 Advanced SIMD.
+    Neon,
+    /// NEON with the int8 dot product (`sdot`, ARMv8.2 DotProd).
+    Dotprod,
+    /// NEON with `sdot` and the int8 matrix multiply (`smmla`, ARMv8.6 I8MM).
+    I8mm,
+}
+
+impl Isa {
+    pub const ALL: [Isa; 7] =
+        [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni, Isa::Neon, Isa::Dotprod, Isa::I8mm];
+
+    /// The name `POCKET_ISA` accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::AvxVnni => "avxvnni",
+            Isa::Avx512Vnni => "avx512vnni",
+            Isa::Neon => "neon",
+            Isa::Dotprod => "dotprod",
+            Isa::I8mm => "i8mm",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Isa> {
+        Isa::ALL.into_iter().find(|i| i.name().eq_ignore_ascii_case(name.trim()))
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// Kernel signatures. Each takes one weight row as bytes (a whole number of
+// blocks) and the matching activation row(s); callers check the lengths once
+// per matrix. They are `unsafe fn` because SIMD paths need their CPU features:
+// a table holds only paths the CPU was found to have.
+
+/// The dot product kernels of one weight type with activations of block type `B`.
+pub(crate) struct Dot<B: 'static> {
+    /// One weight row with one activation row.
+    pub(crate) one: unsafe fn(&[u8], &[B]) -> f32,
+    /// Several products per pass over the weights (prefill), if the path has them.
+    pub(crate) multi: Multi<B>,
+    /// Consecutive weight rows with one activation row in one call (no call
+    /// and setup per row: rows of 512 values are only two K-quant blocks).
+    pub(crate) rows: Option<Rows<B>>,
+}
+
+impl<B> Clone for Dot<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Dot<B> {}
+
+impl<B> Dot<B> {
+    pub(crate) const fn one(f: unsafe fn(&[u8], &[B]) -> f32) -> Dot<B> {
+        Dot { one: f, multi: Multi::None, rows: None }
+    }
+}
+
+/// `out.len()` consecutive weight rows of `row_bytes` bytes each (`w`) with one
+/// activation row, into `out`.
+pub(crate) type Rows<B> = unsafe fn(&[u8], usize, &[B], &mut [f32]);
+/// Two weight rows with two activation rows.
+pub(crate) type Tile2x2<B> = unsafe fn(&[u8], &[u8], &[B], &[B]) -> [f32; 4];
+/// One weight row with two, three or four activation rows.
+pub(crate) type Acts2<B> = unsafe fn(&[u8], [&[B]; 2]) -> [f32; 2];
+pub(crate) type Acts3<B> = unsafe fn(&[u8], [&[B]; 3]) -> [f32; 3];
+pub(crate) type Acts4<B> = unsafe fn(&[u8], [&[B]; 4]) -> [f32; 4];
+
+/// One weight row with several activation rows: four per pass, and the two
+/// or three left over (a MoE expert's token count is rarely a multiple of four).
+pub(crate) struct Acts<B: 'static> {
+    pub(crate) two: Acts2<B>,
+    pub(crate) three: Acts3<B>,
+    pub(crate) four: Acts4<B>,
+    /// For formats whose blocks cost more to unpack than to use: a tile's
+    /// weight rows decoded once, then dotted four activation rows at a time.
+    pub(crate) decoded: Option<Decoded<B>>,
+}
+
+impl<B> Clone for Acts<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Acts<B> {}
+
+/// Weight rows decoded once per tile into a layout that is cheaper to use
+/// than to unpack: the unpacking of a block then serves all the activation
+/// rows of a tile instead of four. Q4_0 / Q5_0 (whose 4- and 5-bit blocks
+/// take as many instructions to unpack as to multiply) decode into int8
+/// blocks with f32 scales ([`BlockQ8_0F`], the layout of the activations);
+/// Q2_K into bytes of value times group scale (at most 45), so that two
+/// registers of products share one widening step; Q3_K into unpacked bytes.
+/// Either way the same integers meet the same float tail: the products equal
+/// the four-row kernel's to the bit.
+pub(crate) struct Decoded<B: 'static> {
+    /// Bytes of one decoded block: a multiple of its layout's alignment (at
+    /// most 8), so that rows of whole blocks in an 8-byte-aligned buffer stay
+    /// aligned.
+    pub(crate) block_bytes: usize,
+    /// Decode a tile's weight rows from this many activation rows on: below,
+    /// unpacking each block per four rows costs less than a pass that writes
+    /// and reads the decoded rows.
+    pub(crate) min_acts: usize,
+    /// One weight row into `out` (`block_bytes` per weight block).
+    pub(crate) decode: unsafe fn(&[u8], &mut [u8]),
+    /// Decoded weight rows (of the given byte length each) with four
+    /// activation rows: `out[n][r]` is row `r` with activation row `n` (one
+    /// call per tile and group of four: the tile's rows are dotted without a
+    /// call and four scattered stores each).
+    pub(crate) four: DecodedRows4<B>,
+}
+
+/// `bytes` (a decoded row, see [`Decoded`]) as blocks of its layout `T`.
+///
+/// # Safety
+/// `T` must be plain data (integer and float fields, no padding), valid for
+/// any bit pattern.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) unsafe fn decoded_blocks<T>(bytes: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.as_ptr().cast::<T>().is_aligned(), "decoded blocks are misaligned");
+    // SAFETY: aligned, in bounds, and any bit pattern is a valid `T` (caller).
+    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast(), bytes.len() / size) }
+}
+
+/// [`decoded_blocks`], mutable.
+///
+/// # Safety
+/// As for [`decoded_blocks`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(crate) unsafe fn decoded_blocks_mut<T>(bytes: &mut [u8]) -> &mut [T] {
+    let size = std::mem::size_of::<T>();
+    assert!(bytes.len().is_multiple_of(size), "{} bytes is not a whole number of {size}-byte blocks", bytes.len());
+    assert!(bytes.as_ptr().cast::<T>().is_aligned(), "decoded blocks are misaligned");
+    // SAFETY: as above; `bytes` is borrowed mutably for the result's lifetime.
+    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast(), bytes.len() / size) }
+}
+
+/// An 8-byte-aligned buffer of `len` bytes for decoded rows, grown as needed
+/// and reused.
+pub(crate) fn decoded_buffer(buf: &mut Vec<u64>, len: usize) -> &mut [u8] {
+    buf.resize(len.div_ceil(8), 0);
+    // SAFETY: `u64` storage of at least `len` bytes; bytes have no alignment
+    // or validity requirement.
+    unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast(), len) }
+}
+
+/// See [`Decoded::four`].
+pub(crate) type DecodedRows4<B> = unsafe fn(&[u8], usize, [&[B]; 4], [&mut [f32]; 4]);
+
+impl<B> Clone for Decoded<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Decoded<B> {}
+
+/// Kernels that compute several dot products per pass over the weights.
+pub(crate) enum Multi<B: 'static> {
+    None,
+    /// Two weight rows with two activation rows (`smmla`):
+    /// `[w0.a0, w0.a1, w1.a0, w1.a1]`.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    Tile2x2(Tile2x2<B>),
+    /// One weight row with up to four activation rows: each unpacked weight
+    /// register serves every token.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    Acts(Acts<B>),
+}
+
+impl<B> Clone for Multi<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Multi<B> {}
+
+/// The kernels for one weight type, by activation format.
+#[derive(Clone, Copy)]
+pub(crate) enum RowDot {
+    Q8_0(Dot<BlockQ8_0F>),
+    Q8_1(Dot<BlockQ8_1>),
+    Q8K(Dot<BlockQ8K>),
+    F32(Dot<f32>),
+}
+
+/// One instruction-set path: a table of kernels.
+pub struct Kernels {
+    pub(crate) isa: Isa,
+    pub(crate) q4_0: Dot<BlockQ8_0F>,
+    pub(crate) q5_0: Dot<BlockQ8_0F>,
+    pub(crate) q8_0: Dot<BlockQ8_0F>,
+    pub(crate) q4_1: Dot<BlockQ8_1>,
+    pub(crate) q5_1: Dot<BlockQ8_1>,
+    pub(crate) q2_k: Dot<BlockQ8K>,
+    pub(crate) q3_k: Dot<BlockQ8K>,
+    pub(crate) q4_k: Dot<BlockQ8K>,
+    pub(crate) q5_k: Dot<BlockQ8K>,
+    pub(crate) q6_k: Dot<BlockQ8K>,
+    pub(crate) f32: Dot<f32>,
+    pub(crate) f16: Dot<f32>,
+    pub(crate) bf16: Dot<f32>,
+    // f32 helpers (attention, norms)
+    pub(crate) dot_f32: unsafe fn(&[f32], &[f32]) -> f32,
+    pub(crate) axpy_f32: unsafe fn(&mut [f32], f32, &[f32]),
+    // attention over an f16 KV cache: see ops::scores_f16 / mix_f16
+    pub(crate) scores_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
+    pub(crate) mix_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
+    // recurrent state (Gated DeltaNet): see ops::state_read / state_update
+    pub(crate) state_read: StateRead,
+    pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
+    // activations
+    pub(crate) silu: unsafe fn(&mut [f32]),
+    /// Q8_K activation quantiser (equal to the bit to the scalar one).
+    pub(crate) quantize_q8k: unsafe fn(&[f32], &mut [BlockQ8K]),
+}
+
+/// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
+pub(crate) type StateRead = unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
+
+impl Kernels {
+    /// The portable reference path.
+    pub(crate) const SCALAR: Kernels = Kernels {
+        isa: Isa::Scalar,
+        q4_0: Dot::one(quant::q4_0::vec_dot),
+        q5_0: Dot::one(quant::q5_0::vec_dot),
+        q8_0: Dot::one(quant::q8_0::vec_dot),
+        q4_1: Dot::one(quant::q4_1::vec_dot),
+        q5_1: Dot::one(quant::q5_1::vec_dot),
+        q2_k: Dot::one(quant::q2_k::vec_dot),
+        q3_k: Dot::one(quant::q3_k::vec_dot),
+        q4_k: Dot::one(quant::q4_k::vec_dot),
+        q5_k: Dot::one(quant::q5_k::vec_dot),
+        q6_k: Dot::one(quant::q6_k::vec_dot),
+        f32: Dot::one(quant::float::vec_dot_f32),
+        f16: Dot::one(quant::float::vec_dot_f16),
+        bf16: Dot::one(quant::float::vec_dot_bf16),
+        dot_f32: scalar::dot_f32,
+        axpy_f32: scalar::axpy_f32,
+        scores_f16: scalar::scores_f16,
+        mix_f16: scalar::mix_f16,
+        state_read: scalar::state_read,
+        state_update: scalar::state_update,
+        silu: scalar::silu,
+        quantize_q8k: quant::q8_k::quantize_row_q8_k,
+    };
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The kernels for weights of type `ty`, or `None` if unsupported.
+    pub(crate) fn row_dot(&self, ty: GgmlType) -> Option<RowDot> {
+        use GgmlType as T;
+        Some(match ty {
+            T::Q4_0 => RowDot::Q8_0(self.q4_0),
+            T::Q5_0 => RowDot::Q8_0(self.q5_0),
+            T::Q8_0 => RowDot::Q8_0(self.q8_0),
+            T::Q4_1 => RowDot::Q8_1(self.q4_1),
+            T::Q5_1 => RowDot::Q8_1(self.q5_1),
+            T::Q2K => RowDot::Q8K(self.q2_k),
+            T::Q3K => RowDot::Q8K(self.q3_k),
+            T::Q4K => RowDot::Q8K(self.q4_k),
+            T::Q5K => RowDot::Q8K(self.q5_k),
+            T::Q6K => RowDot::Q8K(self.q6_k),
+            T::F32 => RowDot::F32(self.f32),
+            T::F16 => RowDot::F32(self.f16),
+            T::BF16 => RowDot::F32(self.bf16),
+            _ => return None,
+        })
+    }
+}
