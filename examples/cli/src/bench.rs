@@ -14,14 +14,36 @@ use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
-use crate::args::{Args, Spec};
 use crate::fingerprint;
 
-const SPEC: Spec =
-    Spec { values: &["--model", "-p", "-n", "--threads", "--draws", "--kv", "--ctx"], switches: &["--json"] };
-
-const USAGE: &str =
-    "usage: pocket bench --model FILE [-p 128] [-n 32] [--threads N] [--draws 5] [--kv f16|f32] [--json]";
+/// Prefill and decode speed under a fixed protocol (a warm-up, then --draws draws)
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model file
+    #[arg(long, value_name = "FILE")]
+    model: String,
+    /// Prompt tokens evaluated as one batch (prefill); 0 = none
+    #[arg(short = 'p', value_name = "N", default_value_t = 128, allow_negative_numbers = true)]
+    n_prompt: usize,
+    /// Tokens evaluated one at a time after the prompt (decode); 0 = none
+    #[arg(short = 'n', value_name = "N", default_value_t = 32, allow_negative_numbers = true)]
+    n_gen: usize,
+    /// Counted draws, each on a fresh state
+    #[arg(long, value_name = "N", default_value_t = 5, allow_negative_numbers = true)]
+    draws: usize,
+    /// Worker threads [default: every core]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    threads: Option<usize>,
+    /// KV cache type: f32, f16 or q8_0
+    #[arg(long, value_name = "TYPE", default_value = KvType::default().name())]
+    kv: KvType,
+    /// Context length [default and least: -p + -n + 1]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    ctx: Option<usize>,
+    /// Print JSON: fingerprint, config, each draw, and mean/sd/min/max of both speeds
+    #[arg(long)]
+    json: bool,
+}
 
 struct Spread {
     mean: f64,
@@ -42,14 +64,11 @@ fn spread(v: &[f64]) -> Spread {
     }
 }
 
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &SPEC).map_err(|e| format!("{e}\n{USAGE}"))?;
-    let path = args.required("--model")?;
-    let n_prompt: usize = args.parsed("-p")?.unwrap_or(128);
-    let n_gen: usize = args.parsed("-n")?.unwrap_or(32);
-    let draws: usize = args.parsed("--draws")?.unwrap_or(5).max(1);
-    let threads = args.parsed::<usize>("--threads")?.unwrap_or_else(crate::default_threads).max(1);
-    let kv: KvType = args.value("--kv").unwrap_or("f16").parse().map_err(|e: pocket_core::Error| e.to_string())?;
+pub fn run(args: Args) -> Result<(), String> {
+    let path = &args.model;
+    let (n_prompt, n_gen, kv) = (args.n_prompt, args.n_gen, args.kv);
+    let draws = args.draws.max(1);
+    let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
     if n_prompt == 0 && n_gen == 0 {
         return Err("nothing to measure: -p and -n are both 0".into());
     }
@@ -57,7 +76,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let t_load = Instant::now();
     let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
-    let n_ctx = args.parsed::<usize>("--ctx")?.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
+    let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
     let pool = ThreadPool::new(threads);
     let summary: &Summary = model.summary();
     let file_fp = fingerprint::file(path).map_err(|e| format!("{path}: {e}"))?;
@@ -113,7 +132,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         if d == 0 {
             continue; // warm-up: page in the weights, spin up the threads
         }
-        if !args.switch("--json") {
+        if !args.json {
             eprintln!("draw {d}/{draws}: prefill {pp:.2} t/s, decode {tg:.2} t/s");
         }
         samples.push((pp, tg));
@@ -123,7 +142,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let pps: Vec<f64> = samples.iter().map(|s| s.0).collect();
     let tgs: Vec<f64> = samples.iter().map(|s| s.1).collect();
     let (p, t) = (spread(&pps), spread(&tgs));
-    if args.switch("--json") {
+    if args.json {
         let sj = |s: &Spread| json!({"mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max});
         let v = json!({
             "fingerprint": fingerprint,

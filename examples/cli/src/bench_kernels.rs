@@ -2,7 +2,6 @@
 //! path, single- and multi-threaded, next to the machine's read bandwidth
 //! measured in the same run (see `pocket_core::kernels::bench`).
 
-use crate::args::{Args, Spec};
 use pocket_core::kernels::bench::{self, Case, Options, Report};
 use pocket_core::kernels::Isa;
 use pocket_core::quant::GgmlType;
@@ -10,24 +9,44 @@ use serde_json::json;
 use std::io::Write;
 use std::time::Duration;
 
-const SPEC: Spec = Spec {
-    values: &["--threads", "--formats", "--isa", "--time-ms", "--working-set-mib", "--head-rows"],
-    switches: &["--json"],
-};
+/// Matvec throughput per weight format and kernel path, next to the read bandwidth
+#[derive(clap::Args)]
+pub struct Args {
+    /// Pool size of the multi-threaded runs [default: every core]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    threads: Option<usize>,
+    #[arg(long, value_name = "LIST", help = formats_help())]
+    formats: Option<String>,
+    /// Kernel paths to measure, comma-separated (e.g. scalar,avx2) [default: every path this CPU has]
+    #[arg(long, value_name = "LIST")]
+    isa: Option<String>,
+    /// Minimum time per measurement, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = Options::default().min_time.as_millis() as u64)]
+    #[arg(allow_negative_numbers = true)]
+    time_ms: u64,
+    /// MiB streamed per measurement cycle [default: three times the last-level cache, at least 512]
+    #[arg(long, value_name = "MIB", allow_negative_numbers = true)]
+    working_set_mib: Option<usize>,
+    /// Rows of the head-sized matrix (2048 columns)
+    #[arg(long, value_name = "N", default_value_t = Options::default().head_rows, allow_negative_numbers = true)]
+    head_rows: usize,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
 
-const USAGE: &str = "usage: pocket bench-kernels [--threads N] [--json] [--formats Q4_K,Q2_K,..] \
-[--isa scalar,avx2,..] [--time-ms MS] [--working-set-mib MIB] [--head-rows N]";
+/// `--formats`' help, naming the default list from core.
+fn formats_help() -> String {
+    let names: Vec<&str> = Options::default().formats.iter().map(|t| t.name()).collect();
+    format!("Weight formats to measure, comma-separated [default: {}]", names.join(","))
+}
 
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &SPEC).map_err(|e| format!("{e}\n{USAGE}"))?;
-    if !args.positional().is_empty() {
-        return Err(USAGE.into());
-    }
+pub fn run(args: Args) -> Result<(), String> {
     let mut opts = Options::default();
-    if let Some(n) = args.parsed::<usize>("--threads")? {
+    if let Some(n) = args.threads {
         opts.threads = n.max(1);
     }
-    if let Some(list) = args.value("--formats") {
+    if let Some(list) = &args.formats {
         opts.formats = list
             .split(',')
             .map(|name| {
@@ -38,22 +57,18 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             })
             .collect::<Result<_, _>>()?;
     }
-    if let Some(list) = args.value("--isa") {
+    if let Some(list) = &args.isa {
         opts.isas = list
             .split(',')
             .map(|n| Isa::from_name(n).ok_or_else(|| format!("--isa: unknown path '{n}'")))
             .collect::<Result<_, _>>()?;
     }
-    if let Some(ms) = args.parsed::<u64>("--time-ms")? {
-        opts.min_time = Duration::from_millis(ms.max(1));
-    }
-    if let Some(mib) = args.parsed::<usize>("--working-set-mib")? {
+    opts.min_time = Duration::from_millis(args.time_ms.max(1));
+    if let Some(mib) = args.working_set_mib {
         opts.working_set = Some(mib << 20);
     }
-    if let Some(rows) = args.parsed::<usize>("--head-rows")? {
-        opts.head_rows = rows.max(1);
-    }
-    let json = args.switch("--json");
+    opts.head_rows = args.head_rows.max(1);
+    let json = args.json;
     let report = bench::run(&opts, |c| {
         if !json {
             eprint!(

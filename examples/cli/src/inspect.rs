@@ -5,23 +5,29 @@ use std::time::Instant;
 use pocket_core::gguf::{GgufFile, Summary};
 use serde_json::{json, Map, Value};
 
-use crate::args::{Args, Spec};
+/// What a GGUF file holds: architecture, sizes, quantization, experts
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF file
+    file: String,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+    /// Also list every tensor: name, type, shape, bytes, offset
+    #[arg(long)]
+    tensors: bool,
+}
 
-const SPEC: Spec = Spec { values: &[], switches: &["--json", "--tensors"] };
-
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &SPEC)?;
-    let [path] = args.positional() else {
-        return Err("usage: pocket inspect FILE [--json] [--tensors]".into());
-    };
+pub fn run(args: Args) -> Result<(), String> {
+    let path = &args.file;
     let t0 = Instant::now();
     let g = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
     let open_ms = t0.elapsed().as_secs_f64() * 1e3;
     let s = Summary::of(&g).map_err(|e| format!("{path}: {e}"))?;
-    if args.switch("--json") {
+    if args.json {
         let mut v = summary_json(&s);
         v["open_ms"] = json!(open_ms);
-        if args.switch("--tensors") {
+        if args.tensors {
             v["tensors"] = g
                 .tensors()
                 .iter()
@@ -34,7 +40,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_human(&s, open_ms);
-        if args.switch("--tensors") {
+        if args.tensors {
             println!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
             for t in g.tensors() {
                 let shape = t.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");

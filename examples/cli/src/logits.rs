@@ -4,46 +4,63 @@
 use std::fs::File;
 use std::io::BufWriter;
 
+use clap::ArgGroup;
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
-use crate::args::{Args, Spec};
+/// Teacher-forced logits of every position, all evaluated in one batch
+#[derive(clap::Args)]
+#[command(group(ArgGroup::new("output").required(true).multiple(true).args(["out", "top"])))]
+pub struct Args {
+    /// The GGUF model file
+    #[arg(long, value_name = "FILE")]
+    model: String,
+    /// Token ids, separated by commas or spaces (e.g. 1,2,3)
+    #[arg(long, value_name = "IDS", value_parser = parse_tokens)]
+    tokens: Tokens,
+    /// Write every position's logits to this .npy file (float32, positions x vocabulary)
+    #[arg(long, value_name = "FILE.npy")]
+    out: Option<String>,
+    /// Print the K largest logits of every position
+    #[arg(long, value_name = "K")]
+    top: Option<usize>,
+    /// With --top: print JSON {"n_vocab", "positions": [{"pos", "token", "top"}]}
+    #[arg(long)]
+    json: bool,
+    /// KV cache type: f32, f16 or q8_0
+    #[arg(long, value_name = "TYPE", default_value = KvType::F32.name())]
+    kv: KvType,
+    /// Worker threads [default: every core]
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+}
 
-const SPEC: Spec =
-    Spec { values: &["--model", "--tokens", "--out", "--kv", "--threads", "--top"], switches: &["--json"] };
+/// The ids of `--tokens`, parsed once by clap.
+#[derive(Clone)]
+struct Tokens(Vec<u32>);
 
-const USAGE: &str = "usage: pocket logits --model FILE --tokens 1,2,3 (--out FILE.npy | --top K [--json]) \
-                     [--kv f32|f16] [--threads N]";
-
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &SPEC).map_err(|e| format!("{e}\n{USAGE}"))?;
-    let path = args.required("--model")?;
-    let tokens = parse_tokens(args.required("--tokens")?)?;
-    let kv: KvType = args.value("--kv").unwrap_or("f32").parse().map_err(|e: pocket_core::Error| e.to_string())?;
-    let threads = args.parsed::<usize>("--threads")?.unwrap_or_else(crate::default_threads).max(1);
-    let top = args.parsed::<usize>("--top")?;
-    let out = args.value("--out");
-    if out.is_none() && top.is_none() {
-        return Err(format!("give --out FILE.npy or --top K\n{USAGE}"));
-    }
+pub fn run(args: Args) -> Result<(), String> {
+    let path = &args.model;
+    let tokens = args.tokens.0;
+    let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
 
     let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
     let pool = ThreadPool::new(threads);
-    let mut state = model.new_state(tokens.len(), kv).map_err(|e| e.to_string())?;
+    let mut state = model.new_state(tokens.len(), args.kv).map_err(|e| e.to_string())?;
     model.forward(&pool, &mut state, &tokens, Logits::All).map_err(|e| e.to_string())?;
     let n_vocab = model.n_vocab();
     let logits = state.logits();
 
-    if let Some(out) = out {
+    if let Some(out) = &args.out {
         let f = File::create(out).map_err(|e| format!("{out}: {e}"))?;
         crate::npy::write_f32(BufWriter::new(f), &[tokens.len(), n_vocab], logits)
             .map_err(|e| format!("{out}: {e}"))?;
     }
-    if let Some(k) = top {
+    if let Some(k) = args.top {
         let k = k.min(n_vocab);
         let rows: Vec<Vec<(usize, f32)>> = logits.chunks_exact(n_vocab).map(|row| top_k(row, k)).collect();
-        if args.switch("--json") {
+        if args.json {
             let positions: Vec<_> = rows
                 .iter()
                 .zip(&tokens)
@@ -64,16 +81,16 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_tokens(s: &str) -> Result<Vec<u32>, String> {
+fn parse_tokens(s: &str) -> Result<Tokens, String> {
     let ids: Vec<u32> = s
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|p| !p.is_empty())
         .map(|p| p.parse::<u32>().map_err(|_| format!("invalid token id {p:?}")))
         .collect::<Result<_, _>>()?;
     if ids.is_empty() {
-        return Err("--tokens is empty".into());
+        return Err("no token ids".into());
     }
-    Ok(ids)
+    Ok(Tokens(ids))
 }
 
 /// The k largest (index, value) pairs, largest first.

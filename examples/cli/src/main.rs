@@ -1,9 +1,9 @@
 //! `pocket`: the command-line face of the engine.
 //!
 //! Every subcommand reports failure as one line on stderr and a non-zero exit
-//! status; nothing here panics on bad input.
+//! status; nothing here panics on bad input. Each subcommand's file declares
+//! its options as a clap struct, so its help and its parsing cannot disagree.
 
-mod args;
 mod bench;
 mod bench_kernels;
 mod fingerprint;
@@ -18,44 +18,49 @@ mod tokenize;
 use std::process::ExitCode;
 use std::sync::Mutex;
 
+use clap::{CommandFactory, Parser, Subcommand};
+
 /// The message of a panic, kept by the hook for the one-line report.
 static PANIC_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
 
-const USAGE: &str = "\
-pocket — on-device LLM engine
+/// pocket — on-device LLM engine
+#[derive(Parser)]
+#[command(name = "pocket", disable_version_flag = true)]
+#[command(after_help = "`pocket COMMAND --help` lists a command's options and their defaults.")]
+// A flag given twice keeps its last value, as scripts that append to a
+// command line expect; repeatable flags (--stop, --var) still collect.
+#[command(args_override_self = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
 
-usage: pocket <command> [options]
-
-commands:
-  inspect FILE [--json] [--tensors]   what a GGUF file holds
-  logits --model F --tokens 1,2,3 (--out F.npy | --top K [--json]) [--kv f32|f16] [--threads N]
-                                      teacher-forced logits of every position
-  tokenize --model F [--json] [--no-bos] [--no-special] TEXT
-                                      token ids of a text (--help for more)
-  template (--model F | --template F.jinja) --messages JSON [--add-generation-prompt] [--var K=V]
-                                      render a chat prompt exactly
-  run --model F --prompt TEXT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]
-      [--repeat-penalty R] [--seed S] [--threads N] [--json]
-                                      complete a prompt, streaming the text
-  chat --model F [--system TEXT]      interactive chat with the model's template
-  bench --model F [-p 128] [-n 32] [--threads N] [--draws 5] [--json]
-                                      prefill and decode speed, fixed protocol
-  perplexity --model F --file TEXT [--ctx 128] [--json] [--save-logits F] [--kl-base F]
-                                      perplexity as llama-perplexity computes it
-  bench-kernels [--threads N] [--json] [--quick]
-                                      matvec throughput per format and ISA path vs read bandwidth
-  help                                this text
-";
+/// One variant per subcommand; each file declares its own options.
+#[derive(Subcommand)]
+enum Command {
+    Inspect(inspect::Args),
+    Logits(logits::Args),
+    Tokenize(tokenize::Args),
+    Template(template::Args),
+    Run(run::RunArgs),
+    Chat(run::ChatArgs),
+    Bench(bench::Args),
+    Perplexity(perplexity::Args),
+    BenchKernels(bench_kernels::Args),
+}
 
 fn main() -> ExitCode {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_failure(e),
+    };
     // A bug must still end as one line on stderr, not a backtrace.
     std::panic::set_hook(Box::new(|info| {
         if let Ok(mut m) = PANIC_MESSAGE.lock() {
             *m = Some(info.to_string().replace('\n', " "));
         }
     }));
-    let result = std::panic::catch_unwind(|| run(&argv)).unwrap_or_else(|_| {
+    let result = std::panic::catch_unwind(|| run(cli)).unwrap_or_else(|_| {
         let msg = PANIC_MESSAGE.lock().ok().and_then(|mut m| m.take()).unwrap_or_default();
         Err(format!("internal error: {msg}"))
     });
@@ -68,31 +73,73 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(argv: &[String]) -> Result<(), String> {
-    let Some(cmd) = argv.first() else {
-        print!("{USAGE}");
-        return Ok(());
+fn run(cli: Cli) -> Result<(), String> {
+    let Some(command) = cli.command else {
+        return Cli::command().print_help().map_err(|e| format!("stdout: {e}"));
     };
-    let rest = &argv[1..];
-    match cmd.as_str() {
-        "inspect" => inspect::run(rest),
-        "bench-kernels" => bench_kernels::run(rest),
-        "logits" => logits::run(rest),
-        "tokenize" => tokenize::run(rest),
-        "template" => template::run(rest),
-        "run" => run::run(rest),
-        "chat" => run::chat(rest),
-        "bench" => bench::run(rest),
-        "perplexity" => perplexity::run(rest),
-        "help" | "--help" | "-h" => {
-            print!("{USAGE}");
-            Ok(())
-        }
-        other => Err(format!("unknown command '{other}' (try `pocket help`)")),
+    match command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Logits(a) => logits::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Template(a) => template::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Chat(a) => run::chat(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
+        Command::BenchKernels(a) => bench_kernels::run(a),
     }
+}
+
+/// Help goes to stdout with success; a usage error becomes the same one line
+/// on stderr as every other failure.
+fn parse_failure(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("pocket: {}", one_line(&e.to_string()));
+    ExitCode::FAILURE
+}
+
+/// clap's error text cut to its first paragraph, on one line: the paragraph
+/// names the flag and the reason (a list of missing flags spans several lines);
+/// the usage and "For more information" trailers after it are dropped.
+fn one_line(rendered: &str) -> String {
+    let text = rendered.trim_start().strip_prefix("error: ").unwrap_or(rendered);
+    let first = text.split("\n\n").next().unwrap_or_default();
+    first.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
 /// Threads to use when the user does not say: every core the OS offers.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        // clap's own check: no clashing names or shorts, groups name real flags.
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_has_help() {
+        for cmd in Cli::command().get_subcommands() {
+            for arg in cmd.get_arguments() {
+                let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+                assert!(!help.is_empty() && !help.contains('\n'), "{} {}: {help:?}", cmd.get_name(), arg.get_id());
+            }
+        }
+    }
+
+    #[test]
+    fn errors_render_as_one_line() {
+        let e = Cli::try_parse_from(["pocket", "run", "--prompt", "hi"]).err().unwrap();
+        assert_eq!(one_line(&e.to_string()), "the following required arguments were not provided: --model <FILE>");
+        let e = Cli::try_parse_from(["pocket", "inspect", "--nope", "f"]).err().unwrap();
+        assert_eq!(one_line(&e.to_string()), "unexpected argument '--nope' found");
+    }
 }

@@ -15,15 +15,37 @@ use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
-use crate::args::{Args, Spec};
-
-const SPEC: Spec = Spec {
-    values: &["--model", "--file", "--ctx", "--threads", "--kv", "--save-logits", "--kl-base", "--chunks"],
-    switches: &["--json"],
-};
-
-const USAGE: &str = "usage: pocket perplexity --model FILE --file TEXT [--ctx 128] [--chunks N] [--threads N] \
-[--kv f16|f32] [--save-logits OUT] [--kl-base BASE] [--json]";
+/// Perplexity as llama-perplexity computes it; KL divergence against a saved run
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model file
+    #[arg(long, value_name = "FILE")]
+    model: String,
+    /// The text file to score
+    #[arg(long, value_name = "TEXT")]
+    file: String,
+    /// Chunk length in tokens (at least 4); the second half of each chunk is scored
+    #[arg(long, value_name = "N", default_value_t = 128, allow_negative_numbers = true)]
+    ctx: usize,
+    /// Score at most N chunks [default: all the text holds]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    chunks: Option<usize>,
+    /// Worker threads [default: every core]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    threads: Option<usize>,
+    /// KV cache type: f32, f16 or q8_0
+    #[arg(long, value_name = "TYPE", default_value = KvType::default().name())]
+    kv: KvType,
+    #[arg(long, value_name = "OUT")]
+    #[arg(help = format!("Save the top {TOP} log-probabilities of every scored position to this file"))]
+    save_logits: Option<String>,
+    /// Compare with a --save-logits file: KL divergence and top-1 agreement
+    #[arg(long, value_name = "BASE")]
+    kl_base: Option<String>,
+    /// Print one JSON object instead
+    #[arg(long)]
+    json: bool,
+}
 
 /// Log-probabilities kept per position by `--save-logits`.
 const TOP: usize = 64;
@@ -36,16 +58,12 @@ struct Saved {
     logp: Vec<f32>,
 }
 
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse(argv, &SPEC).map_err(|e| format!("{e}\n{USAGE}"))?;
-    let path = args.required("--model")?;
-    let text_path = args.required("--file")?;
-    let n_ctx: usize = args.parsed("--ctx")?.unwrap_or(128);
+pub fn run(args: Args) -> Result<(), String> {
+    let (path, text_path, n_ctx, kv) = (&args.model, &args.file, args.ctx, args.kv);
     if n_ctx < 4 {
         return Err("--ctx must be at least 4".into());
     }
-    let threads = args.parsed::<usize>("--threads")?.unwrap_or_else(crate::default_threads).max(1);
-    let kv: KvType = args.value("--kv").unwrap_or("f16").parse().map_err(|e: pocket_core::Error| e.to_string())?;
+    let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
     let text = std::fs::read_to_string(text_path).map_err(|e| format!("{text_path}: {e}"))?;
 
     let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
@@ -59,10 +77,10 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         ));
     }
     let mut n_chunks = tokens.len() / n_ctx;
-    if let Some(c) = args.parsed::<usize>("--chunks")? {
+    if let Some(c) = args.chunks {
         n_chunks = n_chunks.min(c.max(1));
     }
-    let base = match args.value("--kl-base") {
+    let base = match &args.kl_base {
         Some(p) => Some(load_saved(p)?),
         None => None,
     };
@@ -92,7 +110,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             nll -= lp;
             nll2 += lp * lp;
             count += 1;
-            if args.value("--save-logits").is_some() {
+            if args.save_logits.is_some() {
                 saved.push(top_logp(row, lse, target));
             }
             if let Some(b) = &base {
@@ -105,11 +123,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
                 kl_n += 1;
             }
         }
-        if !args.switch("--json") {
+        if !args.json {
             eprint!("[{}]{:.4} ", c + 1, (nll / count as f64).exp());
         }
     }
-    if !args.switch("--json") {
+    if !args.json {
         eprintln!();
     }
     let mean = nll / count as f64;
@@ -117,11 +135,11 @@ pub fn run(argv: &[String]) -> Result<(), String> {
     let var = nll2 / count as f64 - mean * mean;
     let err = if var > 0.0 { (var / (count - 1) as f64).sqrt() * ppl } else { 0.0 };
 
-    if let Some(out) = args.value("--save-logits") {
+    if let Some(out) = &args.save_logits {
         save(out, n_ctx, n_vocab, &saved)?;
     }
     let secs = t0.elapsed().as_secs_f64();
-    if args.switch("--json") {
+    if args.json {
         let mut v = json!({
             "ppl": ppl, "ppl_error": err, "chunks": n_chunks, "ctx": n_ctx, "scored_tokens": count,
             "tokens": tokens.len(), "seconds": secs,

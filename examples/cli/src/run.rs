@@ -6,94 +6,167 @@ use std::sync::Arc;
 
 use pocket_core::chat::ChatMessage;
 use pocket_core::model::{KvType, Model};
-use pocket_core::sampler::SamplerConfig;
-use pocket_core::session::{CancelHandle, ContextPolicy, GenerateOptions, GenerationStats, Session, SessionOptions};
+use pocket_core::sampler::{check, SamplerConfig};
+use pocket_core::session::{
+    CancelHandle, ContextPolicy, GenerateOptions, GenerationStats, Session, SessionOptions, DEFAULT_MAX_CONTEXT,
+    DEFAULT_SEED, DEFAULT_SLIDE_SINK,
+};
 use serde_json::json;
 
-use crate::args::{Args, Spec};
+/// Complete a prompt, streaming the text
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The GGUF model file
+    #[arg(long, value_name = "FILE")]
+    model: String,
+    /// The prompt, completed as it is (no chat template)
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    prompt: String,
+    /// Print one JSON object {text, tokens, prompt_tokens, stats} at the end instead of streaming
+    #[arg(long)]
+    json: bool,
+    /// Do not print the prompt before the completion
+    #[arg(long)]
+    no_echo: bool,
+    #[command(flatten)]
+    common: Common,
+}
 
-/// Options shared by `run` and `chat`: model, sampling, session.
-const COMMON: Spec = Spec {
-    values: &[
-        "--model",
-        "-n",
-        "--temp",
-        "--top-k",
-        "--top-p",
-        "--min-p",
-        "--repeat-penalty",
-        "--repeat-last-n",
-        "--presence-penalty",
-        "--frequency-penalty",
-        "--seed",
-        "--threads",
-        "--ctx",
-        "--kv",
-        "--stop",
-        "--keep",
-    ],
-    switches: &["--slide", "--ignore-eos"],
-};
+/// Interactive chat with the model's template (/reset, /stats, /quit)
+#[derive(clap::Args)]
+pub struct ChatArgs {
+    /// The GGUF model file
+    #[arg(long, value_name = "FILE")]
+    model: String,
+    /// A system message that opens the conversation
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    system: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
 
-const RUN_SPEC: Spec = Spec { values: &["--prompt"], switches: &["--json", "--no-echo"] };
+/// Options shared by `run` and `chat`: sampling and session. Every default
+/// is core's, so the help shows what a caller of the library gets too.
+/// Sampler values go through core's range checks while parsing, so a bad one
+/// is refused before the model loads, naming its flag; they may start with
+/// '-' so that `--temp -1` reaches the check rather than reading as a flag
+/// (integer flags take `-1` as a value too, to refuse it by name).
+#[derive(clap::Args)]
+struct Common {
+    /// Tokens to generate at most
+    #[arg(short = 'n', value_name = "N", default_value_t = GenerateOptions::default().max_tokens)]
+    #[arg(allow_negative_numbers = true)]
+    max_tokens: usize,
+    /// Temperature; 0 = greedy
+    #[arg(long = "temp", value_name = "T", default_value_t = SamplerConfig::default().temperature)]
+    #[arg(value_parser = sampler(check::temperature), allow_hyphen_values = true)]
+    temperature: f32,
+    /// Keep the K most likely tokens; 0 = off
+    #[arg(long, value_name = "K", default_value_t = SamplerConfig::default().top_k)]
+    #[arg(allow_negative_numbers = true)]
+    top_k: usize,
+    /// Keep the most likely tokens whose probabilities reach P; 1 = off
+    #[arg(long, value_name = "P", default_value_t = SamplerConfig::default().top_p)]
+    #[arg(value_parser = sampler(check::probability), allow_hyphen_values = true)]
+    top_p: f32,
+    /// Drop tokens less likely than P times the most likely one; 0 = off
+    #[arg(long, value_name = "P", default_value_t = SamplerConfig::default().min_p)]
+    #[arg(value_parser = sampler(check::probability), allow_hyphen_values = true)]
+    min_p: f32,
+    /// Divide positive (multiply negative) logits of recent tokens by R; 1 = off
+    #[arg(long, value_name = "R", default_value_t = SamplerConfig::default().repeat_penalty)]
+    #[arg(value_parser = sampler(check::penalty), allow_hyphen_values = true)]
+    repeat_penalty: f32,
+    /// How many recent tokens the penalties look at
+    #[arg(long, value_name = "N", default_value_t = SamplerConfig::default().penalty_last_n)]
+    #[arg(allow_negative_numbers = true)]
+    repeat_last_n: usize,
+    /// Subtract this once from the logit of every recent token; 0 = off
+    #[arg(long, value_name = "X", default_value_t = SamplerConfig::default().presence_penalty)]
+    #[arg(value_parser = sampler(check::finite), allow_hyphen_values = true)]
+    presence_penalty: f32,
+    /// Subtract this per occurrence in the recent tokens; 0 = off
+    #[arg(long, value_name = "X", default_value_t = SamplerConfig::default().frequency_penalty)]
+    #[arg(value_parser = sampler(check::finite), allow_hyphen_values = true)]
+    frequency_penalty: f32,
+    /// Seed of the sampler
+    #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, allow_negative_numbers = true)]
+    seed: u64,
+    /// Worker threads; 0 = every core
+    #[arg(long, value_name = "N", default_value_t = SessionOptions::default().threads)]
+    #[arg(allow_negative_numbers = true)]
+    threads: usize,
+    #[arg(long, value_name = "N", default_value_t = SessionOptions::default().context_length)]
+    #[arg(allow_negative_numbers = true)]
+    #[arg(help = format!("Context length in tokens; 0 = the model's training context, at most {DEFAULT_MAX_CONTEXT}"))]
+    ctx: usize,
+    /// KV cache type: f32, f16 or q8_0
+    #[arg(long, value_name = "TYPE", default_value = SessionOptions::default().kv_type.name())]
+    kv: KvType,
+    /// Stop before this text (never printed); repeatable
+    #[arg(long, value_name = "TEXT")]
+    stop: Vec<String>,
+    /// When the context is full, drop the oldest tokens but the first --keep and go on
+    #[arg(long)]
+    slide: bool,
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    #[arg(help = format!(
+        "With --slide: tokens kept at the start of the context [default: {DEFAULT_SLIDE_SINK}, at most a quarter of it]"
+    ))]
+    keep: Option<usize>,
+    /// Keep generating past end-of-generation tokens
+    #[arg(long)]
+    ignore_eos: bool,
+}
 
-const CHAT_SPEC: Spec = Spec { values: &["--system"], switches: &[] };
-
-pub const RUN_USAGE: &str = "usage: pocket run --model FILE --prompt TEXT [-n N] [--temp T] [--top-k K] [--top-p P] \
-[--min-p P] [--repeat-penalty R] [--seed S] [--threads N] [--ctx N] [--kv f16|f32] [--stop TEXT]... [--json] [--no-echo]";
-
-pub const CHAT_USAGE: &str =
-    "usage: pocket chat --model FILE [--system TEXT] [-n N] [--temp T] [sampling options as for run]";
+/// A clap value parser for an `f32` sampler flag checked by one of core's
+/// [`check`] functions.
+fn sampler(
+    check: fn(f32) -> Result<f32, String>,
+) -> impl Fn(&str) -> Result<f32, String> + Clone + Send + Sync + 'static {
+    move |s| s.parse::<f32>().map_err(|e| e.to_string()).and_then(check)
+}
 
 /// Load a model and open a session from the common options.
-fn open(args: &Args) -> Result<(Session, GenerateOptions), String> {
-    let path = args.required("--model")?;
+fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String> {
     let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
-    let kv: KvType = args.value("--kv").unwrap_or("f16").parse().map_err(|e: pocket_core::Error| e.to_string())?;
-    let context_policy = if args.switch("--slide") {
-        ContextPolicy::Slide { sink: args.parsed("--keep")? }
-    } else {
-        ContextPolicy::Error
-    };
-    let seed: u64 = args.parsed("--seed")?.unwrap_or(pocket_core::session::DEFAULT_SEED);
+    let context_policy = if args.slide { ContextPolicy::Slide { sink: args.keep } } else { ContextPolicy::Error };
     let opts = SessionOptions {
-        context_length: args.parsed("--ctx")?.unwrap_or(0),
-        kv_type: kv,
-        threads: args.parsed("--threads")?.unwrap_or(0),
+        context_length: args.ctx,
+        kv_type: args.kv,
+        threads: args.threads,
         context_policy,
-        seed,
+        seed: args.seed,
     };
     let session = Session::new(Arc::new(model), opts).map_err(|e| e.to_string())?;
-    let d = SamplerConfig::default();
     let sampler = SamplerConfig {
-        temperature: args.parsed("--temp")?.unwrap_or(d.temperature),
-        top_k: args.parsed("--top-k")?.unwrap_or(d.top_k),
-        top_p: args.parsed("--top-p")?.unwrap_or(d.top_p),
-        min_p: args.parsed("--min-p")?.unwrap_or(d.min_p),
-        repeat_penalty: args.parsed("--repeat-penalty")?.unwrap_or(d.repeat_penalty),
-        penalty_last_n: args.parsed("--repeat-last-n")?.unwrap_or(d.penalty_last_n),
-        presence_penalty: args.parsed("--presence-penalty")?.unwrap_or(d.presence_penalty),
-        frequency_penalty: args.parsed("--frequency-penalty")?.unwrap_or(d.frequency_penalty),
-        seed,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        penalty_last_n: args.repeat_last_n,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        seed: args.seed,
     };
     let gen = GenerateOptions {
-        max_tokens: args.parsed("-n")?.unwrap_or(256),
+        max_tokens: args.max_tokens,
         sampler,
-        stop: args.values("--stop").to_vec(),
-        seed: Some(seed),
+        stop: args.stop.clone(),
+        seed: Some(args.seed),
         show_special: false,
-        ignore_eos: args.switch("--ignore-eos"),
+        ignore_eos: args.ignore_eos,
     };
     Ok((session, gen))
 }
 
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse_multi(argv, &[&COMMON, &RUN_SPEC]).map_err(|e| format!("{e}\n{RUN_USAGE}"))?;
-    let prompt = args.required("--prompt").map_err(|e| format!("{e}\n{RUN_USAGE}"))?.to_string();
-    let (mut session, gen) = open(&args)?;
-    let json_out = args.switch("--json");
+pub fn run(args: RunArgs) -> Result<(), String> {
+    let prompt = args.prompt;
+    let (mut session, gen) = open(&args.model, &args.common)?;
+    let json_out = args.json;
     let mut stdout = io::stdout().lock();
-    if !json_out && !args.switch("--no-echo") {
+    if !json_out && !args.no_echo {
         let _ = write!(stdout, "{prompt}");
         let _ = stdout.flush();
     }
@@ -147,11 +220,10 @@ fn stats_line(s: &GenerationStats) -> String {
     )
 }
 
-pub fn chat(argv: &[String]) -> Result<(), String> {
-    let args = Args::parse_multi(argv, &[&COMMON, &CHAT_SPEC]).map_err(|e| format!("{e}\n{CHAT_USAGE}"))?;
-    let (mut session, gen) = open(&args)?;
+pub fn chat(args: ChatArgs) -> Result<(), String> {
+    let (mut session, gen) = open(&args.model, &args.common)?;
     let mut history: Vec<ChatMessage> = Vec::new();
-    if let Some(sys) = args.value("--system") {
+    if let Some(sys) = &args.system {
         history.push(ChatMessage::new("system", sys));
     }
     let system_len = history.len();

@@ -2,54 +2,46 @@
 
 use std::io::Write;
 
+use clap::ArgGroup;
 use pocket_core::chat::ChatTemplate;
 use pocket_core::gguf::GgufFile;
 use serde_json::Value;
 
-use crate::args::{Args, Spec};
+/// Render a chat prompt exactly (no newline is added)
+#[derive(clap::Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["model", "template"])))]
+pub struct Args {
+    /// Take the template, BOS and EOS from this GGUF file
+    #[arg(long, short = 'm', value_name = "FILE")]
+    model: Option<String>,
+    /// Take the template from this Jinja file
+    #[arg(long, value_name = "FILE.jinja")]
+    template: Option<String>,
+    /// The messages: a JSON array of {"role": ..., "content": ...} (more fields pass through); @PATH reads a file
+    #[arg(long, value_name = "JSON", value_parser = json_arg)]
+    messages: Value,
+    /// End with the assistant's turn header
+    #[arg(long)]
+    add_generation_prompt: bool,
+    /// A template variable, repeatable; VALUE is JSON when it parses as JSON, else a string; @PATH reads JSON
+    #[arg(long, value_name = "KEY=VALUE", value_parser = var_arg)]
+    var: Vec<(String, Value)>,
+    /// The bos_token text [default: empty, or the file's with --model]
+    #[arg(long, value_name = "TEXT")]
+    bos: Option<String>,
+    /// The eos_token text [default: empty, or the file's with --model]
+    #[arg(long, value_name = "TEXT")]
+    eos: Option<String>,
+}
 
-const HELP: &str = "\
-usage: pocket template (--model FILE | --template FILE.jinja [--bos TEXT] [--eos TEXT])
-                       --messages JSON [--add-generation-prompt] [--var KEY=VALUE ...]
-
-Renders the chat prompt exactly (no newline is added). With --model the
-template, BOS and EOS come from the GGUF file (ChatML when it has no template).
-
-options:
-  --messages JSON            the messages: a JSON array of {\"role\": ..., \"content\": ...}
-                             (more fields such as tool_calls are passed through);
-                             @PATH reads the JSON from a file
-  --add-generation-prompt    end with the assistant's turn header
-  --var KEY=VALUE            a template variable; VALUE is parsed as JSON when it is
-                             valid JSON (true, 3, [..], {..}), else taken as a string;
-                             repeatable (e.g. --var enable_thinking=false --var tools=@t.json)
-  --bos TEXT, --eos TEXT     the bos_token / eos_token texts (default empty; with
-                             --model they override the file's)
-";
-
-const SPEC: Spec = Spec {
-    values: &["--model", "-m", "--template", "--bos", "--eos", "--messages", "--var"],
-    switches: &["--add-generation-prompt", "--help", "-h"],
-};
-
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let a = Args::parse(argv, &SPEC)?;
-    if a.switch("--help") || a.switch("-h") {
-        print!("{HELP}");
-        return Ok(());
-    }
-    if let Some(extra) = a.positional().first() {
-        return Err(format!("unexpected argument '{extra}' (see `pocket template --help`)"));
-    }
-    let template = match (a.value("--model").or(a.value("-m")), a.value("--template")) {
-        (Some(_), Some(_)) => return Err("give either --model or --template, not both".into()),
-        (None, None) => return Err("--model or --template is required (see `pocket template --help`)".into()),
-        (Some(model), None) => {
+pub fn run(a: Args) -> Result<(), String> {
+    let template = match (&a.model, &a.template) {
+        (Some(model), _) => {
             let g = GgufFile::open(model).map_err(|e| format!("{model}: {e}"))?;
             let t = ChatTemplate::from_gguf(&g).map_err(|e| format!("{model}: {e}"))?;
-            if a.value("--bos").is_some() || a.value("--eos").is_some() {
+            if a.bos.is_some() || a.eos.is_some() {
                 let (bos, eos) = t.special_texts();
-                ChatTemplate::from_source(t.source(), a.value("--bos").unwrap_or(bos), a.value("--eos").unwrap_or(eos))
+                ChatTemplate::from_source(t.source(), a.bos.as_deref().unwrap_or(bos), a.eos.as_deref().unwrap_or(eos))
                     .map_err(|e| e.to_string())?
             } else {
                 t
@@ -57,35 +49,38 @@ pub fn run(argv: &[String]) -> Result<(), String> {
         }
         (None, Some(path)) => {
             let src = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
-            ChatTemplate::from_source(&src, a.value("--bos").unwrap_or(""), a.value("--eos").unwrap_or(""))
+            ChatTemplate::from_source(&src, a.bos.as_deref().unwrap_or(""), a.eos.as_deref().unwrap_or(""))
                 .map_err(|e| format!("{path}: {e}"))?
         }
+        // clap's argument group already refuses this; kept so no input panics.
+        (None, None) => return Err("give --model or --template".into()),
     };
-    let messages = json_arg("--messages", a.required("--messages")?)?;
-    let mut extra = Vec::new();
-    for var in a.values("--var") {
-        let (k, v) = var.split_once('=').ok_or_else(|| format!("--var {var}: expected KEY=VALUE"))?;
-        if k.is_empty() {
-            return Err(format!("--var {var}: empty name"));
-        }
-        let value = if v.starts_with('@') {
-            json_arg("--var", v)?
-        } else {
-            serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
-        };
-        extra.push((k.to_string(), value));
-    }
-    let out =
-        template.render_json(&messages, a.switch("--add-generation-prompt"), &extra).map_err(|e| e.to_string())?;
+    let out = template.render_json(&a.messages, a.add_generation_prompt, &a.var).map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))
 }
 
-/// JSON given inline or as `@PATH`.
-fn json_arg(flag: &str, arg: &str) -> Result<Value, String> {
+/// JSON given inline or as `@PATH` (`--messages`, and `--var` values that
+/// start with `@`).
+fn json_arg(arg: &str) -> Result<Value, String> {
     let text = match arg.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{flag} {arg}: {e}"))?,
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
         None => arg.to_string(),
     };
-    serde_json::from_str(&text).map_err(|e| format!("{flag}: invalid JSON: {e}"))
+    serde_json::from_str(&text).map_err(|e| format!("invalid JSON: {e}"))
+}
+
+/// One `--var KEY=VALUE`: VALUE as JSON when it parses as JSON (true, 3,
+/// [..], {..}), else as a string; `@PATH` must hold JSON.
+fn var_arg(var: &str) -> Result<(String, Value), String> {
+    let (k, v) = var.split_once('=').ok_or("expected KEY=VALUE")?;
+    if k.is_empty() {
+        return Err("empty name".into());
+    }
+    let value = if v.starts_with('@') {
+        json_arg(v)?
+    } else {
+        serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
+    };
+    Ok((k.to_string(), value))
 }

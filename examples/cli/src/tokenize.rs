@@ -7,90 +7,94 @@ use std::time::Instant;
 use pocket_core::gguf::GgufFile;
 use pocket_core::tokenizer::Tokenizer;
 
-use crate::args::{Args, Spec};
+/// Token ids of a text, as llama-tokenize prints them
+#[derive(clap::Args)]
+#[command(after_help = DEFAULTS)]
+pub struct Args {
+    /// The GGUF file whose tokenizer is used
+    #[arg(long, short = 'm', value_name = "FILE")]
+    model: String,
+    /// The text, as one argument (quote it)
+    #[arg(allow_negative_numbers = true)]
+    text: Option<String>,
+    /// Read the text from a file instead of TEXT
+    #[arg(long, short = 'f', value_name = "PATH")]
+    file: Option<String>,
+    /// Read the text from standard input
+    #[arg(long)]
+    stdin: bool,
+    /// Print {"ids": [...], "pieces": [...]} instead
+    #[arg(long)]
+    json: bool,
+    /// Print the ids only, as [1, 2, 3]
+    #[arg(long)]
+    ids: bool,
+    /// Do not add BOS (or EOS) even if the model asks for it
+    #[arg(long)]
+    no_bos: bool,
+    /// Tokenize special-token text as plain text
+    #[arg(long)]
+    no_special: bool,
+    /// Take the text verbatim (by default \n \r \t \' \" \\ \xHH escapes are processed)
+    #[arg(long, overrides_with = "escape")]
+    no_escape: bool,
+    /// Process escapes (the default; cancels an earlier --no-escape)
+    #[arg(long, overrides_with = "no_escape")]
+    escape: bool,
+    /// Print the number of tokens at the end
+    #[arg(long)]
+    show_count: bool,
+    /// Encode this file repeatedly and print MB/s instead
+    #[arg(long, value_name = "PATH")]
+    bench: Option<String>,
+    /// With --bench: how many encodings
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    runs: usize,
+}
 
-const HELP: &str = "\
-usage: pocket tokenize --model FILE [options] TEXT
-       pocket tokenize --model FILE --bench FILE [--runs N] [--no-special]
+/// Shown under the options (by `-h` and `--help` alike, which keeps the
+/// compact one-line-per-flag layout).
+const DEFAULTS: &str = "\
+The defaults are llama-tokenize's: escapes such as \\n in the text are processed,
+BOS is added when the model asks for it, and special tokens in the text
+(<|im_start|>, <start_of_turn>) are parsed; each token prints as `    ID -> 'piece'`.";
 
-Tokenizes TEXT with the model's tokenizer. The defaults are llama-tokenize's:
-escapes such as \\n in the text are processed, BOS is added when the model asks
-for it, and special tokens in the text (<|im_start|>, <start_of_turn>) are
-parsed; each token prints as `    ID -> 'piece'`.
-
-options:
-  --json          print {\"ids\": [...], \"pieces\": [...]} instead
-  --ids           print the ids only, as [1, 2, 3]
-  --no-bos        do not add BOS (or EOS) even if the model asks for it
-  --no-special    tokenize special-token text as plain text
-  --file PATH     read the text from a file instead of TEXT
-  --stdin         read the text from standard input
-  --no-escape     take the text verbatim (by default, as llama-tokenize,
-                  \\n \\r \\t \\' \\\" \\\\ \\xHH escapes are processed)
-  --show-count    print the number of tokens at the end
-  --bench PATH    encode the file repeatedly and print MB/s (--runs N, default 10)
-";
-
-const SPEC: Spec = Spec {
-    values: &["--model", "-m", "--file", "-f", "--bench", "--runs"],
-    switches: &[
-        "--json",
-        "--ids",
-        "--no-bos",
-        "--no-special",
-        "--stdin",
-        "--escape",
-        "--no-escape",
-        "--show-count",
-        "--help",
-        "-h",
-    ],
-};
-
-pub fn run(argv: &[String]) -> Result<(), String> {
-    let a = Args::parse(argv, &SPEC)?;
-    if a.switch("--help") || a.switch("-h") {
-        print!("{HELP}");
-        return Ok(());
-    }
-    let model = a.value("--model").or(a.value("-m")).ok_or("--model is required (see `pocket tokenize --help`)")?;
+pub fn run(a: Args) -> Result<(), String> {
+    let model = &a.model;
     let g = GgufFile::open(model).map_err(|e| format!("{model}: {e}"))?;
     let tok = Tokenizer::from_gguf(&g).map_err(|e| format!("{model}: {e}"))?;
-    let parse_special = !a.switch("--no-special");
-    if let Some(path) = a.value("--bench") {
-        return bench(&tok, path, a.parsed::<usize>("--runs")?.unwrap_or(10).max(1), parse_special);
+    let parse_special = !a.no_special;
+    if let Some(path) = &a.bench {
+        return bench(&tok, path, a.runs.max(1), parse_special);
     }
 
-    let mut text = if let Some(path) = a.value("--file").or(a.value("-f")) {
+    let mut text = if let Some(path) = &a.file {
         std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?
-    } else if a.switch("--stdin") {
+    } else if a.stdin {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s).map_err(|e| format!("stdin: {e}"))?;
         s
     } else {
-        match a.positional() {
-            [t] => t.clone(),
-            [] => return Err("no text to tokenize (give TEXT, --file or --stdin)".into()),
-            _ => return Err("give the text as one argument (quote it)".into()),
-        }
+        a.text.ok_or("no text to tokenize (give TEXT, --file or --stdin)")?
     };
-    if !a.switch("--no-escape") {
+    // The two flags override each other, so the last one given decides.
+    if a.escape || !a.no_escape {
         text = process_escapes(&text);
     }
 
     // As llama-tokenize: BOS (and EOS) per the model unless --no-bos.
-    let add_special = tok.add_bos() && !a.switch("--no-bos");
+    let add_special = tok.add_bos() && !a.no_bos;
     let ids = tok.encode(&text, add_special, parse_special).map_err(|e| e.to_string())?;
 
     let mut out = Vec::new();
-    if a.switch("--json") {
+    if a.json {
         let pieces: Vec<serde_json::Value> =
             ids.iter().map(|&id| String::from_utf8_lossy(tok.token_piece(id)).into_owned().into()).collect();
         let ids_json: Vec<String> = ids.iter().map(u32::to_string).collect();
         let pieces_json: Vec<String> = pieces.iter().map(serde_json::Value::to_string).collect();
         writeln!(out, "{{\"ids\": [{}], \"pieces\": [{}]}}", ids_json.join(", "), pieces_json.join(", "))
             .map_err(|e| e.to_string())?;
-    } else if a.switch("--ids") {
+    } else if a.ids {
         let list: Vec<String> = ids.iter().map(u32::to_string).collect();
         writeln!(out, "[{}]", list.join(", ")).map_err(|e| e.to_string())?;
     } else {
@@ -100,7 +104,7 @@ pub fn run(argv: &[String]) -> Result<(), String> {
             out.extend_from_slice(b"'\n");
         }
     }
-    if a.switch("--show-count") {
+    if a.show_count {
         writeln!(out, "Total number of tokens: {}", ids.len()).map_err(|e| e.to_string())?;
     }
     let mut stdout = std::io::stdout().lock();
