@@ -1,12 +1,17 @@
 //! pocket-core: the engine behind Pocket.
 //!
-//! Layers, bottom up (each depends only on those above it in this list):
+//! Modules, bottom up (each uses only those above it in this list; see
+//! ARCHITECTURE.md for what each owns):
 //! - [`quant`]: block formats, one file per family, each with a scalar reference.
 //! - [`gguf`]: the hardened GGUF reader over a memory map.
-//! - [`kernels`]: matvec/matmul and f32 helpers, with SIMD paths chosen at start-up.
-//! - [`model`]: one file per architecture, built from shared blocks.
+//! - [`kernels`]: matmul and f32 helpers, with SIMD paths chosen at start-up.
+//! - [`threads`]: the persistent worker pool.
+//! - [`model`]: one file per architecture, built from shared blocks around a
+//!   shared trunk; the `Backend` seam the blocks compute through.
 //! - [`tokenizer`]: GGUF tokenizers (byte-level BPE, SentencePiece), exact with llama.cpp.
 //! - [`chat`]: chat templates from the GGUF, rendered with minijinja.
+//! - [`sampler`]: the sampling chain and the valid range of its settings.
+//! - [`session`]: a conversation: prefix reuse, generation, cancellation, defaults.
 
 pub mod chat;
 pub mod error;

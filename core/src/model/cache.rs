@@ -1,5 +1,6 @@
-//! Per-sequence state: the KV cache of attention layers and the recurrent
-//! state of linear-attention layers, plus the session's scratch buffers.
+//! The KV cache of one attention layer, `[kv_head][position][dim]` in f32,
+//! f16 or q8_0, with the score and mix passes attention runs over it; and
+//! which logits a forward pass produces.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
