@@ -6,6 +6,7 @@
 //! file yields an [`Error`] naming the key or tensor at fault, never a panic or
 //! an out-of-bounds read.
 
+pub mod direct;
 mod keys;
 mod parse;
 mod source;
@@ -129,6 +130,14 @@ impl GgufFile {
 
     pub fn source(&self) -> &Source {
         &self.source
+    }
+
+    /// Keep only the byte ranges `keep` resident, in owned memory (see
+    /// [`Source::into_resident`]).
+    pub fn make_resident(&mut self, keep: &[std::ops::Range<usize>]) -> Result<()> {
+        let source = std::mem::replace(&mut self.source, Source::from_vec(Vec::new()));
+        self.source = source.into_resident(keep)?;
+        Ok(())
     }
 
     // ---- metadata ----------------------------------------------------------

@@ -7,15 +7,22 @@ use std::path::Path;
 
 use memmap2::{Advice, Mmap, MmapOptions};
 
+use super::direct::{AlignedBuf, DirectFile};
 use crate::error::{Error, Result};
 
 /// The bytes of one GGUF file, immutable for the life of the model.
 pub struct Source {
     bytes: Bytes,
+    /// The file the bytes came from and where in it they start (for direct
+    /// reads); `None` for a buffer given in memory.
+    origin: Option<(File, u64)>,
 }
 
 enum Bytes {
     Mapped(Mmap),
+    /// Read into memory the model owns: only the ranges a budgeted model
+    /// keeps resident; the rest is never touched (see [`Source::into_resident`]).
+    Resident(AlignedBuf),
     /// Kept as u64 words so that the start is 8-byte aligned like a mapping.
     Owned {
         words: Vec<u64>,
@@ -65,7 +72,7 @@ impl Source {
         // against the length fixed here, so truncation elsewhere cannot make it
         // index out of range.
         let map = unsafe { MmapOptions::new().offset(offset).len(len_usize).map(file)? };
-        Ok(Source { bytes: Bytes::Mapped(map) })
+        Ok(Source { bytes: Bytes::Mapped(map), origin: Some((file.try_clone()?, offset)) })
     }
 
     /// Own a buffer (tests, fuzzing, files read into memory).
@@ -74,13 +81,47 @@ impl Source {
         let mut words = vec![0u64; len.div_ceil(8)];
         // SAFETY: `words` holds at least `len` bytes.
         unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), words.as_mut_ptr() as *mut u8, len) };
-        Source { bytes: Bytes::Owned { words, len } }
+        Source { bytes: Bytes::Owned { words, len }, origin: None }
+    }
+
+    /// A second descriptor of the file for reads that bypass the page cache,
+    /// if the bytes came from a file.
+    pub fn direct(&self) -> Result<Option<DirectFile>> {
+        match &self.origin {
+            Some((file, base)) => Ok(Some(DirectFile::open(file, *base, self.bytes().len() as u64)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The same file with only the byte ranges `keep` held, read into owned
+    /// memory (around the page cache) and the mapping dropped: a budgeted
+    /// model's resident weights. Offsets stay as they were; bytes outside
+    /// `keep` read as zero and are never touched, so they cost no memory.
+    /// A buffer already in memory is returned as it is.
+    pub fn into_resident(self, keep: &[std::ops::Range<usize>]) -> Result<Source> {
+        let Some(direct) = self.direct()? else { return Ok(self) };
+        let len = self.bytes().len();
+        let mut buf = AlignedBuf::new(len)?;
+        let mut bounce = AlignedBuf::new(8 << 20)?;
+        for r in keep {
+            if r.end > len || r.start > r.end {
+                return Err(Error::RangeOutsideFile {
+                    offset: r.start as u64,
+                    len: r.len() as u64,
+                    file_len: len as u64,
+                });
+            }
+            direct.read_into(r.start as u64, &mut buf.as_mut_slice()[r.clone()], bounce.as_mut_slice())?;
+        }
+        let Source { origin, .. } = self;
+        Ok(Source { bytes: Bytes::Resident(buf), origin })
     }
 
     /// All bytes of the file.
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Mapped(m) => m,
+            Bytes::Resident(b) => b.as_slice(),
             // SAFETY: the first `len` bytes of `words` were initialised from the vector.
             Bytes::Owned { words, len } => unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, *len) },
         }
