@@ -2,7 +2,7 @@
 //!
 //! Two models cover the supported families:
 //! - `gpt2`: byte-level BPE ([`bpe`]) after a pre-tokenizer chosen by
-//!   `tokenizer.ggml.pre` ([`pretokenize`]): Qwen2/3/3.5, Llama 3, GPT-2.
+//!   `tokenizer.ggml.pre` ([`pretokenize`]): every name llama.cpp knows.
 //! - `llama`: SentencePiece-style BPE with byte fallback ([`spm`]): Llama 2,
 //!   Mistral/Mixtral, Gemma.
 //!
@@ -73,7 +73,7 @@ pub(crate) struct SpecialIds {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.model {
+        let kind = match &self.model {
             Model::Bpe { pre, .. } => format!("BPE ({pre:?})"),
             Model::Spm(_) => "SPM".to_string(),
         };
@@ -98,9 +98,7 @@ impl Tokenizer {
                 (Model::Spm(Box::new(spm::SpmModel::new(&vocab))), ids, true, true, false)
             }
             "gpt2" => {
-                let pre_name = pre_name.unwrap_or("default");
-                let cfg =
-                    PreConfig::from_name(pre_name).ok_or_else(|| Error::UnknownPreTokenizer(pre_name.to_string()))?;
+                let cfg = PreConfig::from_name(pre_name.unwrap_or("default"))?;
                 let key = Key::TokenizerMerges.name();
                 let merges = g.require(key, g.get_array(key))?;
                 let merges = merges.as_strings().ok_or_else(|| Error::WrongValueType {
@@ -109,7 +107,8 @@ impl Tokenizer {
                     found: merges.element_type().name(),
                 })?;
                 let bpe = Box::new(BpeModel::new(&vocab, merges, cfg.ignore_merges));
-                let ids = SpecialIds { bos: Some(11), eos: Some(11), ..SpecialIds::default() };
+                let bos = if cfg.no_bos { None } else { Some(11) };
+                let ids = SpecialIds { bos, eos: Some(11), ..SpecialIds::default() };
                 (Model::Bpe { pre: cfg.pre, bpe, nfc: cfg.nfc }, ids, cfg.add_bos, false, cfg.clean_spaces)
             }
             other => return Err(Error::UnknownTokenizer(other.to_string())),
