@@ -77,6 +77,7 @@ const LLAMA_CORPORA: &[&str] = &[
     "deepseek-coder",
     "deepseek-llm",
     "falcon",
+    "gemma-4",
     "gpt-2",
     "llama-bpe",
     "llama-spm",
@@ -89,8 +90,8 @@ const LLAMA_CORPORA: &[&str] = &[
 ];
 
 /// Corpora of tokenizer models this engine does not implement yet: WordPiece
-/// (`bert`) and SentencePiece-shaped raw-UTF-8 BPE (`gemma4`).
-const NOT_YET: &[&str] = &["bert-bge", "gemma-4"];
+/// (`bert`).
+const NOT_YET: &[&str] = &["bert-bge"];
 
 /// One corpus of the llama.cpp source tree (skipped, or failed under
 /// `POCKET_REQUIRE_LLAMA_SRC=1`, when the tree is absent).
@@ -133,6 +134,7 @@ llama_corpora! {
     llama_deepseek_coder => "deepseek-coder",
     llama_deepseek_llm => "deepseek-llm",
     llama_falcon => "falcon",
+    llama_gemma_4 => "gemma-4",
     llama_gpt_2 => "gpt-2",
     llama_llama_bpe => "llama-bpe",
     llama_llama_spm => "llama-spm",

@@ -148,6 +148,16 @@ pub(crate) struct PreConfig {
     pub add_bos: bool,
     /// The model has no default BOS token (ChatGLM/GLM-4).
     pub no_bos: bool,
+    /// BOS is added even when the file says not to (llama.cpp's Gemma 4
+    /// workaround).
+    pub force_bos: bool,
+    /// Words are raw UTF-8 with `<0xXX>` byte tokens, not GPT-2 byte
+    /// characters (SentencePiece-shaped BPE).
+    pub raw: bool,
+    /// Spaces become `▁` before splitting.
+    pub escape_whitespaces: bool,
+    /// A word of newlines that is a token skips the merges (Gemma 4).
+    pub newline_words: bool,
     /// Text is NFC-normalized first (Hugging Face's Qwen2 tokenizer has an
     /// NFC normalizer; llama.cpp skips it, so it differs on decomposed text).
     pub nfc: bool,
@@ -158,19 +168,16 @@ impl PreConfig {
     /// naming it when llama.cpp does not know it either.
     pub fn from_name(name: &str) -> Result<PreConfig> {
         let (kind, f) = names::lookup(name).ok_or_else(|| Error::UnknownPreTokenizer(name.to_string()))?;
-        if !kind.byte_encode() || f.escape_whitespaces {
-            // SentencePiece-shaped BPE (raw UTF-8 merges, `▁` for spaces,
-            // `<0xXX>` byte tokens) is a different model, not a split rule.
-            return Err(Error::Tokenizer(format!(
-                "pre-tokenizer '{name}': raw-UTF-8 BPE vocabularies are not supported"
-            )));
-        }
         Ok(PreConfig {
             pre: PreTokenizer::new(kind)?,
             ignore_merges: f.ignore_merges,
             clean_spaces: f.clean_spaces,
             add_bos: f.add_bos,
             no_bos: f.no_bos,
+            force_bos: kind == PreType::Gemma4,
+            raw: !kind.byte_encode(),
+            escape_whitespaces: f.escape_whitespaces,
+            newline_words: kind == PreType::Gemma4,
             nfc: matches!(name, "qwen2" | "deepseek-r1-qwen"),
         })
     }
