@@ -2,7 +2,8 @@
 //!
 //! Two models cover the supported families:
 //! - `gpt2`: byte-level BPE ([`bpe`]) after a pre-tokenizer chosen by
-//!   `tokenizer.ggml.pre` ([`pretokenize`]): every name llama.cpp knows.
+//!   `tokenizer.ggml.pre` ([`pretokenize`]): every name llama.cpp knows;
+//!   `gemma4` is the same BPE on raw UTF-8 with SentencePiece's spaces.
 //! - `llama`: SentencePiece-style BPE with byte fallback ([`spm`]): Llama 2,
 //!   Mistral/Mixtral, Gemma.
 //!
