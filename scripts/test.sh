@@ -34,6 +34,9 @@ fi
 step "demo model"
 export POCKET_GEMMA=$(scripts/fetch-demo-model.sh)
 export POCKET_REQUIRE_GEMMA=1
+step "llama.cpp source tree (its vocabulary corpora)"
+cargo xtask llama-source
+export POCKET_REQUIRE_LLAMA_SRC=1
 
 # ---- checks ----------------------------------------------------------------------
 step "cargo fmt --check"

@@ -81,7 +81,7 @@ pub enum Error {
     InvalidHyperparameter { key: String, reason: String },
 
     // ---- Tokenizer and chat template ---------------------------------------
-    #[error("unknown tokenizer model '{0}' (supported: gpt2, llama)")]
+    #[error("unknown tokenizer model '{0}' (supported: gpt2, gemma4, llama)")]
     UnknownTokenizer(String),
     #[error("unknown pre-tokenizer '{0}'")]
     UnknownPreTokenizer(String),

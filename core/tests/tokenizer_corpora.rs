@@ -69,6 +69,83 @@ fn vocab_corpus(name: &str) {
     check(&gguf, &dir.join(format!("ggml-vocab-{name}.gguf.inp")), &dir.join(format!("ggml-vocab-{name}.gguf.out")));
 }
 
+/// The llama.cpp tree's corpora this suite checks: every
+/// `models/ggml-vocab-*.gguf` that has an `.inp`/`.out` pair, but those of
+/// [`NOT_YET`].
+const LLAMA_CORPORA: &[&str] = &[
+    "command-r",
+    "deepseek-coder",
+    "deepseek-llm",
+    "falcon",
+    "gemma-4",
+    "gpt-2",
+    "llama-bpe",
+    "llama-spm",
+    "mpt",
+    "phi-3",
+    "qwen2",
+    "qwen35",
+    "refact",
+    "starcoder",
+];
+
+/// Corpora of tokenizer models this engine does not implement yet: WordPiece
+/// (`bert`).
+const NOT_YET: &[&str] = &["bert-bge"];
+
+/// One corpus of the llama.cpp source tree (skipped, or failed under
+/// `POCKET_REQUIRE_LLAMA_SRC=1`, when the tree is absent).
+fn llama_corpus(name: &str) {
+    let Some(src) = common::llama_src(name) else { return };
+    let m = src.join("models");
+    let gguf = m.join(format!("ggml-vocab-{name}.gguf"));
+    check(&gguf, &m.join(format!("ggml-vocab-{name}.gguf.inp")), &m.join(format!("ggml-vocab-{name}.gguf.out")));
+}
+
+/// A corpus added to the tree must be added to [`LLAMA_CORPORA`] (or, for a
+/// model not implemented, to [`NOT_YET`]).
+#[test]
+fn llama_tree_corpora_are_all_listed() {
+    let Some(src) = common::llama_src("llama_tree_corpora_are_all_listed") else { return };
+    let mut found: Vec<String> = std::fs::read_dir(src.join("models"))
+        .expect("read models/")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|f| Some(f.strip_prefix("ggml-vocab-")?.strip_suffix(".gguf.inp")?.to_string()))
+        .collect();
+    found.sort();
+    let mut listed: Vec<&str> = LLAMA_CORPORA.iter().chain(NOT_YET).copied().collect();
+    listed.sort();
+    assert_eq!(found, listed);
+}
+
+macro_rules! llama_corpora {
+    ($($test:ident => $name:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $test() {
+                llama_corpus($name);
+            }
+        )*
+    };
+}
+
+llama_corpora! {
+    llama_command_r => "command-r",
+    llama_deepseek_coder => "deepseek-coder",
+    llama_deepseek_llm => "deepseek-llm",
+    llama_falcon => "falcon",
+    llama_gemma_4 => "gemma-4",
+    llama_gpt_2 => "gpt-2",
+    llama_llama_bpe => "llama-bpe",
+    llama_llama_spm => "llama-spm",
+    llama_mpt => "mpt",
+    llama_phi_3 => "phi-3",
+    llama_qwen2 => "qwen2",
+    llama_qwen35 => "qwen35",
+    llama_refact => "refact",
+    llama_starcoder => "starcoder",
+}
+
 fn model_corpus(corpus: &str, gguf: &str) {
     let dir = common::fixtures();
     let t = dir.join("tokenizer");

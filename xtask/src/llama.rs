@@ -33,8 +33,10 @@ pub fn source() -> Result<PathBuf, String> {
         return Ok(src);
     }
     std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+    // Only this package as source: with `:all:`, pip would also build the
+    // sdist's build requirements (CMake itself) from source to read its metadata.
     run(Command::new("python3")
-        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:"])
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python"])
         .arg(format!("llama-cpp-python=={}", &SDIST["llama_cpp_python-".len()..]))
         .arg("-d")
         .arg(&root))?;

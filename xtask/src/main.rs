@@ -17,6 +17,9 @@ const USAGE: &str = "\
 usage: cargo xtask <command> [options]
 
 commands:
+  llama-source
+      download and unpack llama.cpp's source tree (the llama-cpp-python sdist) into the
+      cache if needed, and print its path (tests read its vocabulary corpora)
   synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant q2_k|q4_k_m --out FILE
       a GGUF with a real model's exact geometry, random valid weights
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN]
@@ -50,6 +53,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
+        Some("llama-source") => llama::source().map(|p| println!("{}", p.display())),
         Some("synth-model") => synth::run(rest),
         Some("bench-compare") => compare::bench_compare(rest),
         Some("insn-count") => compare::insn_count(rest),

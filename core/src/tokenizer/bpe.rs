@@ -1,5 +1,7 @@
 //! Byte-level BPE (GPT-2 style): each word starts as one symbol per byte and
-//! adjacent pairs merge by rank, lowest first, leftmost on ties.
+//! adjacent pairs merge by rank, lowest first, leftmost on ties. Raw-UTF-8
+//! BPE (Gemma 4's SentencePiece-shaped vocabulary) starts from one symbol
+//! per character instead and falls back to `<0xXX>` byte tokens.
 //!
 //! Symbols are token ids, not strings: every text that appears in the merge
 //! list is interned once at load (vocabulary tokens keep their id; the rare
@@ -9,7 +11,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use super::unicode::byte_to_char;
+use super::unicode::{byte_to_char, utf8_len};
 use super::vocab::Vocab;
 use crate::gguf::StringArray;
 
@@ -23,6 +25,11 @@ pub(crate) struct BpeModel {
     merges: HashMap<u64, (u32, u32), IdPairHasher>,
     /// Skip merges for words that are whole tokens (Llama 3).
     ignore_merges: bool,
+    /// Raw UTF-8 symbols: the merge texts that are not tokens, by text
+    /// (`None` for byte-level models).
+    raw: Option<HashMap<String, u32>>,
+    /// A raw word of newlines that is a token skips the merges (Gemma 4).
+    newline_words: bool,
 }
 
 #[derive(Default)]
@@ -48,7 +55,8 @@ pub(crate) struct Scratch {
 }
 
 impl BpeModel {
-    pub fn new(vocab: &Vocab, merges: &StringArray, ignore_merges: bool) -> BpeModel {
+    /// `raw`: symbols are UTF-8 characters, not GPT-2 byte characters.
+    pub fn new(vocab: &Vocab, merges: &StringArray, ignore_merges: bool, raw: bool, newline_words: bool) -> BpeModel {
         let n_vocab = vocab.len() as u32;
         let mut extra: HashMap<String, u32> = HashMap::new();
         let mut intern = |text: &str| -> u32 {
@@ -76,11 +84,14 @@ impl BpeModel {
             let c = byte_to_char(b as u8).encode_utf8(&mut buf);
             *id = vocab.find(c.as_bytes()).or_else(|| extra.get(&*c).copied()).unwrap_or(NO_ID);
         }
-        BpeModel { byte_ids, merges: map, ignore_merges }
+        BpeModel { byte_ids, merges: map, ignore_merges, raw: raw.then_some(extra), newline_words }
     }
 
     /// Append the tokens of one pre-tokenized word.
     pub fn encode_word(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        if let Some(extra) = &self.raw {
+            return self.encode_raw(vocab, extra, word, scratch, out);
+        }
         match word.len() {
             0 => return,
             1 => return self.emit(vocab, word, self.byte_ids[word[0] as usize], out),
@@ -105,6 +116,54 @@ impl BpeModel {
             prev: i.wrapping_sub(1),
             next: if i + 1 < n { i + 1 } else { NO_ID },
         }));
+        self.merge_and_emit(vocab, word, scratch, out);
+    }
+
+    /// Raw UTF-8: one symbol per character (its token, else its merge-only
+    /// id, else none). A word of newlines that is a token stays whole, as
+    /// llama.cpp does for Gemma 4.
+    fn encode_raw(
+        &self,
+        vocab: &Vocab,
+        extra: &HashMap<String, u32>,
+        word: &[u8],
+        scratch: &mut Scratch,
+        out: &mut Vec<u32>,
+    ) {
+        if word.is_empty() {
+            return;
+        }
+        if self.ignore_merges || (self.newline_words && word.iter().all(|&b| b == b'\n')) {
+            if let Some(id) = vocab.find(word) {
+                out.push(id);
+                return;
+            }
+        }
+        let syms = &mut scratch.syms;
+        syms.clear();
+        let mut i = 0;
+        while i < word.len() {
+            // By the lead byte, as llama.cpp (the text is valid UTF-8).
+            let n = utf8_len(word[i]).min(word.len() - i);
+            let text = &word[i..i + n];
+            let id = vocab
+                .find(text)
+                .or_else(|| std::str::from_utf8(text).ok().and_then(|t| extra.get(t).copied()))
+                .unwrap_or(NO_ID);
+            let k = syms.len() as u32;
+            syms.push(Sym { id, start: i as u32, len: n as u32, prev: k.wrapping_sub(1), next: k + 1 });
+            i += n;
+        }
+        if let Some(last) = syms.last_mut() {
+            last.next = NO_ID;
+        }
+        self.merge_and_emit(vocab, word, scratch, out);
+    }
+
+    /// Run the merges over `scratch.syms` and append the resulting tokens.
+    fn merge_and_emit(&self, vocab: &Vocab, word: &[u8], scratch: &mut Scratch, out: &mut Vec<u32>) {
+        let syms = &mut scratch.syms;
+        let n = syms.len() as u32;
         let heap = &mut scratch.heap;
         heap.clear();
         for i in 1..n {
@@ -155,10 +214,19 @@ impl BpeModel {
     }
 
     /// A finished symbol: its token, or (when its text is not a token) the
-    /// single-character tokens of its bytes where they exist, as llama.cpp.
+    /// single-character tokens of its bytes where they exist, as llama.cpp
+    /// (`<0xXX>` tokens for raw UTF-8).
     fn emit(&self, vocab: &Vocab, bytes: &[u8], id: u32, out: &mut Vec<u32>) {
         if (id as usize) < vocab.len() {
             out.push(id);
+            return;
+        }
+        if self.raw.is_some() {
+            const HEX: &[u8; 16] = b"0123456789ABCDEF";
+            for &b in bytes {
+                let name = [b'<', b'0', b'x', HEX[(b >> 4) as usize], HEX[(b & 15) as usize], b'>'];
+                out.extend(vocab.find(&name));
+            }
             return;
         }
         for &b in bytes {

@@ -2,7 +2,8 @@
 //!
 //! Two models cover the supported families:
 //! - `gpt2`: byte-level BPE ([`bpe`]) after a pre-tokenizer chosen by
-//!   `tokenizer.ggml.pre` ([`pretokenize`]): Qwen2/3/3.5, Llama 3, GPT-2.
+//!   `tokenizer.ggml.pre` ([`pretokenize`]): every name llama.cpp knows;
+//!   `gemma4` is the same BPE on raw UTF-8 with SentencePiece's spaces.
 //! - `llama`: SentencePiece-style BPE with byte fallback ([`spm`]): Llama 2,
 //!   Mistral/Mixtral, Gemma.
 //!
@@ -35,7 +36,13 @@ use vocab::{attr, Vocab};
 
 /// The tokenization algorithm and its model-specific state.
 enum Model {
-    Bpe { pre: PreTokenizer, bpe: Box<BpeModel>, nfc: bool },
+    /// `escape`: spaces become `▁` before splitting (raw-UTF-8 BPE).
+    Bpe {
+        pre: PreTokenizer,
+        bpe: Box<BpeModel>,
+        nfc: bool,
+        escape: bool,
+    },
     Spm(Box<spm::SpmModel>),
 }
 
@@ -73,7 +80,7 @@ pub(crate) struct SpecialIds {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = match self.model {
+        let kind = match &self.model {
             Model::Bpe { pre, .. } => format!("BPE ({pre:?})"),
             Model::Spm(_) => "SPM".to_string(),
         };
@@ -92,15 +99,16 @@ impl Tokenizer {
         let n = vocab.len() as u32;
 
         // Defaults per model, as llama.cpp; the file's keys override them.
+        let (mut force_bos, mut raw_bpe) = (false, false);
         let (model, mut ids, mut add_bos, mut add_space_prefix, clean_spaces) = match model_name {
             "llama" => {
                 let ids = SpecialIds { bos: Some(1), eos: Some(2), unk: Some(0), ..SpecialIds::default() };
                 (Model::Spm(Box::new(spm::SpmModel::new(&vocab))), ids, true, true, false)
             }
-            "gpt2" => {
-                let pre_name = pre_name.unwrap_or("default");
-                let cfg =
-                    PreConfig::from_name(pre_name).ok_or_else(|| Error::UnknownPreTokenizer(pre_name.to_string()))?;
+            "gpt2" | "gemma4" => {
+                // llama.cpp ignores the file's pre-tokenizer for Gemma 4.
+                let gemma4 = model_name == "gemma4";
+                let cfg = PreConfig::from_name(if gemma4 { "gemma4" } else { pre_name.unwrap_or("default") })?;
                 let key = Key::TokenizerMerges.name();
                 let merges = g.require(key, g.get_array(key))?;
                 let merges = merges.as_strings().ok_or_else(|| Error::WrongValueType {
@@ -108,9 +116,18 @@ impl Tokenizer {
                     expected: "array of strings",
                     found: merges.element_type().name(),
                 })?;
-                let bpe = Box::new(BpeModel::new(&vocab, merges, cfg.ignore_merges));
-                let ids = SpecialIds { bos: Some(11), eos: Some(11), ..SpecialIds::default() };
-                (Model::Bpe { pre: cfg.pre, bpe, nfc: cfg.nfc }, ids, cfg.add_bos, false, cfg.clean_spaces)
+                let bpe = Box::new(BpeModel::new(&vocab, merges, cfg.ignore_merges, cfg.raw, cfg.newline_words));
+                // Gemma 4 has no default special ids: the file names them.
+                let ids = match (gemma4, cfg.no_bos) {
+                    (true, _) => SpecialIds::default(),
+                    (false, no_bos) => {
+                        SpecialIds { bos: (!no_bos).then_some(11), eos: Some(11), ..SpecialIds::default() }
+                    }
+                };
+                force_bos = cfg.force_bos;
+                raw_bpe = cfg.raw;
+                let model = Model::Bpe { pre: cfg.pre, bpe, nfc: cfg.nfc, escape: cfg.escape_whitespaces };
+                (model, ids, cfg.add_bos, false, cfg.clean_spaces)
             }
             other => return Err(Error::UnknownTokenizer(other.to_string())),
         };
@@ -152,6 +169,7 @@ impl Tokenizer {
         if let Some(v) = g.get_bool(Key::TokenizerAddBos.name())? {
             add_bos = v;
         }
+        add_bos |= force_bos;
         let add_eos = g.get_bool(Key::TokenizerAddEos.name())?.unwrap_or(false);
 
         let mut vocab = vocab;
@@ -167,8 +185,9 @@ impl Tokenizer {
                 set_attr_by_text(&mut vocab, t, attr::RSTRIP, false);
             }
         }
+        // Raw-UTF-8 BPE spells its pieces as SentencePiece does ('▁', <0xXX>).
         let is_bpe = matches!(model, Model::Bpe { .. });
-        let pieces = decode::Pieces::new(&vocab, is_bpe);
+        let pieces = decode::Pieces::new(&vocab, is_bpe && !raw_bpe);
         Ok(Tokenizer { vocab, model, special, pieces, ids, add_bos, add_eos, add_space_prefix, clean_spaces, eog })
     }
 
@@ -184,7 +203,7 @@ impl Tokenizer {
             out.extend(self.ids.bos);
         }
         match &self.model {
-            Model::Bpe { pre, bpe, nfc } => {
+            Model::Bpe { pre, bpe, nfc, escape } => {
                 let mut words = Vec::new();
                 let mut scratch = bpe::Scratch::default();
                 let mut cache = cache::WordCache::default();
@@ -192,11 +211,15 @@ impl Tokenizer {
                     match f {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(a, b) => {
-                            let normalized;
+                            let (normalized, escaped);
                             let mut piece = &text[a..b];
                             if *nfc && is_nfc_quick(piece.chars()) != IsNormalized::Yes {
                                 normalized = piece.nfc().collect::<String>();
                                 piece = &normalized;
+                            }
+                            if *escape {
+                                escaped = piece.replace(' ', "▁");
+                                piece = &escaped;
                             }
                             words.clear();
                             pre.split(piece, 0, &mut words);

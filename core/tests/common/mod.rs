@@ -38,3 +38,28 @@ pub fn gemma_270m() -> Option<PathBuf> {
     let p = Path::new(&home).join(".cache/pocket/gemma-3-270m-q4_k_m.gguf");
     p.is_file().then_some(p)
 }
+
+/// The llama.cpp source tree `cargo xtask llama-source` unpacks (the
+/// llama-cpp-python 0.3.36 sdist, commit 0c1e570): under `$POCKET_CACHE`,
+/// else `~/.cache/pocket`, at `llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp`.
+/// `None` (the caller skips) when absent, unless `POCKET_REQUIRE_LLAMA_SRC=1`:
+/// then a missing tree fails the test.
+pub fn llama_src(test: &str) -> Option<PathBuf> {
+    let cache = match std::env::var_os("POCKET_CACHE") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(&std::env::var_os("HOME").unwrap_or_default()).join(".cache/pocket"),
+    };
+    let src = cache.join("llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp");
+    if src.join("models").is_dir() {
+        return Some(src);
+    }
+    if std::env::var("POCKET_REQUIRE_LLAMA_SRC").as_deref() == Ok("1") {
+        panic!(
+            "{test}: the llama.cpp source tree is required (POCKET_REQUIRE_LLAMA_SRC=1) but absent at {}: \
+             run `cargo xtask llama-source`",
+            src.display()
+        );
+    }
+    eprintln!("{test}: skipped, llama.cpp source tree absent at {} (run `cargo xtask llama-source`)", src.display());
+    None
+}
