@@ -153,6 +153,7 @@ fn jna_version(script: &str) -> Result<[u32; 3]> {
 
 /// The oldest JNA whose Android `libjnidispatch.so` is 16 KB aligned (5.16/5.17
 /// fixed the alignment) without the Structure deadlock 5.16 brought (fixed in 5.18).
+#[cfg(test)]
 const MIN_JNA: [u32; 3] = [5, 18, 1];
 
 /// The built AAR: a 16 KB-aligned `libpocket_ffi.so` for each ABI, and the

@@ -76,6 +76,7 @@ pub fn load_segments(elf: &[u8]) -> Result<Vec<Load>, String> {
 
 /// The `LOAD` segments of `elf` aligned for pages smaller than `page` bytes:
 /// empty when the library loads on devices with that page size.
+#[cfg(test)]
 pub fn misaligned(elf: &[u8], page: u64) -> Result<Vec<Load>, String> {
     Ok(load_segments(elf)?.into_iter().filter(|l| l.align < page).collect())
 }
