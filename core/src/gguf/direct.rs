@@ -80,7 +80,7 @@ impl DirectFile {
     /// end read as zero; a file that has shrunk below the model's length is
     /// an I/O error.
     pub fn read(&self, span: Span, buf: &mut [u8]) -> Result<()> {
-        debug_assert!(buf.as_ptr() as usize % ALIGN == 0 && buf.len() >= span.len);
+        debug_assert!((buf.as_ptr() as usize).is_multiple_of(ALIGN) && buf.len() >= span.len);
         let end = self.base + self.len;
         let mut done = 0usize;
         while done < span.len {

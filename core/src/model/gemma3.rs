@@ -11,11 +11,10 @@ use super::blocks::attention::{Attention, AttnParams};
 use super::blocks::ffn::{Act, Dense};
 use super::blocks::moe::Routing;
 use super::blocks::norm::RmsNorm;
-use super::cache::KvType;
 use super::hparams::Meta;
 use super::network::{foreign_state, Network};
 use super::pass::Pass;
-use super::state::{LayerState, Rows, Scratch};
+use super::state::{LayerKind, LayerState, Rows, Scratch};
 use super::trunk::Trunk;
 use super::weights::Loader;
 use crate::error::Result;
@@ -133,9 +132,8 @@ impl Network for Gemma3 {
         self.layers.len()
     }
 
-    fn new_layers(&self, n_ctx: usize, kv: KvType) -> Result<Vec<LayerState>> {
-        // Sliding layers keep every position too: the window is applied when attending.
-        self.layers.iter().map(|l| Ok(LayerState::Attention(l.attn.p.new_cache(kv, n_ctx)?))).collect()
+    fn layer_kinds(&self) -> Vec<LayerKind<'_>> {
+        self.layers.iter().map(|l| LayerKind::Attention(&l.attn.p)).collect()
     }
 
     fn layers(

@@ -10,11 +10,10 @@ use super::blocks::attention::{Attention, AttnParams};
 use super::blocks::ffn::{Act, Dense};
 use super::blocks::moe::{Moe, MoeParams, Routing};
 use super::blocks::norm::RmsNorm;
-use super::cache::KvType;
 use super::hparams::Meta;
 use super::network::{foreign_state, Network};
 use super::pass::Pass;
-use super::state::{LayerState, Rows, Scratch};
+use super::state::{LayerKind, LayerState, Rows, Scratch};
 use super::trunk::Trunk;
 use super::weights::{Experts, Loader};
 use crate::error::Result;
@@ -136,8 +135,12 @@ impl Network for Llama {
         moe.flat_map(|(il, m)| [(il, &m.gate), (il, &m.up), (il, &m.down)]).collect()
     }
 
-    fn new_layers(&self, n_ctx: usize, kv: KvType) -> Result<Vec<LayerState>> {
-        self.layers.iter().map(|l| Ok(LayerState::Attention(l.attn.p.new_cache(kv, n_ctx)?))).collect()
+    fn experts_used(&self) -> usize {
+        self.hp.moe.map_or(0, |p| p.n_used)
+    }
+
+    fn layer_kinds(&self) -> Vec<LayerKind<'_>> {
+        self.layers.iter().map(|l| LayerKind::Attention(&l.attn.p)).collect()
     }
 
     fn layers(
@@ -158,7 +161,7 @@ impl Network for Llama {
             layer.ffn_norm.forward(x, xn);
             match &layer.ffn {
                 Ffn::Dense(d) => d.forward(pass, &mut b.ffn, xn, out),
-                Ffn::Moe(moe) => moe.forward(pass, &mut b.moe, xn, out, trace.as_deref_mut()),
+                Ffn::Moe(moe) => moe.forward(pass, &mut b.moe, xn, out, trace.as_deref_mut())?,
             }
             ops::add(x, out);
         }

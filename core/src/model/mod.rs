@@ -6,7 +6,9 @@
 //! sequence owns a [`State`]. This file only chooses the architecture.
 
 pub mod blocks;
+mod budget;
 mod cache;
+mod expert_cache;
 mod gemma3;
 mod hparams;
 mod llama;
@@ -20,8 +22,10 @@ mod weights;
 
 pub use blocks::deltanet::DeltaState;
 pub use blocks::moe::Routing;
+pub use budget::{default_context, MemoryPlan, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};
-pub use network::{Model, Network};
+pub use expert_cache::ExpertIo;
+pub use network::{LoadOptions, Model, Network};
 pub use state::{Checkpoint, LayerState, State};
 
 use crate::error::{Error, Result};

@@ -5,10 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::blocks::moe::Routing;
+use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan};
 use super::cache::{KvType, Logits};
+use super::expert_cache::ExpertCache;
 use super::pass::{Cpu, Pass};
 use super::scratch::take;
-use super::state::{LayerState, Scratch, State};
+use super::state::{LayerKind, LayerState, Scratch, State};
 use super::trunk::Trunk;
 use super::weights::Experts;
 use crate::chat::ChatTemplate;
@@ -27,8 +29,8 @@ pub trait Network: Send + Sync {
     /// Layers run per token.
     fn n_layer(&self) -> usize;
 
-    /// Per-layer state for `n_ctx` positions.
-    fn new_layers(&self, n_ctx: usize, kv: KvType) -> Result<Vec<LayerState>>;
+    /// The kind of state each layer keeps.
+    fn layer_kinds(&self) -> Vec<LayerKind<'_>>;
 
     /// Run every layer over the residual stream `s.x` (`[n][n_embd]`: the
     /// embedded tokens on entry, the last layer's output on exit), appending
@@ -41,10 +43,31 @@ pub trait Network: Send + Sync {
         trace: Option<&mut Vec<Routing>>,
     ) -> Result<()>;
 
-    /// The routed-expert tensors, with their layer.
+    /// The routed-expert tensors, with their layer: gate, up and down of
+    /// each MoE layer in that order.
     fn experts(&self) -> Vec<(usize, &Experts)> {
         Vec::new()
     }
+
+    /// Experts each token is routed to in a MoE layer (0 without experts).
+    fn experts_used(&self) -> usize {
+        0
+    }
+}
+
+/// How to load a model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The most memory the model and one session may use, in bytes; 0 = no
+    /// budget (the file is mapped and the OS pages it). See [`MemoryPlan`].
+    pub memory_budget: u64,
+}
+
+/// A model under a memory budget: its plan and its expert cache.
+struct Budget {
+    bytes: u64,
+    plan: MemoryPlan,
+    cache: Option<ExpertCache>,
 }
 
 /// The error for a state made by another model (its layers do not match).
@@ -62,6 +85,7 @@ pub struct Model {
     /// The file's template (the architecture's turn format when it has
     /// none), or why it does not compile.
     template: std::result::Result<ChatTemplate, String>,
+    budget: Option<Budget>,
 }
 
 impl Model {
@@ -70,12 +94,52 @@ impl Model {
         Self::from_gguf(GgufFile::open(path)?)
     }
 
+    /// [`load`](Self::load) with options (a memory budget).
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
+        Self::from_gguf_with(GgufFile::open(path)?, opts)
+    }
+
     pub fn from_gguf(file: GgufFile) -> Result<Model> {
+        Self::from_gguf_with(file, &LoadOptions::default())
+    }
+
+    /// Build the model of an opened file. With a memory budget, the weights
+    /// every token reads are read into owned memory and the routed experts
+    /// get a cache sized to what the budget leaves (a budget below the
+    /// model's minimum is refused with [`Error::OutOfMemory`]).
+    pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
         let net = super::network_for(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
-        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template })
+        let budget = match opts.memory_budget {
+            0 => None,
+            bytes => {
+                let plan = MemoryPlan::new(&file, net.as_ref(), bytes, summary.context_length);
+                if bytes < plan.minimum_budget_bytes {
+                    return Err(plan.refuse(bytes));
+                }
+                let direct = file.source().direct()?;
+                file.make_resident(&resident_ranges(&file, net.as_ref()))?;
+                let stacks = expert_stacks(net.as_ref());
+                let cache = match direct {
+                    Some(d) if !stacks.is_empty() => Some(ExpertCache::new(d, &stacks, plan.cache_slots as usize)?),
+                    _ => None,
+                };
+                Some(Budget { bytes, plan, cache })
+            }
+        };
+        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template, budget })
+    }
+
+    /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
+    pub fn memory_plan(&self, budget: u64) -> MemoryPlan {
+        MemoryPlan::new(&self.file, self.net.as_ref(), budget, self.summary.context_length)
+    }
+
+    /// The budget the model was loaded with (0 = none).
+    pub fn memory_budget(&self) -> u64 {
+        self.budget.as_ref().map_or(0, |b| b.bytes)
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -114,7 +178,13 @@ impl Model {
         if n_ctx == 0 {
             return Err(Error::InvalidArgument("context length must be positive".into()));
         }
-        Ok(State::new(self.net.new_layers(n_ctx, kv)?, n_ctx))
+        let kinds = self.net.layer_kinds();
+        if let Some(b) = &self.budget {
+            let bytes: usize = kinds.iter().map(|k| k.state_bytes(n_ctx, kv)).sum();
+            check_session(&b.plan, b.bytes, bytes as u64)?;
+        }
+        let layers = kinds.into_iter().map(|k| k.new_state(n_ctx, kv)).collect::<Result<_>>()?;
+        Ok(State::new(layers, n_ctx))
     }
 
     /// Evaluate `tokens` after the state's current contents: embed them, run
@@ -137,7 +207,9 @@ impl Model {
         let (start, end) = (state.n_past, state.n_past + tokens.len());
         state.stamps[start..end].fill(state.clock);
 
-        let pass = Pass { file: self.file.source().bytes(), pool, backend: &Cpu, pos0: start, n: tokens.len() };
+        let experts = self.budget.as_ref().and_then(|b| b.cache.as_ref());
+        let pass =
+            Pass { file: self.file.source().bytes(), pool, backend: &Cpu, experts, pos0: start, n: tokens.len() };
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
         trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));

@@ -10,6 +10,7 @@
 use super::blocks::attention::AttnParams;
 use super::blocks::deltanet::DeltaParams;
 use super::cache::KvCache;
+use super::expert_cache::ExpertCache;
 use super::weights::Matrix;
 use crate::kernels::{self, MatJob, QActs};
 use crate::threads::ThreadPool;
@@ -20,6 +21,9 @@ pub struct Pass<'a> {
     pub file: &'a [u8],
     pub pool: &'a ThreadPool,
     pub backend: &'a dyn Backend,
+    /// The expert cache of a model under a memory budget; `None`: experts are
+    /// read from the mapped file.
+    pub experts: Option<&'a ExpertCache>,
     /// Position of the first token of the pass.
     pub pos0: usize,
     /// Tokens in the pass.

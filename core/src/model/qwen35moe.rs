@@ -7,14 +7,13 @@
 //! output gate, with QK-norm and partial rotary (a quarter of the head).
 
 use super::blocks::attention::{Attention, AttnParams};
-use super::blocks::deltanet::{DeltaNet, DeltaParams, DeltaState};
+use super::blocks::deltanet::{DeltaNet, DeltaParams};
 use super::blocks::moe::{Moe, MoeParams, Routing};
 use super::blocks::norm::RmsNorm;
-use super::cache::KvType;
 use super::hparams::Meta;
 use super::network::{foreign_state, Network};
 use super::pass::Pass;
-use super::state::{LayerState, Rows, Scratch};
+use super::state::{LayerKind, LayerState, Rows, Scratch};
 use super::trunk::Trunk;
 use super::weights::{Experts, Loader};
 use crate::error::Result;
@@ -159,14 +158,16 @@ impl Network for Qwen35Moe {
         moe.flat_map(|(il, m)| [(il, &m.gate), (il, &m.up), (il, &m.down)]).collect()
     }
 
-    fn new_layers(&self, n_ctx: usize, kv: KvType) -> Result<Vec<LayerState>> {
+    fn experts_used(&self) -> usize {
+        self.hp.moe.n_used
+    }
+
+    fn layer_kinds(&self) -> Vec<LayerKind<'_>> {
         self.layers
             .iter()
-            .map(|l| {
-                Ok(match &l.mixer {
-                    Mixer::Delta(d) => LayerState::Recurrent(DeltaState::new(&d.p)),
-                    Mixer::Attention(a) => LayerState::Attention(a.p.new_cache(kv, n_ctx)?),
-                })
+            .map(|l| match &l.mixer {
+                Mixer::Delta(d) => LayerKind::Recurrent(&d.p),
+                Mixer::Attention(a) => LayerKind::Attention(&a.p),
             })
             .collect()
     }
@@ -190,7 +191,7 @@ impl Network for Qwen35Moe {
             ops::add(x, out);
             // x += MoE(RMSNorm(x)) with the gated shared expert
             layer.post_norm.forward(x, xn);
-            layer.moe.forward(pass, &mut b.moe, xn, out, trace.as_deref_mut());
+            layer.moe.forward(pass, &mut b.moe, xn, out, trace.as_deref_mut())?;
             ops::add(x, out);
         }
         Ok(())

@@ -2,14 +2,41 @@
 //! cache or recurrent state), the position, the last logits, checkpoints of
 //! the recurrent layers, and the scratch its forward passes reuse.
 
-use super::blocks::attention::AttnScratch;
-use super::blocks::deltanet::{DeltaScratch, DeltaState};
+use super::blocks::attention::{AttnParams, AttnScratch};
+use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState};
 use super::blocks::ffn::FfnScratch;
 use super::blocks::moe::{MoeScratch, Routing};
-use super::cache::KvCache;
+use super::cache::{KvCache, KvType};
+use super::expert_cache::ExpertIo;
 use super::scratch::take;
 use crate::error::{Error, Result};
 use crate::kernels::QActs;
+
+/// What kind of state a layer keeps (an architecture lists its layers'
+/// kinds; states are made from them in one place).
+#[derive(Clone, Copy, Debug)]
+pub enum LayerKind<'a> {
+    Attention(&'a AttnParams),
+    Recurrent(&'a DeltaParams),
+}
+
+impl LayerKind<'_> {
+    /// A fresh state for `n_ctx` positions.
+    pub fn new_state(self, n_ctx: usize, kv: KvType) -> Result<LayerState> {
+        Ok(match self {
+            LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
+            LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
+        })
+    }
+
+    /// Bytes that state takes.
+    pub fn state_bytes(self, n_ctx: usize, kv: KvType) -> usize {
+        match self {
+            LayerKind::Attention(p) => n_ctx * p.n_kv_head * (kv.bytes_for(p.head_dim) + kv.bytes_for(p.head_dim_v)),
+            LayerKind::Recurrent(p) => p.state_floats() * 4,
+        }
+    }
+}
 
 /// Per-layer sequence state.
 pub enum LayerState {
@@ -206,6 +233,11 @@ impl State {
         self.n_past = cp.n_past;
         self.logit_rows = 0;
         Ok(())
+    }
+
+    /// What the expert cache has served this sequence so far.
+    pub fn expert_io(&self) -> ExpertIo {
+        self.scratch.blocks.moe.io
     }
 
     /// Bytes held by caches.

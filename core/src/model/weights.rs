@@ -5,7 +5,7 @@
 //! small vectors (norms, biases, scalars) are copied to f32 at load.
 
 use crate::error::{Error, Result};
-use crate::gguf::{AccessPattern, GgufFile, TensorInfo, TensorKind};
+use crate::gguf::{GgufFile, TensorInfo, TensorKind};
 use crate::kernels::{self, QMatrix};
 use crate::quant::GgmlType;
 
@@ -57,10 +57,20 @@ impl Experts {
         self.all.view(file).rows_slice(e * self.rows, self.rows)
     }
 
-    /// Byte range of expert `e` in the file (tests use it to poison slabs).
+    /// Byte range of expert `e` in the file.
     pub fn slab_range(&self, e: usize) -> std::ops::Range<usize> {
-        let per = self.all.len / self.n_expert;
+        let per = self.slab_bytes();
         self.all.offset + e * per..self.all.offset + (e + 1) * per
+    }
+
+    /// Bytes of one expert's slab.
+    pub fn slab_bytes(&self) -> usize {
+        self.all.len / self.n_expert
+    }
+
+    /// Byte range of the whole stack in the file.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.all.offset..self.all.offset + self.all.len
     }
 }
 
@@ -116,8 +126,6 @@ impl<'a> Loader<'a> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64])?;
         Self::computable(t)?;
-        // Dense weights are read front to back every token.
-        self.file.advise(t, AccessPattern::Sequential);
         Ok(self.matrix_of(t, rows, cols))
     }
 
@@ -142,7 +150,6 @@ impl<'a> Loader<'a> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64, n_expert as u64])?;
         Self::computable(t)?;
-        self.file.advise(t, AccessPattern::Random);
         Ok(Experts { all: self.matrix_of(t, rows * n_expert, cols), n_expert, rows })
     }
 

@@ -194,6 +194,7 @@ impl Session {
         // ---- prefill: only what the cache does not already hold ----
         let reuse = self.rewind_to_prefix(&prompt)?;
         let mut stats = GenerationStats::empty(prompt.len());
+        let io_start = self.state.expert_io();
         for &t in &prompt {
             sampler.accept(t);
         }
@@ -207,6 +208,7 @@ impl Session {
         for (i, chunk) in todo.chunks(PREFILL_BATCH).enumerate() {
             if ticket.cancelled() {
                 stats.stop_reason = StopReason::Cancelled;
+                stats.set_expert_io(self.state.expert_io() - io_start);
                 return Ok(stats);
             }
             let last = (i + 1) * PREFILL_BATCH >= todo.len();
@@ -291,6 +293,7 @@ impl Session {
         if stats.generated_tokens > 1 && decode_secs > 0.0 {
             stats.decode_tokens_per_second = (stats.generated_tokens - 1) as f64 / decode_secs;
         }
+        stats.set_expert_io(self.state.expert_io() - io_start);
         Ok(stats)
     }
 

@@ -2,13 +2,10 @@
 //! defaults every front end (the CLI, the bindings, Rust callers) shares.
 
 use crate::error::{Error, Result};
-use crate::model::KvType;
+use crate::model::{ExpertIo, KvType};
 use crate::sampler::{SamplerConfig, DEFAULT_SEED};
 
-/// The context a session gets when its options say 0: the model's training
-/// context, but at most this many tokens (a phone's memory, not the model's
-/// limit, is what bounds it by default).
-pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+pub use crate::model::DEFAULT_MAX_CONTEXT;
 
 /// Tokens kept at the start of the context when the window slides
 /// (attention sinks), unless the caller says otherwise; at most a quarter of
@@ -57,7 +54,7 @@ impl SessionOptions {
     /// `trained` tokens (if the file says).
     pub fn resolved_context(&self, trained: Option<u64>) -> usize {
         match self.context_length {
-            0 => trained.map_or(DEFAULT_MAX_CONTEXT, |c| (c as usize).clamp(1, DEFAULT_MAX_CONTEXT)),
+            0 => crate::model::default_context(trained),
             n => n,
         }
     }
@@ -149,6 +146,11 @@ pub struct GenerationStats {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
     pub stop_reason: StopReason,
+    /// Routed experts found in the expert cache, read from storage, and the
+    /// bytes read (all 0 without a memory budget).
+    pub expert_cache_hits: u64,
+    pub expert_cache_misses: u64,
+    pub storage_bytes_read: u64,
     /// The generated token ids.
     pub tokens: Vec<u32>,
     /// The text streamed to the listener.
@@ -166,9 +168,17 @@ impl GenerationStats {
             prefill_tokens_per_second: 0.0,
             decode_tokens_per_second: 0.0,
             stop_reason: StopReason::MaxTokens,
+            expert_cache_hits: 0,
+            expert_cache_misses: 0,
+            storage_bytes_read: 0,
             tokens: Vec::new(),
             text: String::new(),
         }
+    }
+
+    pub(super) fn set_expert_io(&mut self, io: ExpertIo) {
+        (self.expert_cache_hits, self.expert_cache_misses, self.storage_bytes_read) =
+            (io.hits, io.misses, io.bytes_read);
     }
 
     /// A request cancelled before it started.

@@ -7,6 +7,9 @@
 //! [`Moe::forward`] is four steps in order: [`Moe::route`],
 //! [`Groups::build`], [`Moe::run_experts`] and [`Moe::combine`].
 
+use std::ops::Range;
+
+use super::super::expert_cache::{ExpertIo, Lease};
 use super::super::hparams::Meta;
 use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
@@ -14,7 +17,7 @@ use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
 use crate::error::{Error, Result};
 use crate::gguf::{Key, TensorKind};
-use crate::kernels::{ops, MatJob, QActs};
+use crate::kernels::{ops, MatJob, QActs, QMatrix};
 
 /// How router logits become expert weights.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,10 +98,33 @@ pub struct SharedExpert {
     pub gate_inp: Option<Vec<f32>>,
 }
 
+/// Where the routed experts' slabs come from: the mapped file, or the
+/// expert cache's lease for a group of them.
+pub enum Slabs<'a> {
+    File(&'a [u8]),
+    /// `lease` holds the active experts `first..` in order.
+    Cache {
+        lease: &'a Lease<'a>,
+        first: usize,
+    },
+}
+
+impl Slabs<'_> {
+    /// Expert `e` (the `i`-th active one) of stack `x`, projection `p` (0 gate, 1 up, 2 down).
+    fn get<'b>(&'b self, x: &Experts, p: usize, i: usize, e: usize) -> QMatrix<'b> {
+        match self {
+            Slabs::File(file) => x.slab(file, e),
+            Slabs::Cache { lease, first } => lease.slab(i - first, p, x),
+        }
+    }
+}
+
 /// A Mixture-of-Experts FFN. Router `[n_expert, n_embd]`; experts stacked
 /// `[n_expert][n_ff, n_embd]` (gate, up) and `[n_expert][n_embd, n_ff]` (down).
 pub struct Moe {
     pub p: MoeParams,
+    /// The layer it belongs to (the expert cache's key).
+    pub layer: usize,
     pub router: Matrix,
     pub gate: Experts,
     pub up: Experts,
@@ -133,6 +159,8 @@ pub struct MoeScratch {
     /// Down outputs of the routed rows, and their weighted sum per token.
     down: Vec<f32>,
     sum: Vec<f32>,
+    /// What the expert cache served this sequence so far.
+    pub io: ExpertIo,
 }
 
 /// The routed tokens grouped by expert: expert `active[i]`'s tokens take
@@ -195,6 +223,7 @@ impl Moe {
             up: ld.experts(TensorKind::FfnUpExps, il, p.n_expert, p.n_ff, n_embd)?,
             down: ld.experts(TensorKind::FfnDownExps, il, p.n_expert, n_embd, p.n_ff)?,
             p,
+            layer: il,
             shared: None,
         })
     }
@@ -218,7 +247,11 @@ impl Moe {
         Ok(self)
     }
 
-    /// `out = MoE(x)` for the pass's tokens; appends the routing to `trace` when given.
+    /// `out = MoE(x)` for the pass's tokens; appends the routing to `trace`
+    /// when given. Under a memory budget the routed experts come from the
+    /// pass's expert cache, as many at a time as it holds (a long prompt's
+    /// layer may route to more experts than that); an expert that cannot be
+    /// read is an I/O error.
     pub fn forward(
         &self,
         pass: &Pass,
@@ -226,7 +259,7 @@ impl Moe {
         x: &[f32],
         out: &mut [f32],
         trace: Option<&mut Vec<Routing>>,
-    ) {
+    ) -> Result<()> {
         let n = pass.n;
         // One quantisation of the input for the router, the experts and the shared expert.
         let (shared_gate, shared_up) =
@@ -239,8 +272,22 @@ impl Moe {
             tr.push(Routing { experts: s.chosen.clone() });
         }
         s.groups.build(&s.chosen, &s.weights, n, self.p.n_expert);
-        self.run_experts(pass, s, out);
+        let n_active = s.groups.active.len();
+        match pass.experts {
+            None => self.run_experts(pass, s, out, 0..n_active, &Slabs::File(pass.file)),
+            Some(cache) => {
+                let tensors = [&self.gate, &self.up, &self.down];
+                for first in (0..n_active).step_by(cache.capacity()) {
+                    let group = first..(first + cache.capacity()).min(n_active);
+                    let lease = cache.fetch(self.layer, &s.groups.active[group.clone()], tensors)?;
+                    s.io += lease.io;
+                    self.run_experts(pass, s, out, group, &Slabs::Cache { lease: &lease, first })?;
+                }
+                Ok(())
+            }
+        }?;
         self.combine(s, x, out);
+        Ok(())
     }
 
     /// Router: logits -> probabilities -> top-k -> weights, into `s.chosen`
@@ -275,64 +322,80 @@ impl Moe {
         }
     }
 
-    /// Every routed expert over its group of tokens, and the shared expert
-    /// over all of them: gate and up of all in one batch of products, the
-    /// activation, then every down projection in a second batch. The routed
-    /// rows' outputs land in `s.down`, the shared expert's in `shared_out`.
-    pub fn run_experts(&self, pass: &Pass, s: &mut MoeScratch, shared_out: &mut [f32]) {
+    /// The active experts `group` (indices into the groups' list) over their
+    /// tokens, and with the first group the shared expert over all of them:
+    /// gate and up of all in one batch of products, the activation, then
+    /// every down projection in a second batch. The routed rows' outputs land
+    /// in `s.down` (at their rows), the shared expert's in `shared_out`.
+    pub fn run_experts(
+        &self,
+        pass: &Pass,
+        s: &mut MoeScratch,
+        shared_out: &mut [f32],
+        group: Range<usize>,
+        slabs: &Slabs<'_>,
+    ) -> Result<()> {
         let (n, n_ff, n_embd) = (pass.n, self.p.n_ff, self.router.cols);
         let g = &s.groups;
         let total = g.total();
+        let rows = g.seg[group.start]..g.seg[group.end];
+        let shared = self.shared.as_ref().filter(|_| group.start == 0);
         let n_ffs = self.shared.as_ref().map_or(0, |sh| sh.ffn.gate.rows);
 
-        // gate and up of every routed expert (and of the shared expert) in one pass.
+        // gate and up of the group's experts (and of the shared expert) in one pass.
         let g_all = take(&mut s.gate, total * n_ff + n * n_ffs);
         let u_all = take(&mut s.up, total * n_ff + n * n_ffs);
         {
             let (g_routed, g_shared) = g_all.split_at_mut(total * n_ff);
             let (u_routed, u_shared) = u_all.split_at_mut(total * n_ff);
-            let mut jobs = Vec::with_capacity(2 * g.active.len() + 2);
-            let (mut g_rest, mut u_rest) = (g_routed, u_routed);
-            for (e, seg) in g.segments() {
+            let mut jobs = Vec::with_capacity(2 * group.len() + 2);
+            let mut g_rest = &mut g_routed[rows.start * n_ff..rows.end * n_ff];
+            let mut u_rest = &mut u_routed[rows.start * n_ff..rows.end * n_ff];
+            for i in group.clone() {
+                let (e, seg) = (g.active[i], g.seg[i]..g.seg[i + 1]);
                 let m = seg.len();
                 let (gout, gr) = std::mem::take(&mut g_rest).split_at_mut(m * n_ff);
                 let (uout, ur) = std::mem::take(&mut u_rest).split_at_mut(m * n_ff);
                 (g_rest, u_rest) = (gr, ur);
-                let rows = Some(&g.rows[seg]);
-                jobs.push(MatJob {
-                    w: self.gate.slab(pass.file, e),
-                    x: s.input.get(self.gate.all.ty),
-                    rows,
-                    out: gout,
-                });
-                jobs.push(MatJob { w: self.up.slab(pass.file, e), x: s.input.get(self.up.all.ty), rows, out: uout });
+                let r = Some(&g.rows[seg]);
+                let (gw, uw) = (slabs.get(&self.gate, 0, i, e), slabs.get(&self.up, 1, i, e));
+                jobs.push(MatJob { w: gw, x: s.input.get(self.gate.all.ty), rows: r, out: gout });
+                jobs.push(MatJob { w: uw, x: s.input.get(self.up.all.ty), rows: r, out: uout });
             }
-            if let Some(sh) = &self.shared {
+            if let Some(sh) = shared {
                 let (gw, uw) = (&sh.ffn.gate, &sh.ffn.up);
                 jobs.push(MatJob { w: gw.view(pass.file), x: s.input.get(gw.ty), rows: None, out: g_shared });
                 jobs.push(MatJob { w: uw.view(pass.file), x: s.input.get(uw.ty), rows: None, out: u_shared });
             }
             pass.matmul(&mut jobs);
         }
-        Act::Silu.apply(g_all, u_all);
+        let r = rows.start * n_ff..rows.end * n_ff;
+        Act::Silu.apply(&mut g_all[r.clone()], &u_all[r]);
+        if shared.is_some() {
+            let r = total * n_ff..total * n_ff + n * n_ffs;
+            Act::Silu.apply(&mut g_all[r.clone()], &u_all[r]);
+        }
 
-        // down: one quantisation of all expert inputs, then every expert in one pass.
+        // down: one quantisation of the group's expert inputs, then every expert in one pass.
         let d_all = take(&mut s.down, total * n_embd);
-        s.hidden.quantize(self.down.all.ty, &g_all[..total * n_ff], total, n_ff);
-        if let Some(sh) = &self.shared {
+        s.hidden.quantize(self.down.all.ty, &g_all[rows.start * n_ff..rows.end * n_ff], rows.len(), n_ff);
+        if let Some(sh) = shared {
             s.shared_hidden.quantize(sh.ffn.down.ty, &g_all[total * n_ff..total * n_ff + n * n_ffs], n, n_ffs);
         }
-        let mut jobs = Vec::with_capacity(g.active.len() + 1);
-        let mut d_rest = &mut d_all[..];
-        for (e, seg) in g.segments() {
+        let mut jobs = Vec::with_capacity(group.len() + 1);
+        let mut d_rest = &mut d_all[rows.start * n_embd..rows.end * n_embd];
+        for i in group {
+            let (e, seg) = (g.active[i], g.seg[i]..g.seg[i + 1]);
             let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(seg.len() * n_embd);
             d_rest = dr;
-            jobs.push(MatJob { w: self.down.slab(pass.file, e), x: &s.hidden, rows: Some(&g.iota[seg]), out: d });
+            let local = &g.iota[seg.start - rows.start..seg.end - rows.start];
+            jobs.push(MatJob { w: slabs.get(&self.down, 2, i, e), x: &s.hidden, rows: Some(local), out: d });
         }
-        if let Some(sh) = &self.shared {
+        if let Some(sh) = shared {
             jobs.push(MatJob { w: sh.ffn.down.view(pass.file), x: &s.shared_hidden, rows: None, out: shared_out });
         }
         pass.matmul(&mut jobs);
+        Ok(())
     }
 
     /// `out = Σ weight · expert output` per token, plus the shared expert's

@@ -1,0 +1,137 @@
+//! How a memory budget divides between the weights every token reads, one
+//! session, and a cache of routed experts (see [`super::expert_cache`]).
+//!
+//! Under a budget, everything but the routed experts (attention, DeltaNet,
+//! routers, shared experts, norms, embedding and head) is read once at load
+//! into memory the model owns, and the routed experts are served from a
+//! cache of fixed slots sized to what remains after one session. Owned
+//! memory rather than the mapping: the page cache may drop mapped weights
+//! under pressure (and a phone counts the page cache against the app), and a
+//! file truncated under a mapping faults the process instead of returning an
+//! error.
+
+use std::ops::Range;
+
+use super::cache::KvType;
+use super::expert_cache::ExpertCache;
+use super::network::Network;
+use super::weights::Experts;
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+
+/// The context a session gets when it asks for 0: the model's training
+/// context, at most this many tokens (a phone's memory, not the model's
+/// limit, bounds it by default).
+pub const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+/// Scratch one session's forward passes may grow to (a 512-token prefill
+/// batch of the full-geometry qwen35moe model needs about 100 MiB; measured
+/// as cgroup peaks in BENCHMARKS.md).
+pub const SESSION_SCRATCH_BYTES: u64 = 160 << 20;
+
+/// The default context for a model trained on `trained` tokens (if the file says).
+pub fn default_context(trained: Option<u64>) -> usize {
+    trained.map_or(DEFAULT_MAX_CONTEXT, |c| (c as usize).clamp(1, DEFAULT_MAX_CONTEXT))
+}
+
+/// How a budget divides for one model (all in bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The model file.
+    pub file_bytes: u64,
+    /// Kept in memory under a budget: every tensor but the routed experts, and the header.
+    pub resident_bytes: u64,
+    /// The routed experts in the file.
+    pub expert_bytes: u64,
+    /// One session at the default context (KV cache, recurrent state, scratch).
+    pub session_bytes: u64,
+    /// Resident weights, one token's experts (every MoE layer's routed
+    /// experts in cache slots) and the session: less than this is refused.
+    pub minimum_budget_bytes: u64,
+    /// What the budget leaves for the expert cache, in whole slots (0
+    /// without a budget or below the minimum).
+    pub cache_bytes: u64,
+    /// Experts the cache holds.
+    pub cache_slots: u64,
+    /// Bytes of one slot (one expert of one layer, gate + up + down).
+    pub slot_bytes: u64,
+}
+
+/// The routed-expert stacks of a network, as `[gate, up, down]` per MoE layer.
+pub(super) fn expert_stacks(net: &dyn Network) -> Vec<[&Experts; 3]> {
+    let all = net.experts();
+    all.chunks_exact(3).map(|c| [c[0].1, c[1].1, c[2].1]).collect()
+}
+
+/// The file's byte ranges a budgeted model keeps resident: the header and
+/// every tensor that is not a routed-expert stack.
+pub(super) fn resident_ranges(file: &GgufFile, net: &dyn Network) -> Vec<Range<usize>> {
+    let experts: Vec<Range<usize>> = net.experts().iter().map(|(_, x)| x.range()).collect();
+    let data = file.data_offset() as usize;
+    let tensors = file.tensors().iter().map(|t| data + t.offset as usize..data + (t.offset + t.size) as usize);
+    std::iter::once(0..data).chain(tensors.filter(|r| !experts.contains(r))).collect()
+}
+
+impl MemoryPlan {
+    /// The plan for `budget` bytes (0 = none) with one session of the
+    /// default context and an f16 KV cache.
+    pub(super) fn new(file: &GgufFile, net: &dyn Network, budget: u64, trained: Option<u64>) -> MemoryPlan {
+        let n_ctx = default_context(trained);
+        let state: usize = net.layer_kinds().into_iter().map(|k| k.state_bytes(n_ctx, KvType::F16)).sum();
+        let session_bytes = state as u64 + SESSION_SCRATCH_BYTES;
+        let resident_bytes: u64 = resident_ranges(file, net).iter().map(|r| r.len() as u64).sum();
+        let stacks = expert_stacks(net);
+        let expert_bytes: u64 = net.experts().iter().map(|(_, x)| x.range().len() as u64).sum();
+        let slot_bytes = ExpertCache::slot_bytes(&stacks) as u64;
+        let per_token = (stacks.len() * net.experts_used()) as u64 * slot_bytes;
+        let minimum_budget_bytes = resident_bytes + per_token + session_bytes;
+        let (cache_slots, cache_bytes) = match budget {
+            b if b >= minimum_budget_bytes && slot_bytes > 0 => {
+                let slots = (b - resident_bytes - session_bytes) / slot_bytes;
+                // More slots than experts buy nothing.
+                let slots = slots.min(stacks.iter().map(|s| s[0].n_expert as u64).sum());
+                (slots, slots * slot_bytes)
+            }
+            _ => (0, 0),
+        };
+        MemoryPlan {
+            file_bytes: file.file_bytes(),
+            resident_bytes,
+            expert_bytes,
+            session_bytes,
+            minimum_budget_bytes,
+            cache_bytes,
+            cache_slots,
+            slot_bytes,
+        }
+    }
+
+    /// The refusal of a budget below the minimum.
+    pub fn refuse(&self, budget: u64) -> Error {
+        Error::OutOfMemory(format!(
+            "a memory budget of {budget} bytes is below this model's minimum of {} bytes \
+             ({} resident weights, {} for one token's experts, {} for one session)",
+            self.minimum_budget_bytes,
+            self.resident_bytes,
+            self.minimum_budget_bytes - self.resident_bytes - self.session_bytes,
+            self.session_bytes
+        ))
+    }
+}
+
+/// Whether `budget` can hold a session of `state_bytes` of state next to the
+/// model's resident weights and expert cache; the error states the minimum.
+pub(super) fn check_session(plan: &MemoryPlan, budget: u64, state_bytes: u64) -> Result<()> {
+    let need = plan.resident_bytes + plan.cache_bytes + state_bytes + SESSION_SCRATCH_BYTES;
+    if need > budget {
+        let minimum = plan.minimum_budget_bytes - plan.session_bytes + state_bytes + SESSION_SCRATCH_BYTES;
+        return Err(Error::OutOfMemory(format!(
+            "a session of {} bytes does not fit the memory budget of {budget} bytes next to the model \
+             ({} resident, {} expert cache): a smaller context fits, or a budget of at least {minimum} bytes",
+            state_bytes + SESSION_SCRATCH_BYTES,
+            plan.resident_bytes,
+            plan.cache_bytes
+        )));
+    }
+    Ok(())
+}
