@@ -16,7 +16,7 @@ pub mod model;
 pub mod session;
 
 pub use error::PocketError;
-pub use model::{LoadOptions, LoadProgressListener, ModelInfo, PocketModel};
+pub use model::{plan_memory, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel};
 pub use session::{
     ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,
     TokenListener,

@@ -23,12 +23,63 @@ pub struct LoadOptions {
     /// Told how far loading has come (0.0 to 1.0).
     #[uniffi(default = None)]
     pub progress: Option<Arc<dyn LoadProgressListener>>,
+    /// The most memory the model and one session may use, in bytes; 0 = no
+    /// budget (the file is mapped and the OS pages it, as today). With a
+    /// budget, the weights every token reads are kept in memory and the
+    /// routed experts are served from a cache sized to the rest (see
+    /// `memoryPlan`); a budget below the model's minimum is refused with
+    /// `PocketError.OutOfMemory` stating the minimum. `useMmap` is ignored
+    /// under a budget. Pick it from what the OS gives the app: on iOS
+    /// `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
+    /// (`availMem` less a margin for the app itself).
+    #[uniffi(default = 0)]
+    pub memory_budget_bytes: u64,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 0, use_mmap: true, progress: None }
+        LoadOptions { threads: 0, use_mmap: true, progress: None, memory_budget_bytes: 0 }
     }
+}
+
+/// How a memory budget divides for a model (all in bytes).
+#[derive(Clone, Debug, PartialEq, Eq, uniffi::Record)]
+pub struct MemoryPlan {
+    /// The model file.
+    pub file_bytes: u64,
+    /// Kept in memory under a budget: every weight but the routed experts.
+    pub resident_bytes: u64,
+    /// The routed experts in the file.
+    pub expert_bytes: u64,
+    /// Less than this is refused: resident weights, one token's experts, one session.
+    pub minimum_budget_bytes: u64,
+    /// What the budget leaves for the expert cache (0 without a budget or below the minimum).
+    pub cache_bytes: u64,
+    /// One session at the default context (KV cache, recurrent state, scratch).
+    pub session_bytes: u64,
+}
+
+impl From<pocket_core::model::MemoryPlan> for MemoryPlan {
+    fn from(p: pocket_core::model::MemoryPlan) -> Self {
+        MemoryPlan {
+            file_bytes: p.file_bytes,
+            resident_bytes: p.resident_bytes,
+            expert_bytes: p.expert_bytes,
+            minimum_budget_bytes: p.minimum_budget_bytes,
+            cache_bytes: p.cache_bytes,
+            session_bytes: p.session_bytes,
+        }
+    }
+}
+
+/// How `budget_bytes` would divide for the model at `path`, read from its
+/// header and tensor table without loading the weights (Swift and Kotlin:
+/// also `PocketModel.memoryPlan(path:budgetBytes:)`). Choose a budget at or
+/// above `minimumBudgetBytes`; the more `cacheBytes`, the fewer experts are
+/// read from storage per token.
+#[uniffi::export]
+pub fn plan_memory(path: String, budget_bytes: u64) -> Result<MemoryPlan, PocketError> {
+    guard(|| Ok(Model::load(&path)?.memory_plan(budget_bytes).into()))
 }
 
 /// Receives load progress, on the loading thread.
@@ -74,7 +125,7 @@ impl PocketModel {
             crate::logging::init();
             let progress = Progress(options.progress.as_deref());
             progress.report(0.0);
-            let file = if options.use_mmap {
+            let file = if options.use_mmap || options.memory_budget_bytes > 0 {
                 GgufFile::open(&path)?
             } else {
                 let f = File::open(&path).map_err(pocket_core::Error::Io)?;
@@ -96,7 +147,7 @@ impl PocketModel {
             crate::logging::init();
             let progress = Progress(options.progress.as_deref());
             progress.report(0.0);
-            let file = open_fd(fd, offset, length, options.use_mmap, &progress)?;
+            let file = open_fd(fd, offset, length, options.use_mmap || options.memory_budget_bytes > 0, &progress)?;
             log::info!("loading fd {fd} at {offset}+{length}");
             Self::build(file, &options, &progress)
         })
@@ -119,6 +170,16 @@ impl PocketModel {
         }
     }
 
+    /// How `budget_bytes` would divide for this model.
+    pub fn memory_plan(&self, budget_bytes: u64) -> MemoryPlan {
+        self.model.memory_plan(budget_bytes).into()
+    }
+
+    /// The memory budget it was loaded with (0 = none).
+    pub fn memory_budget_bytes(&self) -> u64 {
+        self.model.memory_budget()
+    }
+
     /// A new session on this model (the same as the `PocketSession` constructor).
     pub fn session(self: Arc<Self>, options: SessionOptions) -> Result<Arc<PocketSession>, PocketError> {
         PocketSession::new(self, options)
@@ -127,7 +188,8 @@ impl PocketModel {
 
 impl PocketModel {
     fn build(file: GgufFile, options: &LoadOptions, progress: &Progress) -> Result<Arc<Self>, PocketError> {
-        let model = Model::from_gguf(file)?;
+        let opts = pocket_core::model::LoadOptions { memory_budget: options.memory_budget_bytes };
+        let model = Model::from_gguf_with(file, &opts)?;
         progress.report(1.0);
         Ok(Arc::new(PocketModel { model: Arc::new(model), threads: options.threads }))
     }

@@ -126,6 +126,11 @@ pub struct GenerationStats {
     pub stop_reason: StopReason,
     /// Everything streamed to the listener, concatenated.
     pub text: String,
+    /// Under a memory budget: routed experts found in the expert cache, read
+    /// from storage, and the bytes read (0 without a budget).
+    pub expert_cache_hits: u64,
+    pub expert_cache_misses: u64,
+    pub storage_bytes_read: u64,
 }
 
 /// One message of a conversation.
@@ -277,6 +282,9 @@ impl From<core::GenerationStats> for GenerationStats {
                 core::StopReason::Cancelled => StopReason::Cancelled,
             },
             text: s.text,
+            expert_cache_hits: s.expert_cache_hits,
+            expert_cache_misses: s.expert_cache_misses,
+            storage_bytes_read: s.storage_bytes_read,
         }
     }
 }

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use pocket_core::gguf::Summary;
-use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::model::{ExpertIo, KvType, Logits};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
@@ -22,6 +22,8 @@ pub struct Args {
     /// The GGUF model file
     #[arg(long, value_name = "FILE")]
     model: String,
+    #[command(flatten)]
+    budget: crate::memory::Budget,
     /// Prompt tokens evaluated as one batch (prefill); 0 = none
     #[arg(short = 'p', value_name = "N", default_value_t = 128, allow_negative_numbers = true)]
     n_prompt: usize,
@@ -43,6 +45,28 @@ pub struct Args {
     /// Print JSON: fingerprint, config, each draw, and mean/sd/min/max of both speeds
     #[arg(long)]
     json: bool,
+    /// Skip the uncounted warm-up draw (cold-start figures: an app's first request after launch)
+    #[arg(long)]
+    no_warmup: bool,
+}
+
+/// One draw's figures.
+struct Draw {
+    pp: f64,
+    tg: f64,
+    /// Time to the first token's logits: load-free prefill of the prompt.
+    ttft_ms: f64,
+    io: ExpertIo,
+    /// Storage bytes read during decode.
+    decode_bytes: u64,
+}
+
+impl Draw {
+    /// Experts found in the cache, of those used (`None` without a budget).
+    fn hit_rate(&self) -> Option<f64> {
+        let used = self.io.hits + self.io.misses;
+        (used > 0).then(|| self.io.hits as f64 / used as f64)
+    }
 }
 
 struct Spread {
@@ -74,7 +98,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
 
     let t_load = Instant::now();
-    let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
+    let model = args.budget.load(path)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
     let pool = ThreadPool::new(threads);
@@ -97,9 +121,15 @@ pub fn run(args: Args) -> Result<(), String> {
         "draws": draws,
         "build": build,
         "load_ms": load_ms,
+        "memory_budget": args.budget.bytes,
+        "warmup": !args.no_warmup,
     });
+    let budget = match args.budget.bytes {
+        0 => String::new(),
+        b => format!(" budget:{b}"),
+    };
     let fingerprint = format!(
-        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen} {build}",
+        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget} {build}",
         summary.architecture,
         summary.quantization,
         kv.name()
@@ -110,17 +140,21 @@ pub fn run(args: Args) -> Result<(), String> {
     let prompt: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 7919 + 1009) % (vocab - 300) + 256) as u32).collect();
     let gen_token = (vocab / 2) as u32;
 
-    let mut samples = Vec::with_capacity(draws);
-    for d in 0..=draws {
+    let mut samples: Vec<Draw> = Vec::with_capacity(draws);
+    let mut warmup: Option<Draw> = None;
+    let first = if args.no_warmup { 1 } else { 0 };
+    for d in first..=draws {
         let mut state = model.new_state(n_ctx, kv).map_err(|e| e.to_string())?;
         let mut pp = 0.0;
+        let t = Instant::now();
         if n_prompt > 0 {
-            let t = Instant::now();
             model.forward(&pool, &mut state, &prompt, Logits::Last).map_err(|e| e.to_string())?;
             pp = n_prompt as f64 / t.elapsed().as_secs_f64();
         } else {
             model.forward(&pool, &mut state, &[gen_token], Logits::Last).map_err(|e| e.to_string())?;
         }
+        let ttft_ms = t.elapsed().as_secs_f64() * 1e3;
+        let after_prefill = state.expert_io();
         let mut tg = 0.0;
         if n_gen > 0 {
             let t = Instant::now();
@@ -129,27 +163,67 @@ pub fn run(args: Args) -> Result<(), String> {
             }
             tg = n_gen as f64 / t.elapsed().as_secs_f64();
         }
+        let io = state.expert_io();
+        let draw = Draw { pp, tg, ttft_ms, io, decode_bytes: (io - after_prefill).bytes_read };
         if d == 0 {
-            continue; // warm-up: page in the weights, spin up the threads
+            // Warm-up: pages in the weights, spins up the threads; reported apart (a cold start).
+            warmup = Some(draw);
+            continue;
         }
         if !args.json {
-            eprintln!("draw {d}/{draws}: prefill {pp:.2} t/s, decode {tg:.2} t/s");
+            let cache = match draw.hit_rate() {
+                Some(h) => format!(
+                    ", expert hit rate {:.1} %, {:.1} MB read per token",
+                    h * 100.0,
+                    per_token(&draw, n_gen) / 1e6
+                ),
+                None => String::new(),
+            };
+            eprintln!("draw {d}/{draws}: prefill {pp:.2} t/s, decode {tg:.2} t/s{cache}");
         }
-        samples.push((pp, tg));
+        samples.push(draw);
     }
 
     let mem = memory();
-    let pps: Vec<f64> = samples.iter().map(|s| s.0).collect();
-    let tgs: Vec<f64> = samples.iter().map(|s| s.1).collect();
+    let pps: Vec<f64> = samples.iter().map(|s| s.pp).collect();
+    let tgs: Vec<f64> = samples.iter().map(|s| s.tg).collect();
+    let mut total = ExpertIo::default();
+    samples.iter().for_each(|s| total += s.io);
+    let total_decode_bytes: u64 = samples.iter().map(|s| s.decode_bytes).sum();
+    let total_hit_rate = {
+        let used = total.hits + total.misses;
+        (used > 0).then(|| total.hits as f64 / used as f64)
+    };
+    let total_per_token = match n_gen {
+        0 => 0.0,
+        n => total_decode_bytes as f64 / (n * samples.len()) as f64,
+    };
     let (p, t) = (spread(&pps), spread(&tgs));
     if args.json {
         let sj = |s: &Spread| json!({"mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max});
         let v = json!({
             "fingerprint": fingerprint,
             "config": config,
-            "draws": samples.iter().map(|&(pp, tg)| json!({"prefill_tps": pp, "decode_tps": tg})).collect::<Vec<_>>(),
+            "draws": samples.iter().map(|d| json!({
+                "prefill_tps": d.pp,
+                "decode_tps": d.tg,
+                "time_to_first_token_ms": d.ttft_ms,
+                "expert_hit_rate": d.hit_rate(),
+                "storage_bytes_per_token": per_token(d, n_gen),
+                "storage_bytes_read": d.io.bytes_read,
+            })).collect::<Vec<_>>(),
             "prefill_tps": sj(&p),
             "decode_tps": sj(&t),
+            "warmup": warmup.as_ref().map(|d| json!({
+                "prefill_tps": d.pp,
+                "decode_tps": d.tg,
+                "time_to_first_token_ms": d.ttft_ms,
+                "expert_hit_rate": d.hit_rate(),
+                "storage_bytes_read": d.io.bytes_read,
+            })),
+            "expert_hit_rate": total_hit_rate,
+            "storage_bytes_per_token": total_per_token,
+            "storage_bytes_read": total.bytes_read,
             "memory": mem.map(|m| json!({
                 "peak_rss_bytes": m.peak_rss,
                 "anon_rss_bytes": m.anon_rss,
@@ -167,6 +241,14 @@ pub fn run(args: Args) -> Result<(), String> {
             summary.bytes_per_token_estimate as f64 / (1u64 << 20) as f64
         );
         println!("load         {load_ms:.1} ms");
+        if let Some(h) = total_hit_rate {
+            println!(
+                "experts      hit rate {:.1} %, {:.1} MB read per decoded token ({:.2} GB in all)",
+                h * 100.0,
+                total_per_token / 1e6,
+                total.bytes_read as f64 / 1e9
+            );
+        }
         if let Some(m) = mem {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             println!(
@@ -185,6 +267,14 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Storage bytes read per decoded token in a draw (per prompt token when it decodes none).
+fn per_token(d: &Draw, n_gen: usize) -> f64 {
+    match n_gen {
+        0 => d.io.bytes_read as f64,
+        n => d.decode_bytes as f64 / n as f64,
+    }
 }
 
 /// The process's memory as Linux reports it (`/proc/self/status`): peak

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use pocket_core::gguf::{GgufFile, Summary};
+use pocket_core::model::Model;
 use serde_json::{json, Map, Value};
 
 /// What a GGUF file holds: architecture, sizes, quantization, experts
@@ -24,9 +25,18 @@ pub fn run(args: Args) -> Result<(), String> {
     let g = GgufFile::open(path).map_err(|e| format!("{path}: {e}"))?;
     let open_ms = t0.elapsed().as_secs_f64() * 1e3;
     let s = Summary::of(&g).map_err(|e| format!("{path}: {e}"))?;
+    // The budget figures need the model built (a file of an unsupported architecture has none).
+    let plan = Model::load(path).ok().map(|m| m.memory_plan(0));
     if args.json {
         let mut v = summary_json(&s);
         v["open_ms"] = json!(open_ms);
+        v["minimum_memory_budget"] = json!(plan.map(|p| p.minimum_budget_bytes));
+        v["memory_plan"] = json!(plan.map(|p| json!({
+            "resident_bytes": p.resident_bytes,
+            "expert_bytes": p.expert_bytes,
+            "session_bytes": p.session_bytes,
+            "expert_slot_bytes": p.slot_bytes,
+        })));
         if args.tensors {
             v["tensors"] = g
                 .tensors()
@@ -40,6 +50,16 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_human(&s, open_ms);
+        if let Some(p) = plan {
+            let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+            println!(
+                "memory budget     at least {:.0} MiB ({} bytes: {:.0} MiB resident weights, {:.0} MiB of routed experts on storage)",
+                mib(p.minimum_budget_bytes),
+                p.minimum_budget_bytes,
+                mib(p.resident_bytes),
+                mib(p.expert_bytes)
+            );
+        }
         if args.tensors {
             println!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
             for t in g.tensors() {

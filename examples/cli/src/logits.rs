@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::BufWriter;
 
 use clap::ArgGroup;
-use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::model::{KvType, Logits};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
@@ -16,6 +16,8 @@ pub struct Args {
     /// The GGUF model file
     #[arg(long, value_name = "FILE")]
     model: String,
+    #[command(flatten)]
+    budget: crate::memory::Budget,
     /// Token ids, separated by commas or spaces (e.g. 1,2,3)
     #[arg(long, value_name = "IDS", value_parser = parse_tokens)]
     tokens: Tokens,
@@ -45,7 +47,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let tokens = args.tokens.0;
     let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
 
-    let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
+    let model = args.budget.load(path)?;
     let pool = ThreadPool::new(threads);
     let mut state = model.new_state(tokens.len(), args.kv).map_err(|e| e.to_string())?;
     model.forward(&pool, &mut state, &tokens, Logits::All).map_err(|e| e.to_string())?;

@@ -9,6 +9,7 @@ mod bench_kernels;
 mod fingerprint;
 mod inspect;
 mod logits;
+mod memory;
 mod npy;
 mod perplexity;
 mod run;

@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 
-use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::model::{KvType, Logits};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
@@ -21,6 +21,8 @@ pub struct Args {
     /// The GGUF model file
     #[arg(long, value_name = "FILE")]
     model: String,
+    #[command(flatten)]
+    budget: crate::memory::Budget,
     /// The text file to score
     #[arg(long, value_name = "TEXT")]
     file: String,
@@ -66,7 +68,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
     let text = std::fs::read_to_string(text_path).map_err(|e| format!("{text_path}: {e}"))?;
 
-    let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
+    let model = args.budget.load(path)?;
     let tok = model.tokenizer();
     let tokens = tok.encode(&text, true, false).map_err(|e| e.to_string())?;
     if tokens.len() < 2 * n_ctx {

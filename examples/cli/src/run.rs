@@ -5,7 +5,7 @@ use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
 use pocket_core::chat::ChatMessage;
-use pocket_core::model::{KvType, Model};
+use pocket_core::model::KvType;
 use pocket_core::sampler::{check, SamplerConfig};
 use pocket_core::session::{
     CancelHandle, ContextPolicy, GenerateOptions, GenerationStats, Session, SessionOptions, DEFAULT_MAX_CONTEXT,
@@ -53,6 +53,8 @@ pub struct ChatArgs {
 /// (integer flags take `-1` as a value too, to refuse it by name).
 #[derive(clap::Args)]
 struct Common {
+    #[command(flatten)]
+    budget: crate::memory::Budget,
     /// Tokens to generate at most
     #[arg(short = 'n', value_name = "N", default_value_t = GenerateOptions::default().max_tokens)]
     #[arg(allow_negative_numbers = true)]
@@ -129,7 +131,7 @@ fn sampler(
 
 /// Load a model and open a session from the common options.
 fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String> {
-    let model = Model::load(path).map_err(|e| format!("{path}: {e}"))?;
+    let model = args.budget.load(path)?;
     let context_policy = if args.slide { ContextPolicy::Slide { sink: args.keep } } else { ContextPolicy::Error };
     let opts = SessionOptions {
         context_length: args.ctx,
@@ -204,6 +206,9 @@ pub fn stats_json(s: &GenerationStats) -> serde_json::Value {
         "prefill_tokens_per_second": s.prefill_tokens_per_second,
         "decode_tokens_per_second": s.decode_tokens_per_second,
         "stop_reason": s.stop_reason.as_str(),
+        "expert_cache_hits": s.expert_cache_hits,
+        "expert_cache_misses": s.expert_cache_misses,
+        "storage_bytes_read": s.storage_bytes_read,
     })
 }
 
