@@ -4,6 +4,7 @@
 mod android;
 mod apple;
 mod bindings;
+mod budget;
 mod compare;
 mod elf;
 mod llama;
@@ -24,6 +25,10 @@ commands:
       a GGUF with a real model's exact geometry, random valid weights
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN]
       llama.cpp and pocket alternately on one file, with the roofline
+  bench-budget --model FILE --limit 6G [--threads 2] [-p 16] [-n 32] [--draws 3] [--budget SIZE]
+               [--engines llama,mapped,budget] [--json OUT] [--pocket BIN]
+      llama.cpp (mmap), pocket mapped and pocket with --memory-budget (default a little under
+      the limit) inside a memory cgroup of --limit, caches dropped before each draw (root)
   insn-count --model FILE [-p 16] [-n 8] [--no-llama]
       aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)
   bindings swift|kotlin|python [--release] [--out DIR]
@@ -56,6 +61,7 @@ fn main() {
         Some("llama-source") => llama::source().map(|p| println!("{}", p.display())),
         Some("synth-model") => synth::run(rest),
         Some("bench-compare") => compare::bench_compare(rest),
+        Some("bench-budget") => budget::bench_budget(rest),
         Some("insn-count") => compare::insn_count(rest),
         Some("bindings") => bindings::command(rest),
         Some("test-bindings") => bindings::test_command(rest),

@@ -65,7 +65,7 @@ def test_info_of_a_dense_model(gemma_tiny):
 
 def test_load_options_defaults():
     o = pocket.LoadOptions()
-    assert (o.threads, o.use_mmap, o.progress) == (0, True, None)
+    assert (o.threads, o.use_mmap, o.progress, o.memory_budget_bytes) == (0, True, None, 0)
     s = pocket.SessionOptions()
     assert (s.context_length, s.kv_cache_type, s.sliding_window, s.threads) == (0, None, False, 0)
     g = pocket.GenerateOptions()
@@ -217,6 +217,26 @@ def test_streaming_pieces_and_stats(session):
     assert listener.text == stats.text and len(listener.pieces) > 0
     assert stats.time_to_first_token_ms > 0
     assert stats.prefill_tokens_per_second > 0 and stats.decode_tokens_per_second > 0
+
+
+def test_a_memory_budget_gives_the_same_text_and_counts_expert_reads(moe_path, moe):
+    plan = pocket.plan_memory(moe_path, 0)
+    assert plan.expert_bytes > 0 and plan.resident_bytes > 0 and plan.cache_bytes == 0
+    assert plan.minimum_budget_bytes > plan.resident_bytes
+    assert moe.memory_plan(0) == plan
+    with pytest.raises(pocket.PocketError.OutOfMemory) as e:
+        pocket.PocketModel.load(moe_path, pocket.LoadOptions(memory_budget_bytes=plan.minimum_budget_bytes - 1))
+    assert str(plan.minimum_budget_bytes) in e.value.reason
+    budget = plan.minimum_budget_bytes
+    assert pocket.plan_memory(moe_path, budget).cache_bytes > 0
+    small = pocket.PocketModel.load(moe_path, pocket.LoadOptions(memory_budget_bytes=budget))
+    assert small.memory_budget_bytes() == budget
+    opts = pocket.GenerateOptions(max_tokens=12, **GREEDY)
+    want = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Once upon a time", opts, Collect())
+    got = pocket.PocketSession(small, pocket.SessionOptions()).generate("Once upon a time", opts, Collect())
+    assert got.text == want.text
+    assert got.expert_cache_misses > 0 and got.storage_bytes_read > 0
+    assert (want.expert_cache_hits, want.expert_cache_misses, want.storage_bytes_read) == (0, 0, 0)
 
 
 def test_greedy_is_deterministic_across_sessions(moe):

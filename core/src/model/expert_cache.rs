@@ -22,7 +22,7 @@ use crate::kernels::QMatrix;
 
 /// Read threads per fetch: enough requests in flight for flash storage to
 /// reach its parallel bandwidth (UFS and NVMe want 8-32).
-const IO_THREADS: usize = 8;
+const IO_THREADS: usize = 16;
 
 /// What serving experts cost: counted per pass, summed per request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -208,8 +208,9 @@ impl Model {
         state.stamps[start..end].fill(state.clock);
 
         let experts = self.budget.as_ref().and_then(|b| b.cache.as_ref());
-        let pass =
-            Pass { file: self.file.source().bytes(), pool, backend: &Cpu, experts, pos0: start, n: tokens.len() };
+        let source = self.file.source();
+        let map = source.is_mapped().then_some(source);
+        let pass = Pass { file: source.bytes(), pool, backend: &Cpu, experts, map, pos0: start, n: tokens.len() };
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
         trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));

@@ -12,6 +12,7 @@ use super::blocks::deltanet::DeltaParams;
 use super::cache::KvCache;
 use super::expert_cache::ExpertCache;
 use super::weights::Matrix;
+use crate::gguf::Source;
 use crate::kernels::{self, MatJob, QActs};
 use crate::threads::ThreadPool;
 
@@ -24,6 +25,9 @@ pub struct Pass<'a> {
     /// The expert cache of a model under a memory budget; `None`: experts are
     /// read from the mapped file.
     pub experts: Option<&'a ExpertCache>,
+    /// The mapping, when the weights are mapped (to advise the OS of the
+    /// routed experts a layer is about to read).
+    pub map: Option<&'a Source>,
     /// Position of the first token of the pass.
     pub pos0: usize,
     /// Tokens in the pass.

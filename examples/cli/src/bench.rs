@@ -48,6 +48,11 @@ pub struct Args {
     /// Skip the uncounted warm-up draw (cold-start figures: an app's first request after launch)
     #[arg(long)]
     no_warmup: bool,
+    /// Another prompt each draw and another token each decode step (as llama-bench's
+    /// random tokens), instead of one prompt and one repeated token: what a cache of
+    /// experts meets with real text rather than a replay
+    #[arg(long)]
+    varied: bool,
 }
 
 /// One draw's figures.
@@ -123,43 +128,49 @@ pub fn run(args: Args) -> Result<(), String> {
         "load_ms": load_ms,
         "memory_budget": args.budget.bytes,
         "warmup": !args.no_warmup,
+        "varied": args.varied,
     });
     let budget = match args.budget.bytes {
         0 => String::new(),
         b => format!(" budget:{b}"),
     };
     let fingerprint = format!(
-        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget} {build}",
+        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget}{} {build}",
         summary.architecture,
         summary.quantization,
-        kv.name()
+        kv.name(),
+        if args.varied { " varied" } else { "" }
     );
 
-    // Deterministic pseudo-random prompt tokens, away from control tokens.
+    // Deterministic pseudo-random tokens, away from control tokens: token `i`
+    // of draw `d` (the same token for every `i` and `d` of a plain bench's decode).
     let vocab = model.n_vocab() as u64;
-    let prompt: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 7919 + 1009) % (vocab - 300) + 256) as u32).collect();
-    let gen_token = (vocab / 2) as u32;
+    let token = |d: u64, i: u64| ((i * 7919 + 1009 + d * 104_729) % (vocab - 300) + 256) as u32;
+    let varied = args.varied;
+    let gen_token = move |d: u64, i: u64| if varied { token(d + 1_000, i) } else { (vocab / 2) as u32 };
 
     let mut samples: Vec<Draw> = Vec::with_capacity(draws);
     let mut warmup: Option<Draw> = None;
     let first = if args.no_warmup { 1 } else { 0 };
     for d in first..=draws {
         let mut state = model.new_state(n_ctx, kv).map_err(|e| e.to_string())?;
+        let prompt: Vec<u32> = (0..n_prompt as u64).map(|i| token(if varied { d as u64 } else { 0 }, i)).collect();
         let mut pp = 0.0;
         let t = Instant::now();
         if n_prompt > 0 {
             model.forward(&pool, &mut state, &prompt, Logits::Last).map_err(|e| e.to_string())?;
             pp = n_prompt as f64 / t.elapsed().as_secs_f64();
         } else {
-            model.forward(&pool, &mut state, &[gen_token], Logits::Last).map_err(|e| e.to_string())?;
+            model.forward(&pool, &mut state, &[gen_token(d as u64, 0)], Logits::Last).map_err(|e| e.to_string())?;
         }
         let ttft_ms = t.elapsed().as_secs_f64() * 1e3;
         let after_prefill = state.expert_io();
         let mut tg = 0.0;
         if n_gen > 0 {
             let t = Instant::now();
-            for _ in 0..n_gen {
-                model.forward(&pool, &mut state, &[gen_token], Logits::Last).map_err(|e| e.to_string())?;
+            for i in 0..n_gen {
+                let t = gen_token(d as u64, i as u64 + 1);
+                model.forward(&pool, &mut state, &[t], Logits::Last).map_err(|e| e.to_string())?;
             }
             tg = n_gen as f64 / t.elapsed().as_secs_f64();
         }

@@ -16,7 +16,7 @@ use super::super::scratch::{take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
 use crate::error::{Error, Result};
-use crate::gguf::{Key, TensorKind};
+use crate::gguf::{AccessPattern, Key, TensorKind};
 use crate::kernels::{ops, MatJob, QActs, QMatrix};
 
 /// How router logits become expert weights.
@@ -274,7 +274,20 @@ impl Moe {
         s.groups.build(&s.chosen, &s.weights, n, self.p.n_expert);
         let n_active = s.groups.active.len();
         match pass.experts {
-            None => self.run_experts(pass, s, out, 0..n_active, &Slabs::File(pass.file)),
+            None => {
+                if let Some(map) = pass.map {
+                    // Mapped: tell the OS which slabs come next, so a cold
+                    // expert is read in a few large requests rather than
+                    // fault by fault.
+                    for &e in &s.groups.active {
+                        for x in [&self.gate, &self.up, &self.down] {
+                            let r = x.slab_range(e);
+                            map.advise(r.start, r.len(), AccessPattern::WillNeed);
+                        }
+                    }
+                }
+                self.run_experts(pass, s, out, 0..n_active, &Slabs::File(pass.file))
+            }
             Some(cache) => {
                 let tensors = [&self.gate, &self.up, &self.down];
                 for first in (0..n_active).step_by(cache.capacity()) {
