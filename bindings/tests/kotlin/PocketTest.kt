@@ -88,6 +88,23 @@ fun main() {
         expect(info.parameterCount > 1_000_000uL && info.contextLength > 0u) { "$info" }
     }
 
+    test("a memory budget: the plan, the refusal below the minimum, the same text") {
+        val plan = PocketModel.memoryPlan(moePath, 0uL)
+        expect(plan.expertBytes > 0uL && plan.residentBytes > 0uL && plan.cacheBytes == 0uL) { "$plan" }
+        try {
+            PocketModel.load(moePath, LoadOptions(memoryBudgetBytes = plan.minimumBudgetBytes - 1uL))
+            throw AssertionError("a budget below the minimum loaded")
+        } catch (e: PocketException.OutOfMemory) {
+            expect(e.reason.contains(plan.minimumBudgetBytes.toString())) { e.reason }
+        }
+        val small = PocketModel.load(moePath, LoadOptions(memoryBudgetBytes = plan.minimumBudgetBytes))
+        val opts = GenerateOptions(maxTokens = 8u, temperature = 0f)
+        val want = PocketSession(moe, SessionOptions()).generate("Once upon a time", opts, Collect())
+        val got = PocketSession(small, SessionOptions()).generate("Once upon a time", opts, Collect())
+        expect(got.text == want.text) { "${got.text} vs ${want.text}" }
+        expect(got.expertCacheMisses > 0uL && got.storageBytesRead > 0uL) { "$got" }
+    }
+
     test("info of a dense model") {
         val info = PocketModel.load(fixtureModel("gemma3-tiny-Q8_0.gguf"), LoadOptions()).info()
         expect(info.architecture == "gemma3" && info.expertCount == 0u) { "$info" }
