@@ -47,6 +47,9 @@ struct Opts {
     engines: Vec<Engine>,
     json: Option<PathBuf>,
     pocket: Option<PathBuf>,
+    /// Pocket repeats one prompt and one decode token (`pocket bench`'s plain
+    /// protocol) instead of varying them as llama-bench does.
+    replay: bool,
 }
 
 /// `6G`, `5500M`, or bytes (powers of 1024), as the CLI's `--memory-budget` reads them.
@@ -74,6 +77,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         engines: vec![Engine::Llama, Engine::Mapped, Engine::Budget],
         json: None,
         pocket: None,
+        replay: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -88,6 +92,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--draws" => o.draws = val()?.parse().map_err(|_| "bad --draws")?,
             "--json" => o.json = Some(PathBuf::from(val()?)),
             "--pocket" => o.pocket = Some(PathBuf::from(val()?)),
+            "--replay" => o.replay = true,
             "--engines" => {
                 o.engines = val()?
                     .split(',')
@@ -216,8 +221,11 @@ fn draw(engine: Engine, o: &Opts, pocket: &Path, llama_bin: Option<&Path>) -> Re
         }
         Engine::Mapped | Engine::Budget => {
             let mut c = Command::new(pocket);
-            // Varied tokens, as llama-bench's generation test draws random ones.
-            c.args(["bench", "--json", "--varied", "--draws", "1", "-p", &p, "-n", &n, "--threads", &t]);
+            // Varied tokens, as llama-bench's generation test draws random ones (unless --replay).
+            c.args(["bench", "--json", "--draws", "1", "-p", &p, "-n", &n, "--threads", &t]);
+            if !o.replay {
+                c.arg("--varied");
+            }
             c.arg("--model").arg(&o.model);
             if engine == Engine::Budget {
                 c.args(["--memory-budget", &o.budget.to_string()]);
@@ -344,7 +352,7 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
     }
     if let Some(path) = &o.json {
         let doc = json!({"model": o.model, "limit": o.limit, "budget": o.budget, "threads": o.threads,
-                         "p": o.p, "n": o.n, "draws": rows});
+                         "p": o.p, "n": o.n, "replay": o.replay, "draws": rows});
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }

@@ -26,9 +26,10 @@ commands:
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN]
       llama.cpp and pocket alternately on one file, with the roofline
   bench-budget --model FILE --limit 6G [--threads 2] [-p 16] [-n 32] [--draws 3] [--budget SIZE]
-               [--engines llama,mapped,budget] [--json OUT] [--pocket BIN]
+               [--engines llama,mapped,budget] [--replay] [--json OUT] [--pocket BIN]
       llama.cpp (mmap), pocket mapped and pocket with --memory-budget (default a little under
-      the limit) inside a memory cgroup of --limit, caches dropped before each draw (root)
+      the limit) inside a memory cgroup of --limit, caches dropped before each draw (root);
+      pocket varies its tokens as llama-bench does (--replay: one prompt, one repeated token)
   insn-count --model FILE [-p 16] [-n 8] [--no-llama]
       aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)
   bindings swift|kotlin|python [--release] [--out DIR]
