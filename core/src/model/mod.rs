@@ -9,6 +9,7 @@ pub mod blocks;
 mod cache;
 mod gemma3;
 mod hparams;
+mod identity;
 mod llama;
 mod network;
 pub mod pass;
@@ -21,6 +22,7 @@ mod weights;
 pub use blocks::deltanet::DeltaState;
 pub use blocks::moe::Routing;
 pub use cache::{KvCache, KvType, Logits};
+pub use identity::ModelIdentity;
 pub use network::{Model, Network};
 pub use state::{Checkpoint, LayerState, State};
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::blocks::moe::Routing;
 use super::cache::{KvType, Logits};
+use super::identity::ModelIdentity;
 use super::pass::{Cpu, Pass};
 use super::scratch::take;
 use super::state::{LayerState, Scratch, State};
@@ -58,6 +59,8 @@ pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
     summary: Summary,
+    /// Computed at load: what a session snapshot records of this file.
+    identity: ModelIdentity,
     tokenizer: Tokenizer,
     /// The file's template (the architecture's turn format when it has
     /// none), or why it does not compile.
@@ -75,7 +78,8 @@ impl Model {
         let net = super::network_for(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
-        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template })
+        let identity = ModelIdentity::of(&file);
+        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, template })
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -93,6 +97,11 @@ impl Model {
 
     pub fn summary(&self) -> &Summary {
         &self.summary
+    }
+
+    /// The file's identity (size and header hash), which session snapshots record.
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.identity
     }
 
     pub fn arch(&self) -> Arch {
