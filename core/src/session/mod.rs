@@ -9,7 +9,7 @@
 //! the end of each prompt and of each answer and rewinds to the best one.
 //!
 //! A session can be saved to a file and restored, in this process or a later
-//! one, exactly where it stood ([`snapshot`] says what a snapshot holds).
+//! one, exactly where it stood (`session/snapshot/mod.rs` says what a snapshot holds).
 
 mod cancel;
 mod options;
@@ -99,7 +99,7 @@ impl Session {
     /// Save the conversation to `path`, replacing the file crash-safely: a
     /// kill or power loss at any moment leaves the previous file or the new
     /// one, never a torn mix. Writes only the used part of the state (see
-    /// [`snapshot`]); the file's size grows with the conversation.
+    /// `session/snapshot`); the file's size grows with the conversation.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         snapshot::replace(path, |w| self.write_snapshot(w)).map_err(|e| at_path(path, e))
