@@ -3,7 +3,7 @@
 //!
 //! A thin layer over pocket-core:
 //! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`.
-//! - [`session`]: `PocketSession` (generate, chat, cancel, reset), the option and stats records,
+//! - [`session`]: `PocketSession` (generate, chat, cancel, reset, save, restore), the option and stats records,
 //!   the foreign `TokenListener`.
 //! - [`error`]: `PocketError`, the one place core errors are folded into what an app can act on,
 //!   and the panic guard every exported call runs in.

@@ -3,7 +3,8 @@
 //! A thin layer over core's [`SharedSession`], which owns the semantics:
 //! requests queue for their turn, `cancel()` stops the running request and
 //! those waiting without taking the lock, a listener cannot re-enter its own
-//! session. This file converts options, stats and listener errors.
+//! session. This file converts options, stats and listener errors. Sessions
+//! can be saved to a file and restored (core's `session::snapshot`).
 
 use std::sync::Arc;
 
@@ -161,24 +162,33 @@ impl PocketSession {
     #[uniffi::constructor]
     pub fn new(model: Arc<PocketModel>, options: SessionOptions) -> Result<Arc<Self>, PocketError> {
         guard(|| {
-            let threads = if options.threads == 0 { model.default_threads() } else { options.threads };
-            let opts = core::SessionOptions {
-                context_length: options.context_length as usize,
-                kv_type: match options.kv_cache_type.unwrap_or(KvCacheType::F16) {
-                    KvCacheType::F16 => KvType::F16,
-                    KvCacheType::F32 => KvType::F32,
-                    KvCacheType::Q8_0 => KvType::Q8_0,
-                },
-                threads: threads as usize,
-                context_policy: if options.sliding_window {
-                    ContextPolicy::Slide { sink: None }
-                } else {
-                    ContextPolicy::Error
-                },
-                seed: options.seed,
-            };
-            Ok(Arc::new(PocketSession { session: SharedSession::new(model.core().clone(), opts)? }))
+            let session = SharedSession::new(model.core().clone(), core_session_options(&model, &options))?;
+            Ok(Arc::new(PocketSession { session }))
         })
+    }
+
+    /// A session that continues from the snapshot at `path` (written by
+    /// `save`): the next generate/chat evaluates only its new tokens and
+    /// answers exactly as the saved session would have. `model` must be the
+    /// same file, and `options` must give the same context length and KV
+    /// cache type (the seed is not saved: pass the same one to sample the
+    /// same). `InvalidArgument` names what does not match or is damaged;
+    /// `Io` when the file cannot be read (e.g. it does not exist).
+    #[uniffi::constructor]
+    pub fn restore(model: Arc<PocketModel>, path: String, options: SessionOptions) -> Result<Arc<Self>, PocketError> {
+        guard(|| {
+            let session = SharedSession::restore(model.core().clone(), &path, core_session_options(&model, &options))?;
+            Ok(Arc::new(PocketSession { session }))
+        })
+    }
+
+    /// Save the conversation to `path` (evaluated tokens, KV cache of the used
+    /// positions, recurrent state), replacing the file crash-safely: a kill
+    /// at any moment leaves the old file or the new one. Waits for a running
+    /// generation to end (call `cancel()` first to make that quick); refused
+    /// from this session's own listener.
+    pub fn save(&self, path: String) -> Result<(), PocketError> {
+        guard(|| Ok(self.session.save(&path)?))
     }
 
     /// Complete raw text (tokenised with the model's BOS; special tokens are
@@ -221,6 +231,22 @@ impl PocketSession {
         if let Err(e) = guard(|| Ok(self.session.reset()?)) {
             log::warn!("reset(): {e}");
         }
+    }
+}
+
+/// The core options of `options` (threads 0 = the model's default).
+fn core_session_options(model: &PocketModel, options: &SessionOptions) -> core::SessionOptions {
+    let threads = if options.threads == 0 { model.default_threads() } else { options.threads };
+    core::SessionOptions {
+        context_length: options.context_length as usize,
+        kv_type: match options.kv_cache_type.unwrap_or(KvCacheType::F16) {
+            KvCacheType::F16 => KvType::F16,
+            KvCacheType::F32 => KvType::F32,
+            KvCacheType::Q8_0 => KvType::Q8_0,
+        },
+        threads: threads as usize,
+        context_policy: if options.sliding_window { ContextPolicy::Slide { sink: None } } else { ContextPolicy::Error },
+        seed: options.seed,
     }
 }
 

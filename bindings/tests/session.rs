@@ -110,3 +110,57 @@ fn listener_errors_and_reentry_are_errors_not_crashes() {
     assert!(matches!(listener.1.lock().unwrap().take(), Some(PocketError::InvalidArgument { .. })));
     drop(listener); // breaks the session <-> listener cycle
 }
+
+/// Collects the streamed text.
+struct Collect(Mutex<String>);
+
+impl TokenListener for Collect {
+    fn on_token(&self, piece: String) -> Result<bool, PocketError> {
+        self.0.lock().unwrap().push_str(&piece);
+        Ok(true)
+    }
+}
+
+#[test]
+fn a_restored_session_continues_where_the_saved_one_stood() {
+    let dir = std::env::temp_dir().join(format!("pocket-ffi-snapshot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("chat.snap").to_string_lossy().into_owned();
+    let model = PocketModel::load(fixture("qwen35moe-tiny-Q4_K_M.gguf"), LoadOptions::default()).unwrap();
+    let options = SessionOptions { context_length: 256, ..SessionOptions::default() };
+    let greedy = GenerateOptions { max_tokens: 12, temperature: 0.0, ..GenerateOptions::default() };
+
+    let s = PocketSession::new(model.clone(), options.clone()).unwrap();
+    let first = s.generate("Once upon a time".into(), greedy.clone(), Arc::new(Quiet)).unwrap();
+    s.save(path.clone()).unwrap();
+    let next = format!("Once upon a time{} and", first.text);
+    let uninterrupted = s.generate(next.clone(), greedy.clone(), Arc::new(Quiet)).unwrap();
+
+    let r = PocketSession::restore(model.clone(), path.clone(), options.clone()).unwrap();
+    let listener = Arc::new(Collect(Mutex::new(String::new())));
+    let restored = r.generate(next, greedy, listener.clone()).unwrap();
+    assert_eq!(restored.text, uninterrupted.text);
+    assert_eq!(*listener.0.lock().unwrap(), uninterrupted.text);
+
+    // Typed errors: other options, a damaged file, a missing file.
+    let other_ctx = SessionOptions { context_length: 128, ..options.clone() };
+    assert!(matches!(
+        PocketSession::restore(model.clone(), path.clone(), other_ctx),
+        Err(PocketError::InvalidArgument { reason }) if reason.contains("context")
+    ));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x10;
+    let damaged = dir.join("damaged.snap").to_string_lossy().into_owned();
+    std::fs::write(&damaged, &bytes).unwrap();
+    assert!(matches!(
+        PocketSession::restore(model.clone(), damaged, options.clone()),
+        Err(PocketError::InvalidArgument { reason }) if reason.contains("checksum")
+    ));
+    let missing = dir.join("missing.snap").to_string_lossy().into_owned();
+    assert!(matches!(PocketSession::restore(model.clone(), missing, options), Err(PocketError::Io { .. })));
+    // Saving into a folder that does not exist is an I/O error, not a crash.
+    let nowhere = dir.join("no/such/folder/x.snap").to_string_lossy().into_owned();
+    assert!(matches!(s.save(nowhere), Err(PocketError::Io { .. })));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -348,6 +348,32 @@ fun main() {
         expect(loadingFrom("asset a", ASSET_HINT) { 42 } == 42) { "value not returned" }
     }
 
+    test("save and restore: the restored session continues identically; damaged snapshots are typed errors") {
+        val dir = java.nio.file.Files.createTempDirectory("pocket-snap").toFile()
+        try {
+            val options = SessionOptions(contextLength = 256u)
+            val s = newSession(options)
+            val first = Collect()
+            s.generate("Once upon a time", greedy(8u), first)
+            val path = File(dir, "s.snap").path
+            s.save(path)
+            val next = "Once upon a time${first.text} and"
+            val uninterrupted = s.generate(next, greedy(8u), Collect())
+            val restored = PocketSession.restore(moe, path, options).generate(next, greedy(8u), Collect())
+            expect(restored.text == uninterrupted.text) { "${restored.text} != ${uninterrupted.text}" }
+            val ctx = expectThrows<PocketException.InvalidArgument> { PocketSession.restore(moe, path, SessionOptions(contextLength = 128u)) }
+            expect(ctx.reason.contains("context")) { ctx.reason }
+            val bytes = File(path).readBytes()
+            bytes[bytes.size / 2] = (bytes[bytes.size / 2].toInt() xor 0x10).toByte()
+            val damaged = File(dir, "damaged.snap").apply { writeBytes(bytes) }.path
+            val flip = expectThrows<PocketException.InvalidArgument> { PocketSession.restore(moe, damaged, options) }
+            expect(flip.reason.contains("checksum")) { flip.reason }
+            expectThrows<PocketException.Io> { PocketSession.restore(moe, File(dir, "none.snap").path, options) }
+        } finally {
+            dir.deleteRecursively()
+        }
+    }
+
     var failed = 0
     for ((name, body) in tests) {
         try {

@@ -368,3 +368,73 @@ def test_gemma_270m_greedy_matches_llama_cpp():
     assert stats.generated_tokens == 16 and stats.prompt_tokens == 6
     answer = session.chat([pocket.ChatMessage(role="user", content="Say hello.")], pocket.GenerateOptions(max_tokens=24, **GREEDY), Collect())
     assert answer.generated_tokens > 0 and answer.text.strip()
+
+
+# ---- snapshots -------------------------------------------------------------------
+
+
+RESTORE_IN_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import pocket
+
+class Collect(pocket.TokenListener):
+    def __init__(self):
+        self.pieces = []
+    def on_token(self, piece):
+        self.pieces.append(piece)
+        return True
+
+model = pocket.PocketModel.load(sys.argv[2], pocket.LoadOptions())
+session = pocket.PocketSession.restore(model, sys.argv[3], pocket.SessionOptions(context_length=256))
+listener = Collect()
+history = [pocket.ChatMessage(role=r, content=m) for r, m in zip(["user", "assistant", "user"], sys.argv[4:])]
+session.chat(history, pocket.GenerateOptions(max_tokens=8, temperature=0.0), listener)
+sys.stdout.write("".join(listener.pieces))
+"""
+
+
+def test_a_session_restored_in_another_process_continues_identically(tmp_path, moe, moe_path):
+    import subprocess
+    import sys
+
+    options = pocket.SessionOptions(context_length=256)
+    session = pocket.PocketSession(moe, options)
+    opts = pocket.GenerateOptions(max_tokens=8, **GREEDY)
+    first = session.chat([pocket.ChatMessage(role="user", content="Hi!")], opts, Collect())
+    path = str(tmp_path / "chat.snap")
+    session.save(path)
+    # The second turn, as the app would render it (the reply becomes an assistant message).
+    turns = ["Hi!", first.text, "More?"]
+    history = [pocket.ChatMessage(role=r, content=c) for r, c in zip(["user", "assistant", "user"], turns)]
+    uninterrupted = session.chat(history, opts, Collect())
+
+    bindings = os.path.dirname(pocket.__file__)
+    argv = [sys.executable, "-c", RESTORE_IN_CHILD, bindings, moe_path, path, *turns]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert uninterrupted.text and out.stdout == uninterrupted.text
+
+
+def test_damaged_or_foreign_snapshots_raise_typed_errors(tmp_path, moe, gemma_tiny):
+    options = pocket.SessionOptions(context_length=128)
+    session = pocket.PocketSession(moe, options)
+    session.generate("Hello", pocket.GenerateOptions(max_tokens=4, **GREEDY), Collect())
+    path = tmp_path / "s.snap"
+    session.save(str(path))
+    data = path.read_bytes()
+    for at in (0, 20, len(data) // 2, len(data) - 1):
+        damaged = tmp_path / f"flip{at}.snap"
+        damaged.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
+        with pytest.raises(pocket.PocketError.InvalidArgument):
+            pocket.PocketSession.restore(moe, str(damaged), options)
+    cut = tmp_path / "cut.snap"
+    cut.write_bytes(data[: len(data) // 3])
+    with pytest.raises(pocket.PocketError.InvalidArgument, match="truncated|remain"):
+        pocket.PocketSession.restore(moe, str(cut), options)
+    with pytest.raises(pocket.PocketError.InvalidArgument, match="another model"):
+        pocket.PocketSession.restore(gemma_tiny, str(path), options)
+    with pytest.raises(pocket.PocketError.Io):
+        pocket.PocketSession.restore(moe, str(tmp_path / "missing.snap"), options)
+    # The process goes on: the intact snapshot still restores and generates.
+    restored = pocket.PocketSession.restore(moe, str(path), options)
+    assert restored.generate("Hello again", pocket.GenerateOptions(max_tokens=2, **GREEDY), Collect()).generated_tokens == 2

@@ -2,12 +2,17 @@
 //! f16 or q8_0, with the score and mix passes attention runs over it; and
 //! which logits a forward pass produces.
 
+use std::ops::Range;
+
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use crate::error::{Error, Result};
 use crate::kernels::ops;
 use crate::quant::q8_0::{quantize_row_q8_0, BlockQ8_0, QK8_0};
+
+/// Bytes of one q8_0 block in a snapshot (the f16 scale, then the quants).
+const Q8_0_BYTES: usize = 2 + QK8_0;
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -145,6 +150,37 @@ impl Buf {
             }
         }
     }
+
+    /// Append elements `range` as little-endian bytes in the buffer's own
+    /// precision (q8_0: whole blocks, each its f16 scale then its 32 quants,
+    /// as in a GGUF file).
+    fn save(&self, range: Range<usize>, out: &mut Vec<u8>) {
+        match self {
+            Buf::F32(v) => v[range].iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Buf::F16(v) => v[range].iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+            Buf::Q8_0(v) => v[range.start / QK8_0..range.end / QK8_0].iter().for_each(|b| {
+                out.extend_from_slice(&b.d.0);
+                out.extend(b.qs.iter().map(|&q| q as u8));
+            }),
+        }
+    }
+
+    /// Overwrite the elements from `at` with `bytes` written by [`Buf::save`]
+    /// (whole elements or blocks; the caller checked the length).
+    fn load(&mut self, at: usize, bytes: &[u8]) {
+        match self {
+            Buf::F32(v) => v[at..].iter_mut().zip(bytes.chunks_exact(4)).for_each(|(x, b)| {
+                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }),
+            Buf::F16(v) => v[at..].iter_mut().zip(bytes.chunks_exact(2)).for_each(|(x, b)| {
+                *x = f16::from_le_bytes([b[0], b[1]]);
+            }),
+            Buf::Q8_0(v) => v[at / QK8_0..].iter_mut().zip(bytes.chunks_exact(Q8_0_BYTES)).for_each(|(x, b)| {
+                x.d.0 = [b[0], b[1]];
+                x.qs.iter_mut().zip(&b[2..]).for_each(|(q, &byte)| *q = byte as i8);
+            }),
+        }
+    }
 }
 
 /// `x` rounded to the nearest f16 values (vectorised through `half`'s slice
@@ -247,6 +283,45 @@ impl KvCache {
     pub fn allocated_bytes(&self) -> usize {
         self.bytes_for(self.capacity)
     }
+
+    /// Append the entries of positions `0..n_pos` (at most the capacity) in
+    /// the cache's own precision: every key head's rows, then every value
+    /// head's, [`bytes_for`](Self::bytes_for)`(n_pos)` bytes. Positions past
+    /// `n_pos` are not written: a snapshot holds only what is used.
+    pub fn save_positions(&self, n_pos: usize, out: &mut Vec<u8>) {
+        let n_pos = n_pos.min(self.capacity);
+        out.reserve(self.bytes_for(n_pos));
+        for (buf, d) in [(&self.k, self.head_dim_k), (&self.v, self.head_dim_v)] {
+            for h in 0..self.n_kv_head {
+                let at = h * self.capacity * d;
+                buf.save(at..at + n_pos * d, out);
+            }
+        }
+    }
+
+    /// Overwrite positions `0..n_pos` with the bytes of
+    /// [`save_positions`](Self::save_positions); refused unless `bytes` is
+    /// exactly that long and the positions fit.
+    pub fn load_positions(&mut self, n_pos: usize, bytes: &[u8]) -> Result<()> {
+        if n_pos > self.capacity || bytes.len() != self.bytes_for(n_pos) {
+            return Err(Error::InvalidArgument(format!(
+                "{} bytes of KV entries for {n_pos} positions (expected {} for a cache of {} positions)",
+                bytes.len(),
+                self.bytes_for(n_pos.min(self.capacity)),
+                self.capacity
+            )));
+        }
+        let mut rest = bytes;
+        let (cap, heads, ty) = (self.capacity, self.n_kv_head, self.ty);
+        for (buf, d) in [(&mut self.k, self.head_dim_k), (&mut self.v, self.head_dim_v)] {
+            for h in 0..heads {
+                let (head, tail) = rest.split_at(ty.bytes_for(n_pos * d));
+                buf.load(h * cap * d, head);
+                rest = tail;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which logits a forward pass should produce.
@@ -258,4 +333,62 @@ pub enum Logits {
     Last,
     /// None (prompt chunks whose logits nobody reads).
     None,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filled(ty: KvType, capacity: usize, n_pos: usize) -> KvCache {
+        let mut c = KvCache::new(ty, 2, 32, 64, capacity).unwrap();
+        for h in 0..2 {
+            for p in 0..n_pos {
+                let k: Vec<f32> = (0..32).map(|i| (h * 1000 + p * 10 + i) as f32 * 0.01).collect();
+                let v: Vec<f32> = (0..64).map(|i| -((h * 1000 + p * 10 + i) as f32) * 0.02).collect();
+                c.store(h, p, &k, &v);
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn used_positions_round_trip_in_their_own_precision() {
+        for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
+            let c = filled(ty, 16, 5);
+            let mut bytes = Vec::new();
+            c.save_positions(5, &mut bytes);
+            assert_eq!(bytes.len(), c.bytes_for(5), "{ty:?}");
+            assert_eq!(bytes.len(), 5 * 2 * (ty.bytes_for(32) + ty.bytes_for(64)), "{ty:?}: only used positions");
+
+            let mut back = KvCache::new(ty, 2, 32, 64, 16).unwrap();
+            back.load_positions(5, &bytes).unwrap();
+            let mut again = Vec::new();
+            back.save_positions(5, &mut again);
+            assert_eq!(bytes, again, "{ty:?}");
+            // The restored entries score and mix like the originals.
+            let q: Vec<f32> = (0..32).map(|i| i as f32 * 0.1).collect();
+            let (mut a, mut b) = (vec![0.0; 5], vec![0.0; 5]);
+            c.k_scores(1, 0, &q, 1, &mut a);
+            back.k_scores(1, 0, &q, 1, &mut b);
+            assert_eq!(a, b, "{ty:?}");
+            let (mut wa, mut wb) = (vec![0.2f32; 5], vec![0.2f32; 5]);
+            let (mut oa, mut ob) = (vec![0.0; 64], vec![0.0; 64]);
+            c.v_mix(0, 0, &mut wa, 1, &mut oa);
+            back.v_mix(0, 0, &mut wb, 1, &mut ob);
+            assert_eq!(oa, ob, "{ty:?}");
+        }
+    }
+
+    #[test]
+    fn loading_checks_the_length_and_the_capacity() {
+        let c = filled(KvType::F16, 8, 3);
+        let mut bytes = Vec::new();
+        c.save_positions(3, &mut bytes);
+        let mut back = KvCache::new(KvType::F16, 2, 32, 64, 8).unwrap();
+        assert!(back.load_positions(3, &bytes[1..]).is_err());
+        assert!(back.load_positions(2, &bytes).is_err());
+        assert!(back.load_positions(9, &bytes).is_err());
+        let mut small = KvCache::new(KvType::F16, 2, 32, 64, 2).unwrap();
+        assert!(small.load_positions(3, &bytes).is_err());
+    }
 }

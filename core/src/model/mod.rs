@@ -11,6 +11,7 @@ mod cache;
 mod expert_cache;
 mod gemma3;
 mod hparams;
+mod identity;
 mod llama;
 mod network;
 pub mod pass;
@@ -25,6 +26,7 @@ pub use blocks::moe::Routing;
 pub use budget::{default_context, MemoryPlan, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};
 pub use expert_cache::ExpertIo;
+pub use identity::ModelIdentity;
 pub use network::{LoadOptions, Model, Network};
 pub use state::{Checkpoint, LayerState, State};
 

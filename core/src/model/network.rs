@@ -8,6 +8,7 @@ use super::blocks::moe::Routing;
 use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan};
 use super::cache::{KvType, Logits};
 use super::expert_cache::ExpertCache;
+use super::identity::ModelIdentity;
 use super::pass::{Cpu, Pass};
 use super::scratch::take;
 use super::state::{LayerKind, LayerState, Scratch, State};
@@ -81,6 +82,8 @@ pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
     summary: Summary,
+    /// Computed at load: what a session snapshot records of this file.
+    identity: ModelIdentity,
     tokenizer: Tokenizer,
     /// The file's template (the architecture's turn format when it has
     /// none), or why it does not compile.
@@ -112,6 +115,7 @@ impl Model {
         let net = super::network_for(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
+        let identity = ModelIdentity::of(&file);
         let budget = match opts.memory_budget {
             0 => None,
             bytes => {
@@ -129,7 +133,7 @@ impl Model {
                 Some(Budget { bytes, plan, cache })
             }
         };
-        Ok(Model { file: Arc::new(file), net, summary, tokenizer, template, budget })
+        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, template, budget })
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
@@ -157,6 +161,11 @@ impl Model {
 
     pub fn summary(&self) -> &Summary {
         &self.summary
+    }
+
+    /// The file's identity (size and header hash), which session snapshots record.
+    pub fn identity(&self) -> &ModelIdentity {
+        &self.identity
     }
 
     pub fn arch(&self) -> Arch {

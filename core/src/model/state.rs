@@ -130,6 +130,21 @@ impl Checkpoint {
     pub fn bytes(&self) -> usize {
         self.recurrent.iter().map(|(_, s)| s.bytes()).sum()
     }
+
+    /// The state's clock when the checkpoint was taken.
+    pub(crate) fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// The copied recurrent layers: (layer index, state), in layer order.
+    pub(crate) fn recurrent(&self) -> &[(usize, DeltaState)] {
+        &self.recurrent
+    }
+
+    /// A checkpoint read back from a snapshot (the reader checked it against the state).
+    pub(crate) fn from_parts(n_past: usize, clock: u64, recurrent: Vec<(usize, DeltaState)>) -> Checkpoint {
+        Checkpoint { n_past, clock, recurrent }
+    }
 }
 
 impl State {
@@ -219,10 +234,7 @@ impl State {
     /// Return to a checkpoint of this state. Fails when a position before it
     /// has been rewritten since (the cache prefix it refers to is gone).
     pub fn restore(&mut self, cp: &Checkpoint) -> Result<()> {
-        let stale = self.stamps.len() < cp.n_past || self.stamps[..cp.n_past].iter().any(|&s| s > cp.clock);
-        let layers_match =
-            cp.recurrent.iter().all(|(il, _)| matches!(self.layers.get(*il), Some(LayerState::Recurrent(_))));
-        if stale || !layers_match {
+        if !self.holds(cp) {
             return Err(Error::InvalidArgument("checkpoint no longer matches this state".into()));
         }
         for (il, saved) in &cp.recurrent {
@@ -238,6 +250,16 @@ impl State {
     /// What the expert cache has served this sequence so far.
     pub fn expert_io(&self) -> ExpertIo {
         self.scratch.blocks.moe.io
+    }
+
+    /// Whether [`restore`](Self::restore) would accept `cp`: its layers are
+    /// this state's recurrent layers and no position before it has been
+    /// rewritten since it was taken.
+    pub fn holds(&self, cp: &Checkpoint) -> bool {
+        let stale = self.stamps.len() < cp.n_past || self.stamps[..cp.n_past].iter().any(|&s| s > cp.clock);
+        let layers_match =
+            cp.recurrent.iter().all(|(il, _)| matches!(self.layers.get(*il), Some(LayerState::Recurrent(_))));
+        !stale && layers_match
     }
 
     /// Bytes held by caches.

@@ -7,12 +7,19 @@
 //! a chat turn costs its new tokens, not the whole history. Recurrent models
 //! (qwen35moe) cannot drop tokens, so the session keeps state checkpoints at
 //! the end of each prompt and of each answer and rewinds to the best one.
+//!
+//! A session can be saved to a file and restored, in this process or a later
+//! one, exactly where it stood (`session/snapshot/mod.rs` says what a snapshot holds).
 
 mod cancel;
 mod options;
 mod shared;
+mod snapshot;
 mod stop;
 
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -53,22 +60,98 @@ impl Session {
     /// A session with `opts` resolved against the model: the context length
     /// (0 = the training context, at most [`DEFAULT_MAX_CONTEXT`]) and the
     /// sliding window's sink are fixed here, and the state is allocated.
-    pub fn new(model: Arc<Model>, mut opts: SessionOptions) -> Result<Session> {
+    pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Session> {
+        let opts = Self::resolve(&model, opts)?;
+        let state = model.new_state(opts.context_length, opts.kv_type)?;
+        Ok(Session::assemble(
+            model,
+            opts,
+            snapshot::Conversation { state, cached: Vec::new(), checkpoints: Vec::new() },
+        ))
+    }
+
+    /// A session restored from the snapshot at `path` (written by
+    /// [`save`](Self::save)), on `model` with `opts`: the next request goes
+    /// on exactly as the saved session's would have, evaluating only its new
+    /// tokens. The snapshot must come from this model file (same size and
+    /// header) and from options with the same context length and KV type;
+    /// the other options (threads, sliding window, seed) are `opts`'. The
+    /// seed is not in the snapshot: pass the saved session's to sample as it would.
+    ///
+    /// Errors: [`Error::Io`] when the file cannot be read,
+    /// [`Error::InvalidArgument`] naming what is wrong when it is not a
+    /// usable snapshot (corrupt, truncated, another model, other options).
+    pub fn restore(model: Arc<Model>, path: impl AsRef<Path>, opts: SessionOptions) -> Result<Session> {
+        let path = path.as_ref();
+        let opts = Self::resolve(&model, opts)?;
+        let conversation = read_file(path, &model, &opts)?;
+        Ok(Session::assemble(model, opts, conversation))
+    }
+
+    /// [`restore`](Self::restore) from `len` bytes of `r` (a snapshot kept
+    /// somewhere other than a file, or fuzzing).
+    pub fn restore_from(model: Arc<Model>, r: &mut dyn Read, len: u64, opts: SessionOptions) -> Result<Session> {
+        let opts = Self::resolve(&model, opts)?;
+        let conversation = snapshot::read(r, len, &model, opts.context_length, opts.kv_type, MAX_CHECKPOINTS)?;
+        Ok(Session::assemble(model, opts, conversation))
+    }
+
+    /// Save the conversation to `path`, replacing the file crash-safely: a
+    /// kill or power loss at any moment leaves the previous file or the new
+    /// one, never a torn mix. Writes only the used part of the state (see
+    /// `session/snapshot`); the file's size grows with the conversation.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        snapshot::replace(path, |w| self.write_snapshot(w)).map_err(|e| at_path(path, e))
+    }
+
+    /// Write the snapshot that [`save`](Self::save) puts in a file to `w`
+    /// (no durability: that is the caller's).
+    pub fn write_snapshot(&self, w: &mut dyn Write) -> Result<()> {
+        snapshot::write(
+            w,
+            &snapshot::Saved {
+                model: &self.model,
+                kv: self.opts.kv_type,
+                state: &self.state,
+                cached: &self.cached,
+                checkpoints: &self.checkpoints,
+            },
+        )
+    }
+
+    /// Replace this session's conversation with the snapshot at `path` (see
+    /// [`restore`](Self::restore); checked against this session's model and
+    /// options). On any error the session is left as it was.
+    pub fn load(&mut self, path: impl AsRef<Path>) -> Result<()> {
+        let c = read_file(path.as_ref(), &self.model, &self.opts)?;
+        self.state = c.state;
+        self.cached = c.cached;
+        self.checkpoints = c.checkpoints;
+        Ok(())
+    }
+
+    /// `opts` with the context length and the sliding window's sink fixed for `model`.
+    fn resolve(model: &Model, mut opts: SessionOptions) -> Result<SessionOptions> {
         let n_ctx = opts.resolved_context(model.summary().context_length);
         opts.context_length = n_ctx;
         opts.context_policy = opts.resolved_policy(n_ctx)?;
+        Ok(opts)
+    }
+
+    /// A session of resolved `opts` over `conversation`.
+    fn assemble(model: Arc<Model>, opts: SessionOptions, conversation: snapshot::Conversation) -> Session {
         let threads =
             if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
-        let state = model.new_state(n_ctx, opts.kv_type)?;
-        Ok(Session {
+        Session {
             pool: ThreadPool::new(threads),
             model,
             opts,
-            state,
-            cached: Vec::new(),
-            checkpoints: Vec::new(),
+            state: conversation.state,
+            cached: conversation.cached,
+            checkpoints: conversation.checkpoints,
             cancel: CancelHandle::default(),
-        })
+        }
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -397,5 +480,25 @@ impl Session {
             self.checkpoints.remove(0);
         }
         self.checkpoints.push((self.cached.clone(), self.state.checkpoint()));
+    }
+}
+
+/// Read the snapshot at `path` for a session of `model` with resolved `opts`.
+fn read_file(path: &Path, model: &Model, opts: &SessionOptions) -> Result<snapshot::Conversation> {
+    let read = || {
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let mut r = BufReader::with_capacity(1 << 16, file);
+        snapshot::read(&mut r, len, model, opts.context_length, opts.kv_type, MAX_CHECKPOINTS)
+    };
+    read().map_err(|e| at_path(path, e))
+}
+
+/// `e` with the snapshot's path in its message (an I/O error keeps its kind).
+fn at_path(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Io(io) => Error::Io(std::io::Error::new(io.kind(), format!("{}: {io}", path.display()))),
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", path.display())),
+        other => other,
     }
 }

@@ -2,6 +2,7 @@
 //! their turn, `cancel()` never waits, and a listener that calls back into its
 //! own session gets an error instead of a deadlock.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -25,6 +26,23 @@ pub struct SharedSession {
 impl SharedSession {
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<SharedSession> {
         Ok(SharedSession::from(Session::new(model, opts)?))
+    }
+
+    /// [`Session::restore`]: a session continuing from the snapshot at `path`.
+    pub fn restore(model: Arc<Model>, path: impl AsRef<Path>, opts: SessionOptions) -> Result<SharedSession> {
+        Ok(SharedSession::from(Session::restore(model, path, opts)?))
+    }
+
+    /// [`Session::save`], after the running request ends (cancel it first to
+    /// make that quick). Refused from the session's own listener.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.with(|s| s.save(path))?
+    }
+
+    /// [`Session::load`], after the running request ends. Refused from the
+    /// session's own listener.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.with(|s| s.load(path))?
     }
 
     /// [`Session::generate`], waiting for the session's turn.

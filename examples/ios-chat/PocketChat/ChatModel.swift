@@ -1,12 +1,42 @@
 import Foundation
 import Observation
 import Pocket
+import UIKit
 
 struct Turn: Identifiable, Equatable {
     let id = UUID()
     let role: String
     var text: String
 }
+
+/// What the app keeps across launches beside the session snapshot: which
+/// model (a file in the bundle or Documents, found again by name) and the
+/// turns as shown. The snapshot holds the evaluated state; if it is missing
+/// or refused, the turns are still shown and evaluated again on the next send.
+private struct SavedChat: Codable {
+    struct SavedTurn: Codable {
+        let role: String
+        let text: String
+    }
+    let model: String
+    let turns: [SavedTurn]
+}
+
+/// The options of every session: a restored session must have the same
+/// context length and KV type as the saved one. A sliding window: long chats
+/// keep going instead of failing with ContextFull.
+private func sessionOptions() -> SessionOptions {
+    SessionOptions(contextLength: 4096, slidingWindow: true)
+}
+
+/// Application Support/PocketChat: the snapshot and the transcript.
+private let saveFolder: URL = {
+    let base = FileManager.default.urls(for: .applicationSupportDirectory, in: .userDomainMask).first
+        ?? FileManager.default.temporaryDirectory
+    return base.appendingPathComponent("PocketChat", isDirectory: true)
+}()
+private let snapshotURL = saveFolder.appendingPathComponent("chat.snapshot")
+private let transcriptURL = saveFolder.appendingPathComponent("chat.json")
 
 /// The model, the session and the conversation; streams answers into `turns`.
 @MainActor
@@ -25,9 +55,13 @@ final class ChatModel {
     private var generation: Task<Void, Never>?
     /// A file picked outside the sandbox stays accessible while its model is loaded.
     private var scopedURL: URL?
+    /// The loaded model's file, when it can be found again at the next launch
+    /// (bundle or Documents; not a file picked elsewhere, whose access ends with the app).
+    private var reopenableModel: URL?
 
     init() {
         refreshAvailable()
+        restoreLastChat()
     }
 
     func refreshAvailable() {
@@ -52,10 +86,9 @@ final class ChatModel {
         Task.detached(priority: .userInitiated) {
             do {
                 let model = try PocketModel.load(url: url)
-                // A sliding window: long chats keep going instead of failing with ContextFull.
-                let session = try PocketSession(model: model, options: SessionOptions(contextLength: 4096, slidingWindow: true))
+                let session = try PocketSession(model: model, options: sessionOptions())
                 let info = model.info()
-                await self.loaded(url: url, accessing: accessing, session: session, info: info)
+                await self.loaded(url: url, accessing: accessing, session: session, info: info, turns: [])
             } catch {
                 // Nothing keeps the file open: give the access back.
                 if accessing {
@@ -66,12 +99,13 @@ final class ChatModel {
         }
     }
 
-    private func loaded(url: URL, accessing: Bool, session: PocketSession, info: ModelInfo) {
+    private func loaded(url: URL, accessing: Bool, session: PocketSession, info: ModelInfo, turns: [Turn]) {
         scopedURL?.stopAccessingSecurityScopedResource()
         scopedURL = accessing ? url : nil
+        reopenableModel = accessing ? nil : url
         self.session = session
         modelName = url.deletingPathExtension().lastPathComponent
-        turns = []
+        self.turns = turns
         isLoading = false
         let experts = info.expertCount > 0 ? " · \(info.expertUsedCount)/\(info.expertCount) experts" : ""
         status = "\(info.architecture) · \(info.quantization) · \(info.parameterCount / 1_000_000)M params\(experts)"
@@ -130,5 +164,64 @@ final class ChatModel {
     func newChat() {
         stop()
         turns = []
+    }
+
+    /// The app goes to the background, where iOS may end it without notice:
+    /// stop the answer being written and save the session (the evaluated
+    /// conversation, so the next launch need not evaluate it again) and the
+    /// turns. The save waits for the stopped answer's last token, runs off
+    /// the main thread, and asks iOS for the time it needs. Each file is
+    /// replaced atomically: a kill mid-save keeps the previous one.
+    func saveForBackground() {
+        guard let session, let model = reopenableModel, !isLoading else { return }
+        stop()
+        // The turns as they stand; the stopped reply keeps what it had streamed.
+        let saved = SavedChat(model: model.lastPathComponent, turns: turns.map { .init(role: $0.role, text: $0.text) })
+        var expiring = UIBackgroundTaskIdentifier.invalid
+        expiring = UIApplication.shared.beginBackgroundTask(withName: "Save chat") {
+            UIApplication.shared.endBackgroundTask(expiring)
+        }
+        let task = expiring
+        Task.detached(priority: .userInitiated) {
+            do {
+                try FileManager.default.createDirectory(at: saveFolder, withIntermediateDirectories: true)
+                try session.save(path: snapshotURL.path)
+                try JSONEncoder().encode(saved).write(to: transcriptURL, options: .atomic)
+            } catch {
+                // Nothing to show in the background; the next launch starts from the last good save.
+                NSLog("PocketChat: saving the chat failed: \(error)")
+            }
+            await MainActor.run { UIApplication.shared.endBackgroundTask(task) }
+        }
+    }
+
+    /// At launch: reopen the last chat's model and continue its session from
+    /// the snapshot. A snapshot that is missing or refused (another model
+    /// file, damaged) costs only speed: a new session evaluates the turns on
+    /// the next send.
+    private func restoreLastChat() {
+        guard let data = try? Data(contentsOf: transcriptURL),
+              let saved = try? JSONDecoder().decode(SavedChat.self, from: data),
+              let url = available.first(where: { $0.lastPathComponent == saved.model })
+        else { return }
+        isLoading = true
+        status = "Restoring the last chat…"
+        let turns = saved.turns.map { Turn(role: $0.role, text: $0.text) }
+        Task.detached(priority: .userInitiated) {
+            do {
+                let model = try PocketModel.load(url: url)
+                let session: PocketSession
+                do {
+                    session = try PocketSession.restore(model: model, path: snapshotURL.path, options: sessionOptions())
+                } catch {
+                    NSLog("PocketChat: snapshot not used (\(error)); the turns will be evaluated again")
+                    session = try PocketSession(model: model, options: sessionOptions())
+                }
+                let info = model.info()
+                await self.loaded(url: url, accessing: false, session: session, info: info, turns: turns)
+            } catch {
+                await self.failed(error)
+            }
+        }
     }
 }

@@ -3,10 +3,18 @@ import SwiftUI
 @main
 struct PocketChatApp: App {
     @State private var chat = ChatModel()
+    @Environment(\.scenePhase) private var scenePhase
 
     var body: some Scene {
         WindowGroup {
             ChatView(chat: chat)
+        }
+        // In the background iOS may end the app at any moment: save the chat
+        // now, and the next launch continues it (ChatModel restores it).
+        .onChange(of: scenePhase) { _, phase in
+            if phase == .background {
+                chat.saveForBackground()
+            }
         }
     }
 }

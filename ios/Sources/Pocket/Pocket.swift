@@ -923,7 +923,8 @@ public protocol PocketSessionProtocol: AnyObject, Sendable {
     
     /**
      * Stop the running generation (and any waiting to run) after the current
-     * token. Safe from any thread; never blocks.
+     * token. Safe from any thread; never blocks. A request made after this
+     * call is not affected.
      */
     func cancel() 
     
@@ -945,6 +946,15 @@ public protocol PocketSessionProtocol: AnyObject, Sendable {
      * `cancel()` first to make that quick).
      */
     func reset() 
+    
+    /**
+     * Save the conversation to `path` (evaluated tokens, KV cache of the used
+     * positions, recurrent state), replacing the file crash-safely: a kill
+     * at any moment leaves the old file or the new one. Waits for a running
+     * generation to end (call `cancel()` first to make that quick); refused
+     * from this session's own listener.
+     */
+    func save(path: String) throws 
     
 }
 /**
@@ -1012,11 +1022,31 @@ public convenience init(model: PocketModel, options: SessionOptions)throws  {
     }
 
     
+    /**
+     * A session that continues from the snapshot at `path` (written by
+     * `save`): the next generate/chat evaluates only its new tokens and
+     * answers exactly as the saved session would have. `model` must be the
+     * same file, and `options` must give the same context length and KV
+     * cache type (the seed is not saved: pass the same one to sample the
+     * same). `InvalidArgument` names what does not match or is damaged;
+     * `Io` when the file cannot be read (e.g. it does not exist).
+     */
+public static func restore(model: PocketModel, path: String, options: SessionOptions)throws  -> PocketSession  {
+    return try  FfiConverterTypePocketSession_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_constructor_pocketsession_restore(
+        FfiConverterTypePocketModel_lower(model),
+        FfiConverterString.lower(path),
+        FfiConverterTypeSessionOptions_lower(options),$0
+    )
+})
+}
+    
 
     
     /**
      * Stop the running generation (and any waiting to run) after the current
-     * token. Safe from any thread; never blocks.
+     * token. Safe from any thread; never blocks. A request made after this
+     * call is not affected.
      */
 open func cancel()  {try! rustCall() {
     uniffi_pocket_ffi_fn_method_pocketsession_cancel(self.uniffiClonePointer(),$0
@@ -1059,6 +1089,20 @@ open func generate(prompt: String, options: GenerateOptions, listener: TokenList
      */
 open func reset()  {try! rustCall() {
     uniffi_pocket_ffi_fn_method_pocketsession_reset(self.uniffiClonePointer(),$0
+    )
+}
+}
+    
+    /**
+     * Save the conversation to `path` (evaluated tokens, KV cache of the used
+     * positions, recurrent state), replacing the file crash-safely: a kill
+     * at any moment leaves the old file or the new one. Waits for a running
+     * generation to end (call `cancel()` first to make that quick); refused
+     * from this session's own listener.
+     */
+open func save(path: String)throws   {try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_method_pocketsession_save(self.uniffiClonePointer(),
+        FfiConverterString.lower(path),$0
     )
 }
 }
@@ -2554,7 +2598,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 44206) {
+    if (uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 18326) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketsession_chat() != 7978) {
@@ -2564,6 +2608,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketsession_reset() != 13984) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_pocketsession_save() != 19892) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_tokenlistener_on_token() != 28770) {
@@ -2576,6 +2623,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_constructor_pocketsession_new() != 62495) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_constructor_pocketsession_restore() != 21137) {
         return InitializationResult.apiChecksumMismatch
     }
 

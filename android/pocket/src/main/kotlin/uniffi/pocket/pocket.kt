@@ -782,6 +782,10 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -811,6 +815,8 @@ fun uniffi_pocket_ffi_checksum_method_pocketsession_generate(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketsession_reset(
 ): Short
+fun uniffi_pocket_ffi_checksum_method_pocketsession_save(
+): Short
 fun uniffi_pocket_ffi_checksum_method_tokenlistener_on_token(
 ): Short
 fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load(
@@ -818,6 +824,8 @@ fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load(
 fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_from_fd(
 ): Short
 fun uniffi_pocket_ffi_checksum_constructor_pocketsession_new(
+): Short
+fun uniffi_pocket_ffi_checksum_constructor_pocketsession_restore(
 ): Short
 fun ffi_pocket_ffi_uniffi_contract_version(
 ): Int
@@ -896,6 +904,8 @@ fun uniffi_pocket_ffi_fn_free_pocketsession(`ptr`: Pointer,uniffi_out_err: Uniff
 ): Unit
 fun uniffi_pocket_ffi_fn_constructor_pocketsession_new(`model`: Pointer,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
+fun uniffi_pocket_ffi_fn_constructor_pocketsession_restore(`model`: Pointer,`path`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
 fun uniffi_pocket_ffi_fn_method_pocketsession_cancel(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
 fun uniffi_pocket_ffi_fn_method_pocketsession_chat(`ptr`: Pointer,`messages`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
@@ -903,6 +913,8 @@ fun uniffi_pocket_ffi_fn_method_pocketsession_chat(`ptr`: Pointer,`messages`: Ru
 fun uniffi_pocket_ffi_fn_method_pocketsession_generate(`ptr`: Pointer,`prompt`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
 fun uniffi_pocket_ffi_fn_method_pocketsession_reset(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_method_pocketsession_save(`ptr`: Pointer,`path`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
 fun uniffi_pocket_ffi_fn_clone_tokenlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
@@ -1047,7 +1059,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 44206.toShort()) {
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 18326.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_chat() != 7978.toShort()) {
@@ -1057,6 +1069,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_reset() != 13984.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_save() != 19892.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_tokenlistener_on_token() != 28770.toShort()) {
@@ -1069,6 +1084,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_constructor_pocketsession_new() != 62495.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_constructor_pocketsession_restore() != 21137.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
 }
@@ -2135,7 +2153,8 @@ public interface PocketSessionInterface {
     
     /**
      * Stop the running generation (and any waiting to run) after the current
-     * token. Safe from any thread; never blocks.
+     * token. Safe from any thread; never blocks. A request made after this
+     * call is not affected.
      */
     fun `cancel`()
     
@@ -2157,6 +2176,15 @@ public interface PocketSessionInterface {
      * `cancel()` first to make that quick).
      */
     fun `reset`()
+    
+    /**
+     * Save the conversation to `path` (evaluated tokens, KV cache of the used
+     * positions, recurrent state), replacing the file crash-safely: a kill
+     * at any moment leaves the old file or the new one. Waits for a running
+     * generation to end (call `cancel()` first to make that quick); refused
+     * from this session's own listener.
+     */
+    fun `save`(`path`: kotlin.String)
     
     companion object
 }
@@ -2259,7 +2287,8 @@ open class PocketSession: Disposable, AutoCloseable, PocketSessionInterface
     
     /**
      * Stop the running generation (and any waiting to run) after the current
-     * token. Safe from any thread; never blocks.
+     * token. Safe from any thread; never blocks. A request made after this
+     * call is not affected.
      */override fun `cancel`()
         = 
     callWithPointer {
@@ -2322,10 +2351,50 @@ open class PocketSession: Disposable, AutoCloseable, PocketSessionInterface
     
 
     
+    /**
+     * Save the conversation to `path` (evaluated tokens, KV cache of the used
+     * positions, recurrent state), replacing the file crash-safely: a kill
+     * at any moment leaves the old file or the new one. Waits for a running
+     * generation to end (call `cancel()` first to make that quick); refused
+     * from this session's own listener.
+     */
+    @Throws(PocketException::class)override fun `save`(`path`: kotlin.String)
+        = 
+    callWithPointer {
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketsession_save(
+        it, FfiConverterString.lower(`path`),_status)
+}
+    }
+    
+    
 
     
+
     
-    companion object
+    companion object {
+        
+    /**
+     * A session that continues from the snapshot at `path` (written by
+     * `save`): the next generate/chat evaluates only its new tokens and
+     * answers exactly as the saved session would have. `model` must be the
+     * same file, and `options` must give the same context length and KV
+     * cache type (the seed is not saved: pass the same one to sample the
+     * same). `InvalidArgument` names what does not match or is damaged;
+     * `Io` when the file cannot be read (e.g. it does not exist).
+     */
+    @Throws(PocketException::class) fun `restore`(`model`: PocketModel, `path`: kotlin.String, `options`: SessionOptions): PocketSession {
+            return FfiConverterTypePocketSession.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_constructor_pocketsession_restore(
+        FfiConverterTypePocketModel.lower(`model`),FfiConverterString.lower(`path`),FfiConverterTypeSessionOptions.lower(`options`),_status)
+}
+    )
+    }
+    
+
+        
+    }
     
 }
 

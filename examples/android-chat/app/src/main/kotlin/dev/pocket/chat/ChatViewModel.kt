@@ -4,16 +4,21 @@ import android.app.Application
 import android.net.Uri
 import androidx.lifecycle.AndroidViewModel
 import androidx.lifecycle.viewModelScope
+import java.io.File
 import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.Job
+import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.flow.MutableStateFlow
 import kotlinx.coroutines.flow.StateFlow
 import kotlinx.coroutines.flow.update
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.withContext
+import org.json.JSONArray
+import org.json.JSONObject
 import uniffi.pocket.ChatMessage
 import uniffi.pocket.GenerateOptions
+import uniffi.pocket.PocketException
 import uniffi.pocket.PocketModel
 import uniffi.pocket.PocketSession
 import uniffi.pocket.SessionOptions
@@ -34,6 +39,13 @@ data class ChatState(
     val error: String? = null,
 )
 
+/**
+ * The options of every session: a restored session must have the same context
+ * length and KV type as the saved one. A sliding window: long chats keep going
+ * instead of failing with ContextFull.
+ */
+private fun sessionOptions() = SessionOptions(contextLength = 4096u, slidingWindow = true)
+
 /** Holds the model and the session; streams answers into [state]. */
 class ChatViewModel(app: Application) : AndroidViewModel(app) {
     private val _state = MutableStateFlow(ChatState(assetModels = listAssetModels()))
@@ -43,15 +55,25 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     private var session: PocketSession? = null
     private var generation: Job? = null
     private var nextTurnId = 0L
+    /** The loaded model's asset name: found again at the next launch (a picked URI is not). */
+    private var assetName: String? = null
+
+    /** The session snapshot and the transcript (which model, the turns as shown). */
+    private val snapshotFile get() = File(getApplication<Application>().filesDir, "chat.snapshot")
+    private val transcriptFile get() = File(getApplication<Application>().filesDir, "chat.json")
+
+    init {
+        restoreLastChat()
+    }
 
     private fun listAssetModels(): List<String> =
         getApplication<Application>().assets.list("")?.filter { it.endsWith(".gguf") }?.sorted() ?: emptyList()
 
     /** A model shipped uncompressed in the APK's assets, mapped in place. */
-    fun loadAsset(name: String) = load(name) { PocketModel.loadAsset(getApplication<Application>(), name) }
+    fun loadAsset(name: String) = load(name, asset = true) { PocketModel.loadAsset(getApplication<Application>(), name) }
 
     /** A model the user picked in the system file picker. */
-    fun loadUri(uri: Uri) = load(uri.lastPathSegment?.substringAfterLast('/') ?: "model") {
+    fun loadUri(uri: Uri) = load(uri.lastPathSegment?.substringAfterLast('/') ?: "model", asset = false) {
         PocketModel.loadUri(getApplication<Application>(), uri)
     }
 
@@ -60,35 +82,113 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
      * first (the old session goes away), and Send stays disabled until the
      * load ends, so no answer runs on the old model while the turns are cleared.
      */
-    private fun load(name: String, open: () -> PocketModel) {
+    private fun load(name: String, asset: Boolean, open: () -> PocketModel) {
         stop()
         _state.update { it.copy(loading = true, status = "Loading $name…", error = null) }
         viewModelScope.launch {
             try {
                 val (newModel, newSession) = withContext(Dispatchers.IO) {
                     val m = open()
-                    // A sliding window: long chats keep going instead of failing with ContextFull.
-                    m to PocketSession(m, SessionOptions(contextLength = 4096u, slidingWindow = true))
+                    m to PocketSession(m, sessionOptions())
                 }
-                session?.destroy()
-                model?.destroy()
-                model = newModel
-                session = newSession
-                val info = newModel.info()
-                val experts = if (info.expertCount > 0u) " · ${info.expertUsedCount}/${info.expertCount} experts" else ""
-                _state.update {
-                    it.copy(
-                        modelName = name,
-                        turns = emptyList(),
-                        loading = false,
-                        status = "${info.architecture} · ${info.quantization} · ${info.parameterCount / 1_000_000u}M params$experts",
-                    )
-                }
+                loaded(name, if (asset) name else null, newModel, newSession, emptyList())
             } catch (e: CancellationException) {
                 throw e
             } catch (e: Throwable) {
                 // PocketException from the engine or the loaders (including a compressed asset or a
                 // revoked URI), and anything else, e.g. UnsatisfiedLinkError for a missing library.
+                _state.update { it.copy(loading = false, status = "Pick a model", error = describe(e)) }
+            }
+        }
+    }
+
+    private fun loaded(name: String, asset: String?, newModel: PocketModel, newSession: PocketSession, turns: List<Turn>) {
+        session?.destroy()
+        model?.destroy()
+        model = newModel
+        session = newSession
+        assetName = asset
+        val info = newModel.info()
+        val experts = if (info.expertCount > 0u) " · ${info.expertUsedCount}/${info.expertCount} experts" else ""
+        _state.update {
+            it.copy(
+                modelName = name,
+                turns = turns,
+                loading = false,
+                status = "${info.architecture} · ${info.quantization} · ${info.parameterCount / 1_000_000u}M params$experts",
+            )
+        }
+    }
+
+    /**
+     * The activity is no longer visible (onStop), after which Android may end
+     * the process without notice: stop the answer being written and save the
+     * session (the evaluated conversation, so the next launch need not
+     * evaluate it again) and the turns. The save waits for the stopped
+     * answer's last token and runs on the IO dispatcher; it is not cancelled
+     * with the screen. Each file is replaced atomically: a kill mid-save keeps
+     * the previous one.
+     */
+    fun saveForBackground() {
+        val session = session ?: return
+        val asset = assetName ?: return
+        if (_state.value.loading) return
+        stop()
+        val transcript = JSONObject()
+            .put("model", asset)
+            .put(
+                "turns",
+                JSONArray(_state.value.turns.map { JSONObject().put("role", it.role).put("text", it.text) }),
+            )
+            .toString()
+        viewModelScope.launch(Dispatchers.IO + NonCancellable) {
+            try {
+                session.save(snapshotFile.path)
+                val tmp = File(transcriptFile.path + ".tmp")
+                tmp.writeText(transcript)
+                if (!tmp.renameTo(transcriptFile)) tmp.delete()
+            } catch (e: Throwable) {
+                // Nothing to show in the background; the next launch starts from the last good save.
+                android.util.Log.w("PocketChat", "saving the chat failed", e)
+            }
+        }
+    }
+
+    /**
+     * At launch: reopen the last chat's asset model and continue its session
+     * from the snapshot. A snapshot that is missing or refused (another model
+     * file, damaged) costs only speed: a new session evaluates the turns on the
+     * next send.
+     */
+    private fun restoreLastChat() {
+        val saved = try {
+            JSONObject(transcriptFile.readText())
+        } catch (e: Exception) {
+            return // no saved chat (or an unreadable one): start empty
+        }
+        val asset = saved.optString("model").takeIf { it in _state.value.assetModels } ?: return
+        val array = saved.optJSONArray("turns") ?: JSONArray()
+        val turns = (0 until array.length()).map {
+            val t = array.getJSONObject(it)
+            Turn(nextTurnId++, t.getString("role"), t.getString("text"))
+        }
+        _state.update { it.copy(loading = true, status = "Restoring the last chat…") }
+        viewModelScope.launch {
+            try {
+                val (newModel, newSession) = withContext(Dispatchers.IO) {
+                    val m = PocketModel.loadAsset(getApplication<Application>(), asset)
+                    val s = try {
+                        PocketSession.restore(m, snapshotFile.path, sessionOptions())
+                    } catch (e: PocketException) {
+                        android.util.Log.i("PocketChat", "snapshot not used (${e.message}); the turns will be evaluated again")
+                        PocketSession(m, sessionOptions())
+                    }
+                    m to s
+                }
+                loaded(asset, asset, newModel, newSession, turns)
+            } catch (e: CancellationException) {
+                throw e
+            } catch (e: Throwable) {
                 _state.update { it.copy(loading = false, status = "Pick a model", error = describe(e)) }
             }
         }

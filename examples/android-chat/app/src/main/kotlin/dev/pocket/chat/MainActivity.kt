@@ -19,4 +19,10 @@ class MainActivity : ComponentActivity() {
             }
         }
     }
+
+    /** No longer visible: Android may end the process from here on without notice. */
+    override fun onStop() {
+        super.onStop()
+        chat.saveForBackground()
+    }
 }
