@@ -748,6 +748,16 @@ public protocol PocketModelProtocol: AnyObject, Sendable {
     func info()  -> ModelInfo
     
     /**
+     * The memory budget it was loaded with (0 = none).
+     */
+    func memoryBudgetBytes()  -> UInt64
+    
+    /**
+     * How `budget_bytes` would divide for this model.
+     */
+    func memoryPlan(budgetBytes: UInt64)  -> MemoryPlan
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
     func session(options: SessionOptions) throws  -> PocketSession
@@ -843,6 +853,27 @@ public static func loadFromFd(fd: Int32, offset: UInt64, length: UInt64, options
 open func info() -> ModelInfo  {
     return try!  FfiConverterTypeModelInfo_lift(try! rustCall() {
     uniffi_pocket_ffi_fn_method_pocketmodel_info(self.uniffiClonePointer(),$0
+    )
+})
+}
+    
+    /**
+     * The memory budget it was loaded with (0 = none).
+     */
+open func memoryBudgetBytes() -> UInt64  {
+    return try!  FfiConverterUInt64.lift(try! rustCall() {
+    uniffi_pocket_ffi_fn_method_pocketmodel_memory_budget_bytes(self.uniffiClonePointer(),$0
+    )
+})
+}
+    
+    /**
+     * How `budget_bytes` would divide for this model.
+     */
+open func memoryPlan(budgetBytes: UInt64) -> MemoryPlan  {
+    return try!  FfiConverterTypeMemoryPlan_lift(try! rustCall() {
+    uniffi_pocket_ffi_fn_method_pocketmodel_memory_plan(self.uniffiClonePointer(),
+        FfiConverterUInt64.lower(budgetBytes),$0
     )
 })
 }
@@ -1611,6 +1642,13 @@ public struct GenerationStats {
      * Everything streamed to the listener, concatenated.
      */
     public var text: String
+    /**
+     * Under a memory budget: routed experts found in the expert cache, read
+     * from storage, and the bytes read (0 without a budget).
+     */
+    public var expertCacheHits: UInt64
+    public var expertCacheMisses: UInt64
+    public var storageBytesRead: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1620,7 +1658,11 @@ public struct GenerationStats {
          */promptTokens: UInt32, generatedTokens: UInt32, timeToFirstTokenMs: Double, prefillTokensPerSecond: Double, decodeTokensPerSecond: Double, stopReason: StopReason, 
         /**
          * Everything streamed to the listener, concatenated.
-         */text: String) {
+         */text: String, 
+        /**
+         * Under a memory budget: routed experts found in the expert cache, read
+         * from storage, and the bytes read (0 without a budget).
+         */expertCacheHits: UInt64, expertCacheMisses: UInt64, storageBytesRead: UInt64) {
         self.promptTokens = promptTokens
         self.generatedTokens = generatedTokens
         self.timeToFirstTokenMs = timeToFirstTokenMs
@@ -1628,6 +1670,9 @@ public struct GenerationStats {
         self.decodeTokensPerSecond = decodeTokensPerSecond
         self.stopReason = stopReason
         self.text = text
+        self.expertCacheHits = expertCacheHits
+        self.expertCacheMisses = expertCacheMisses
+        self.storageBytesRead = storageBytesRead
     }
 }
 
@@ -1659,6 +1704,15 @@ extension GenerationStats: Equatable, Hashable {
         if lhs.text != rhs.text {
             return false
         }
+        if lhs.expertCacheHits != rhs.expertCacheHits {
+            return false
+        }
+        if lhs.expertCacheMisses != rhs.expertCacheMisses {
+            return false
+        }
+        if lhs.storageBytesRead != rhs.storageBytesRead {
+            return false
+        }
         return true
     }
 
@@ -1670,6 +1724,9 @@ extension GenerationStats: Equatable, Hashable {
         hasher.combine(decodeTokensPerSecond)
         hasher.combine(stopReason)
         hasher.combine(text)
+        hasher.combine(expertCacheHits)
+        hasher.combine(expertCacheMisses)
+        hasher.combine(storageBytesRead)
     }
 }
 
@@ -1688,7 +1745,10 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
                 prefillTokensPerSecond: FfiConverterDouble.read(from: &buf), 
                 decodeTokensPerSecond: FfiConverterDouble.read(from: &buf), 
                 stopReason: FfiConverterTypeStopReason.read(from: &buf), 
-                text: FfiConverterString.read(from: &buf)
+                text: FfiConverterString.read(from: &buf), 
+                expertCacheHits: FfiConverterUInt64.read(from: &buf), 
+                expertCacheMisses: FfiConverterUInt64.read(from: &buf), 
+                storageBytesRead: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -1700,6 +1760,9 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
         FfiConverterDouble.write(value.decodeTokensPerSecond, into: &buf)
         FfiConverterTypeStopReason.write(value.stopReason, into: &buf)
         FfiConverterString.write(value.text, into: &buf)
+        FfiConverterUInt64.write(value.expertCacheHits, into: &buf)
+        FfiConverterUInt64.write(value.expertCacheMisses, into: &buf)
+        FfiConverterUInt64.write(value.storageBytesRead, into: &buf)
     }
 }
 
@@ -1737,6 +1800,18 @@ public struct LoadOptions {
      * Told how far loading has come (0.0 to 1.0).
      */
     public var progress: LoadProgressListener?
+    /**
+     * The most memory the model and one session may use, in bytes; 0 = no
+     * budget (the file is mapped and the OS pages it, as today). With a
+     * budget, the weights every token reads are kept in memory and the
+     * routed experts are served from a cache sized to the rest (see
+     * `memoryPlan`); a budget below the model's minimum is refused with
+     * `PocketError.OutOfMemory` stating the minimum. `useMmap` is ignored
+     * under a budget. Pick it from what the OS gives the app: on iOS
+     * `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
+     * (`availMem` less a margin for the app itself).
+     */
+    public var memoryBudgetBytes: UInt64
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1751,10 +1826,22 @@ public struct LoadOptions {
          */useMmap: Bool = true, 
         /**
          * Told how far loading has come (0.0 to 1.0).
-         */progress: LoadProgressListener? = nil) {
+         */progress: LoadProgressListener? = nil, 
+        /**
+         * The most memory the model and one session may use, in bytes; 0 = no
+         * budget (the file is mapped and the OS pages it, as today). With a
+         * budget, the weights every token reads are kept in memory and the
+         * routed experts are served from a cache sized to the rest (see
+         * `memoryPlan`); a budget below the model's minimum is refused with
+         * `PocketError.OutOfMemory` stating the minimum. `useMmap` is ignored
+         * under a budget. Pick it from what the OS gives the app: on iOS
+         * `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
+         * (`availMem` less a margin for the app itself).
+         */memoryBudgetBytes: UInt64 = UInt64(0)) {
         self.threads = threads
         self.useMmap = useMmap
         self.progress = progress
+        self.memoryBudgetBytes = memoryBudgetBytes
     }
 }
 
@@ -1773,7 +1860,8 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
             try LoadOptions(
                 threads: FfiConverterUInt32.read(from: &buf), 
                 useMmap: FfiConverterBool.read(from: &buf), 
-                progress: FfiConverterOptionTypeLoadProgressListener.read(from: &buf)
+                progress: FfiConverterOptionTypeLoadProgressListener.read(from: &buf), 
+                memoryBudgetBytes: FfiConverterUInt64.read(from: &buf)
         )
     }
 
@@ -1781,6 +1869,7 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
         FfiConverterUInt32.write(value.threads, into: &buf)
         FfiConverterBool.write(value.useMmap, into: &buf)
         FfiConverterOptionTypeLoadProgressListener.write(value.progress, into: &buf)
+        FfiConverterUInt64.write(value.memoryBudgetBytes, into: &buf)
     }
 }
 
@@ -1797,6 +1886,147 @@ public func FfiConverterTypeLoadOptions_lift(_ buf: RustBuffer) throws -> LoadOp
 #endif
 public func FfiConverterTypeLoadOptions_lower(_ value: LoadOptions) -> RustBuffer {
     return FfiConverterTypeLoadOptions.lower(value)
+}
+
+
+/**
+ * How a memory budget divides for a model (all in bytes).
+ */
+public struct MemoryPlan {
+    /**
+     * The model file.
+     */
+    public var fileBytes: UInt64
+    /**
+     * Kept in memory under a budget: every weight but the routed experts.
+     */
+    public var residentBytes: UInt64
+    /**
+     * The routed experts in the file.
+     */
+    public var expertBytes: UInt64
+    /**
+     * Less than this is refused: resident weights, one token's experts, one session.
+     */
+    public var minimumBudgetBytes: UInt64
+    /**
+     * What the budget leaves for the expert cache (0 without a budget or below the minimum).
+     */
+    public var cacheBytes: UInt64
+    /**
+     * One session at the default context (KV cache, recurrent state, scratch).
+     */
+    public var sessionBytes: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The model file.
+         */fileBytes: UInt64, 
+        /**
+         * Kept in memory under a budget: every weight but the routed experts.
+         */residentBytes: UInt64, 
+        /**
+         * The routed experts in the file.
+         */expertBytes: UInt64, 
+        /**
+         * Less than this is refused: resident weights, one token's experts, one session.
+         */minimumBudgetBytes: UInt64, 
+        /**
+         * What the budget leaves for the expert cache (0 without a budget or below the minimum).
+         */cacheBytes: UInt64, 
+        /**
+         * One session at the default context (KV cache, recurrent state, scratch).
+         */sessionBytes: UInt64) {
+        self.fileBytes = fileBytes
+        self.residentBytes = residentBytes
+        self.expertBytes = expertBytes
+        self.minimumBudgetBytes = minimumBudgetBytes
+        self.cacheBytes = cacheBytes
+        self.sessionBytes = sessionBytes
+    }
+}
+
+#if compiler(>=6)
+extension MemoryPlan: Sendable {}
+#endif
+
+
+extension MemoryPlan: Equatable, Hashable {
+    public static func ==(lhs: MemoryPlan, rhs: MemoryPlan) -> Bool {
+        if lhs.fileBytes != rhs.fileBytes {
+            return false
+        }
+        if lhs.residentBytes != rhs.residentBytes {
+            return false
+        }
+        if lhs.expertBytes != rhs.expertBytes {
+            return false
+        }
+        if lhs.minimumBudgetBytes != rhs.minimumBudgetBytes {
+            return false
+        }
+        if lhs.cacheBytes != rhs.cacheBytes {
+            return false
+        }
+        if lhs.sessionBytes != rhs.sessionBytes {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(fileBytes)
+        hasher.combine(residentBytes)
+        hasher.combine(expertBytes)
+        hasher.combine(minimumBudgetBytes)
+        hasher.combine(cacheBytes)
+        hasher.combine(sessionBytes)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeMemoryPlan: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> MemoryPlan {
+        return
+            try MemoryPlan(
+                fileBytes: FfiConverterUInt64.read(from: &buf), 
+                residentBytes: FfiConverterUInt64.read(from: &buf), 
+                expertBytes: FfiConverterUInt64.read(from: &buf), 
+                minimumBudgetBytes: FfiConverterUInt64.read(from: &buf), 
+                cacheBytes: FfiConverterUInt64.read(from: &buf), 
+                sessionBytes: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: MemoryPlan, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.fileBytes, into: &buf)
+        FfiConverterUInt64.write(value.residentBytes, into: &buf)
+        FfiConverterUInt64.write(value.expertBytes, into: &buf)
+        FfiConverterUInt64.write(value.minimumBudgetBytes, into: &buf)
+        FfiConverterUInt64.write(value.cacheBytes, into: &buf)
+        FfiConverterUInt64.write(value.sessionBytes, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeMemoryPlan_lift(_ buf: RustBuffer) throws -> MemoryPlan {
+    return try FfiConverterTypeMemoryPlan.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeMemoryPlan_lower(_ value: MemoryPlan) -> RustBuffer {
+    return FfiConverterTypeMemoryPlan.lower(value)
 }
 
 
@@ -2573,6 +2803,21 @@ fileprivate struct FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer {
         return seq
     }
 }
+/**
+ * How `budget_bytes` would divide for the model at `path`, read from its
+ * header and tensor table without loading the weights (Swift and Kotlin:
+ * also `PocketModel.memoryPlan(path:budgetBytes:)`). Choose a budget at or
+ * above `minimumBudgetBytes`; the more `cacheBytes`, the fewer experts are
+ * read from storage per token.
+ */
+public func planMemory(path: String, budgetBytes: UInt64)throws  -> MemoryPlan  {
+    return try  FfiConverterTypeMemoryPlan_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_func_plan_memory(
+        FfiConverterString.lower(path),
+        FfiConverterUInt64.lower(budgetBytes),$0
+    )
+})
+}
 
 private enum InitializationResult {
     case ok
@@ -2589,10 +2834,19 @@ private let initializationResult: InitializationResult = {
     if bindings_contract_version != scaffolding_contract_version {
         return InitializationResult.contractVersionMismatch
     }
+    if (uniffi_pocket_ffi_checksum_func_plan_memory() != 64788) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 12125) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan() != 63042) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190) {

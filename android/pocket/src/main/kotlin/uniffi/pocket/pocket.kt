@@ -786,6 +786,12 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
+
+
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -801,9 +807,15 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 // when the library is loaded.
 internal interface IntegrityCheckingUniffiLib : Library {
     // Integrity check functions only
-    fun uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress(
+    fun uniffi_pocket_ffi_checksum_func_plan_memory(
+): Short
+fun uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketmodel_info(
+): Short
+fun uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes(
+): Short
+fun uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketmodel_session(
 ): Short
@@ -896,6 +908,10 @@ fun uniffi_pocket_ffi_fn_constructor_pocketmodel_load_from_fd(`fd`: Int,`offset`
 ): Pointer
 fun uniffi_pocket_ffi_fn_method_pocketmodel_info(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
+fun uniffi_pocket_ffi_fn_method_pocketmodel_memory_budget_bytes(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Long
+fun uniffi_pocket_ffi_fn_method_pocketmodel_memory_plan(`ptr`: Pointer,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
 fun uniffi_pocket_ffi_fn_method_pocketmodel_session(`ptr`: Pointer,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_clone_pocketsession(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
@@ -924,6 +940,8 @@ fun uniffi_pocket_ffi_fn_init_callback_vtable_tokenlistener(`vtable`: UniffiVTab
 ): Unit
 fun uniffi_pocket_ffi_fn_method_tokenlistener_on_token(`ptr`: Pointer,`piece`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Byte
+fun uniffi_pocket_ffi_fn_func_plan_memory(`path`: RustBuffer.ByValue,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
 fun ffi_pocket_ffi_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
 fun ffi_pocket_ffi_rustbuffer_from_bytes(`bytes`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -1050,10 +1068,19 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
+    if (lib.uniffi_pocket_ffi_checksum_func_plan_memory() != 64788.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if (lib.uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 12125.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan() != 63042.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190.toShort()) {
@@ -1856,6 +1883,16 @@ public interface PocketModelInterface {
     fun `info`(): ModelInfo
     
     /**
+     * The memory budget it was loaded with (0 = none).
+     */
+    fun `memoryBudgetBytes`(): kotlin.ULong
+    
+    /**
+     * How `budget_bytes` would divide for this model.
+     */
+    fun `memoryPlan`(`budgetBytes`: kotlin.ULong): MemoryPlan
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
     fun `session`(`options`: SessionOptions): PocketSession
@@ -1957,6 +1994,36 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
     uniffiRustCall() { _status ->
     UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketmodel_info(
         it, _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * The memory budget it was loaded with (0 = none).
+     */override fun `memoryBudgetBytes`(): kotlin.ULong {
+            return FfiConverterULong.lift(
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketmodel_memory_budget_bytes(
+        it, _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * How `budget_bytes` would divide for this model.
+     */override fun `memoryPlan`(`budgetBytes`: kotlin.ULong): MemoryPlan {
+            return FfiConverterTypeMemoryPlan.lift(
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketmodel_memory_plan(
+        it, FfiConverterULong.lower(`budgetBytes`),_status)
 }
     }
     )
@@ -2853,7 +2920,14 @@ data class GenerationStats (
     /**
      * Everything streamed to the listener, concatenated.
      */
-    var `text`: kotlin.String
+    var `text`: kotlin.String, 
+    /**
+     * Under a memory budget: routed experts found in the expert cache, read
+     * from storage, and the bytes read (0 without a budget).
+     */
+    var `expertCacheHits`: kotlin.ULong, 
+    var `expertCacheMisses`: kotlin.ULong, 
+    var `storageBytesRead`: kotlin.ULong
 ) {
     
     companion object
@@ -2872,6 +2946,9 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterDouble.read(buf),
             FfiConverterTypeStopReason.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
@@ -2882,7 +2959,10 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterDouble.allocationSize(value.`prefillTokensPerSecond`) +
             FfiConverterDouble.allocationSize(value.`decodeTokensPerSecond`) +
             FfiConverterTypeStopReason.allocationSize(value.`stopReason`) +
-            FfiConverterString.allocationSize(value.`text`)
+            FfiConverterString.allocationSize(value.`text`) +
+            FfiConverterULong.allocationSize(value.`expertCacheHits`) +
+            FfiConverterULong.allocationSize(value.`expertCacheMisses`) +
+            FfiConverterULong.allocationSize(value.`storageBytesRead`)
     )
 
     override fun write(value: GenerationStats, buf: ByteBuffer) {
@@ -2893,6 +2973,9 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterDouble.write(value.`decodeTokensPerSecond`, buf)
             FfiConverterTypeStopReason.write(value.`stopReason`, buf)
             FfiConverterString.write(value.`text`, buf)
+            FfiConverterULong.write(value.`expertCacheHits`, buf)
+            FfiConverterULong.write(value.`expertCacheMisses`, buf)
+            FfiConverterULong.write(value.`storageBytesRead`, buf)
     }
 }
 
@@ -2915,7 +2998,19 @@ data class LoadOptions (
     /**
      * Told how far loading has come (0.0 to 1.0).
      */
-    var `progress`: LoadProgressListener? = null
+    var `progress`: LoadProgressListener? = null, 
+    /**
+     * The most memory the model and one session may use, in bytes; 0 = no
+     * budget (the file is mapped and the OS pages it, as today). With a
+     * budget, the weights every token reads are kept in memory and the
+     * routed experts are served from a cache sized to the rest (see
+     * `memoryPlan`); a budget below the model's minimum is refused with
+     * `PocketError.OutOfMemory` stating the minimum. `useMmap` is ignored
+     * under a budget. Pick it from what the OS gives the app: on iOS
+     * `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
+     * (`availMem` less a margin for the app itself).
+     */
+    var `memoryBudgetBytes`: kotlin.ULong = 0uL
 ) : Disposable {
     
     @Suppress("UNNECESSARY_SAFE_CALL") // codegen is much simpler if we unconditionally emit safe calls here
@@ -2924,7 +3019,8 @@ data class LoadOptions (
     Disposable.destroy(
         this.`threads`,
         this.`useMmap`,
-        this.`progress`
+        this.`progress`,
+        this.`memoryBudgetBytes`
     )
     }
     
@@ -2940,19 +3036,91 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterUInt.read(buf),
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalTypeLoadProgressListener.read(buf),
+            FfiConverterULong.read(buf),
         )
     }
 
     override fun allocationSize(value: LoadOptions) = (
             FfiConverterUInt.allocationSize(value.`threads`) +
             FfiConverterBoolean.allocationSize(value.`useMmap`) +
-            FfiConverterOptionalTypeLoadProgressListener.allocationSize(value.`progress`)
+            FfiConverterOptionalTypeLoadProgressListener.allocationSize(value.`progress`) +
+            FfiConverterULong.allocationSize(value.`memoryBudgetBytes`)
     )
 
     override fun write(value: LoadOptions, buf: ByteBuffer) {
             FfiConverterUInt.write(value.`threads`, buf)
             FfiConverterBoolean.write(value.`useMmap`, buf)
             FfiConverterOptionalTypeLoadProgressListener.write(value.`progress`, buf)
+            FfiConverterULong.write(value.`memoryBudgetBytes`, buf)
+    }
+}
+
+
+
+/**
+ * How a memory budget divides for a model (all in bytes).
+ */
+data class MemoryPlan (
+    /**
+     * The model file.
+     */
+    var `fileBytes`: kotlin.ULong, 
+    /**
+     * Kept in memory under a budget: every weight but the routed experts.
+     */
+    var `residentBytes`: kotlin.ULong, 
+    /**
+     * The routed experts in the file.
+     */
+    var `expertBytes`: kotlin.ULong, 
+    /**
+     * Less than this is refused: resident weights, one token's experts, one session.
+     */
+    var `minimumBudgetBytes`: kotlin.ULong, 
+    /**
+     * What the budget leaves for the expert cache (0 without a budget or below the minimum).
+     */
+    var `cacheBytes`: kotlin.ULong, 
+    /**
+     * One session at the default context (KV cache, recurrent state, scratch).
+     */
+    var `sessionBytes`: kotlin.ULong
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMemoryPlan: FfiConverterRustBuffer<MemoryPlan> {
+    override fun read(buf: ByteBuffer): MemoryPlan {
+        return MemoryPlan(
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MemoryPlan) = (
+            FfiConverterULong.allocationSize(value.`fileBytes`) +
+            FfiConverterULong.allocationSize(value.`residentBytes`) +
+            FfiConverterULong.allocationSize(value.`expertBytes`) +
+            FfiConverterULong.allocationSize(value.`minimumBudgetBytes`) +
+            FfiConverterULong.allocationSize(value.`cacheBytes`) +
+            FfiConverterULong.allocationSize(value.`sessionBytes`)
+    )
+
+    override fun write(value: MemoryPlan, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`fileBytes`, buf)
+            FfiConverterULong.write(value.`residentBytes`, buf)
+            FfiConverterULong.write(value.`expertBytes`, buf)
+            FfiConverterULong.write(value.`minimumBudgetBytes`, buf)
+            FfiConverterULong.write(value.`cacheBytes`, buf)
+            FfiConverterULong.write(value.`sessionBytes`, buf)
     }
 }
 
@@ -3566,4 +3734,21 @@ public object FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer<List<C
         }
     }
 }
+        /**
+         * How `budget_bytes` would divide for the model at `path`, read from its
+         * header and tensor table without loading the weights (Swift and Kotlin:
+         * also `PocketModel.memoryPlan(path:budgetBytes:)`). Choose a budget at or
+         * above `minimumBudgetBytes`; the more `cacheBytes`, the fewer experts are
+         * read from storage per token.
+         */
+    @Throws(PocketException::class) fun `planMemory`(`path`: kotlin.String, `budgetBytes`: kotlin.ULong): MemoryPlan {
+            return FfiConverterTypeMemoryPlan.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_func_plan_memory(
+        FfiConverterString.lower(`path`),FfiConverterULong.lower(`budgetBytes`),_status)
+}
+    )
+    }
+    
+
 
