@@ -1,4 +1,5 @@
 import Foundation
+import os
 import Observation
 import Pocket
 import UIKit
@@ -73,6 +74,21 @@ final class ChatModel {
         available = urls.sorted { $0.lastPathComponent < $1.lastPathComponent }
     }
 
+    /// A memory budget when the file is larger than what this process may
+    /// still allocate (80 % of `os_proc_available_memory()`, the rest left
+    /// to the app): the model then keeps the weights every token reads in
+    /// memory and reads routed experts from flash into a cache of the rest.
+    /// Smaller files are mapped as they are. See ios/README.md.
+    nonisolated static func loadOptions(for url: URL) -> LoadOptions {
+        let fileBytes = UInt64((try? url.resourceValues(forKeys: [.fileSizeKey]).fileSize) ?? 0)
+        let budget = UInt64(os_proc_available_memory()) / 10 * 8
+        guard budget > 0, fileBytes > budget,
+              let plan = try? PocketModel.memoryPlan(path: url.path, budgetBytes: 0),
+              budget >= plan.minimumBudgetBytes
+        else { return LoadOptions() }
+        return LoadOptions(memoryBudgetBytes: budget)
+    }
+
     /// Load a model (mapped, not copied: milliseconds even for multi-GB files).
     /// A running answer is stopped first, and Send stays disabled until the
     /// load ends: the load replaces the session and clears the turns.
@@ -85,7 +101,7 @@ final class ChatModel {
         let accessing = securityScoped && url.startAccessingSecurityScopedResource()
         Task.detached(priority: .userInitiated) {
             do {
-                let model = try PocketModel.load(url: url)
+                let model = try PocketModel.load(url: url, options: ChatModel.loadOptions(for: url))
                 let session = try PocketSession(model: model, options: sessionOptions())
                 let info = model.info()
                 await self.loaded(url: url, accessing: accessing, session: session, info: info, turns: [])
@@ -209,7 +225,7 @@ final class ChatModel {
         let turns = saved.turns.map { Turn(role: $0.role, text: $0.text) }
         Task.detached(priority: .userInitiated) {
             do {
-                let model = try PocketModel.load(url: url)
+                let model = try PocketModel.load(url: url, options: ChatModel.loadOptions(for: url))
                 let session: PocketSession
                 do {
                     session = try PocketSession.restore(model: model, path: snapshotURL.path, options: sessionOptions())

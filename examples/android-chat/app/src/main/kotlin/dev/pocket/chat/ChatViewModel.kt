@@ -1,5 +1,6 @@
 package dev.pocket.chat
 
+import android.app.ActivityManager
 import android.app.Application
 import android.net.Uri
 import androidx.lifecycle.AndroidViewModel
@@ -18,6 +19,7 @@ import org.json.JSONArray
 import org.json.JSONObject
 import uniffi.pocket.ChatMessage
 import uniffi.pocket.GenerateOptions
+import uniffi.pocket.LoadOptions
 import uniffi.pocket.PocketException
 import uniffi.pocket.PocketModel
 import uniffi.pocket.PocketSession
@@ -70,12 +72,32 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         getApplication<Application>().assets.list("")?.filter { it.endsWith(".gguf") }?.sorted() ?: emptyList()
 
     /** A model shipped uncompressed in the APK's assets, mapped in place. */
-    fun loadAsset(name: String) = load(name, asset = true) { PocketModel.loadAsset(getApplication<Application>(), name) }
+    fun loadAsset(name: String) = load(name, asset = true) {
+        PocketModel.loadAsset(getApplication<Application>(), name, loadOptions(assetBytes(name)))
+    }
 
     /** A model the user picked in the system file picker. */
     fun loadUri(uri: Uri) = load(uri.lastPathSegment?.substringAfterLast('/') ?: "model", asset = false) {
-        PocketModel.loadUri(getApplication<Application>(), uri)
+        val bytes = getApplication<Application>().contentResolver.openFileDescriptor(uri, "r")?.use { it.statSize } ?: -1L
+        PocketModel.loadUri(getApplication<Application>(), uri, loadOptions(bytes))
     }
+
+    /**
+     * A memory budget when the model is larger than what the system can give
+     * the app (80 % of `availMem` less the low-memory threshold, the rest left
+     * to the app): the model then keeps the weights every token reads in
+     * memory and reads routed experts from flash into a cache of the rest.
+     * Smaller files are mapped as they are. See android/README.md.
+     */
+    private fun loadOptions(modelBytes: Long): LoadOptions {
+        val am = getApplication<Application>().getSystemService(ActivityManager::class.java)
+        val info = ActivityManager.MemoryInfo().also { am.getMemoryInfo(it) }
+        val budget = (info.availMem - info.threshold) / 10 * 8
+        return if (budget in 1 until modelBytes) LoadOptions(memoryBudgetBytes = budget.toULong()) else LoadOptions()
+    }
+
+    private fun assetBytes(name: String): Long =
+        runCatching { getApplication<Application>().assets.openFd(name).use { it.length } }.getOrDefault(-1L)
 
     /**
      * Loads a model and starts a new chat on it. A running answer is stopped
@@ -176,7 +198,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         viewModelScope.launch {
             try {
                 val (newModel, newSession) = withContext(Dispatchers.IO) {
-                    val m = PocketModel.loadAsset(getApplication<Application>(), asset)
+                    val m = PocketModel.loadAsset(getApplication<Application>(), asset, loadOptions(assetBytes(asset)))
                     val s = try {
                         PocketSession.restore(m, snapshotFile.path, sessionOptions())
                     } catch (e: PocketException) {
