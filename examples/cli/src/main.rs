@@ -15,6 +15,7 @@ mod perplexity;
 mod run;
 mod template;
 mod tokenize;
+mod transcript;
 
 use std::process::ExitCode;
 use std::sync::Mutex;

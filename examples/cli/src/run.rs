@@ -41,6 +41,10 @@ pub struct ChatArgs {
     /// A system message that opens the conversation
     #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
     system: Option<String>,
+    /// Keep the conversation in FILE: restored from it when it exists, saved
+    /// after each answer (crash-safe; /save and /load also use it)
+    #[arg(long, value_name = "FILE")]
+    session: Option<std::path::PathBuf>,
     #[command(flatten)]
     common: Common,
 }
@@ -232,8 +236,25 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         history.push(ChatMessage::new("system", sys));
     }
     let system_len = history.len();
+    if let Some(path) = args.session.as_deref().filter(|p| p.exists()) {
+        match crate::transcript::load(&mut session, path) {
+            Ok(h) => {
+                eprintln!(
+                    "(restored {} messages, {} tokens from {})",
+                    h.len(),
+                    session.cached_tokens().len(),
+                    path.display()
+                );
+                history = h;
+            }
+            Err(e) => eprintln!("(not restored: {e}; starting afresh)"),
+        }
+    }
     let _guard = interrupt::install(session.cancel_handle());
-    eprintln!("pocket chat — /reset clears the conversation, /stats shows the last answer's figures, /quit leaves.");
+    eprintln!(
+        "pocket chat — /reset clears the conversation, /stats shows the last answer's figures, \
+         /save [FILE] and /load [FILE] keep it, /quit leaves."
+    );
     eprintln!("Ctrl-C stops an answer; Ctrl-D quits.");
     let stdin = io::stdin();
     let mut last: Option<GenerationStats> = None;
@@ -264,6 +285,29 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
                 }
                 continue;
             }
+            cmd if cmd.starts_with("/save") || cmd.starts_with("/load") => {
+                let arg = cmd[5..].trim();
+                let path = if arg.is_empty() { args.session.clone() } else { Some(std::path::PathBuf::from(arg)) };
+                let Some(path) = path else {
+                    eprintln!("(give a file: /save FILE, /load FILE, or start with --session FILE)");
+                    continue;
+                };
+                if cmd.starts_with("/save") {
+                    match crate::transcript::save(&session, &history, &path) {
+                        Ok(()) => eprintln!("(saved to {})", path.display()),
+                        Err(e) => eprintln!("error: {e}"),
+                    }
+                } else {
+                    match crate::transcript::load(&mut session, &path) {
+                        Ok(h) => {
+                            eprintln!("(loaded {} messages from {})", h.len(), path.display());
+                            history = h;
+                        }
+                        Err(e) => eprintln!("error: {e}"),
+                    }
+                }
+                continue;
+            }
             _ => {}
         }
         history.push(ChatMessage::new("user", text));
@@ -278,6 +322,11 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
             Ok(stats) => {
                 history.push(ChatMessage::new("assistant", stats.text.clone()));
                 last = Some(stats);
+                if let Some(path) = &args.session {
+                    if let Err(e) = crate::transcript::save(&session, &history, path) {
+                        eprintln!("error: {e}");
+                    }
+                }
             }
             Err(e) => {
                 history.pop();
