@@ -9,6 +9,7 @@ Needs matplotlib (pip install matplotlib).
 """
 
 import json
+import os
 import sys
 from collections import defaultdict
 
@@ -58,7 +59,7 @@ def main(out, runs):
         ax.grid(alpha=0.3)
         ax.legend()
     b.set_yscale("log")
-    fig.suptitle(f"{model}: a model larger than memory", fontsize=10)
+    fig.suptitle(f"{os.path.basename(model)}: a model larger than memory (2 threads, caches dropped per draw)", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
