@@ -322,8 +322,8 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
         o.draws
     );
     println!(
-        "{:<15} {:>9} {:>9} {:>10} {:>11} {:>9} {:>10} {:>8} {}",
-        "engine", "pp t/s", "tg t/s", "TTFT s", "peak MiB", "majflt", "MB/token", "hit %", "ok"
+        "{:<15} {:>9} {:>9} {:>10} {:>11} {:>9} {:>10} {:>8} ok",
+        "engine", "pp t/s", "tg t/s", "TTFT s", "peak MiB", "majflt", "MB/token", "hit %"
     );
     for &e in &o.engines {
         let mine: Vec<&Value> = rows.iter().filter(|v| v["engine"] == e.name()).collect();
