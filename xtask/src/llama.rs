@@ -75,6 +75,14 @@ pub fn aarch64_build(i8mm: bool) -> Result<PathBuf, String> {
     if exe.is_file() {
         return Ok(exe);
     }
+    // The test command installs only the C cross-compiler; llama.cpp needs C++ too.
+    for (tool, package) in
+        [("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"), ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")]
+    {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return Err(format!("{tool} not found: install it first (apt-get install {package})"));
+        }
+    }
     let src = source()?;
     let march = if i8mm { "-march=armv8.2-a+dotprod+i8mm" } else { "-march=armv8.2-a+dotprod" };
     run(Command::new("cmake")
