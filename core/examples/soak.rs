@@ -53,7 +53,7 @@ fn main() -> pocket_core::Result<()> {
     let mut pieces = 0usize;
     let stats = s.generate("Tell me a very long story about a lighthouse keeper.", &o, &mut |_| {
         pieces += 1;
-        if pieces % 500 == 0 {
+        if pieces.is_multiple_of(500) {
             println!("{pieces},{:.1},{:.1}", rss_mib(), start.elapsed().as_secs_f64());
         }
         true

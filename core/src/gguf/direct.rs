@@ -194,14 +194,6 @@ impl AlignedBuf {
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
-
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
 }
 
 #[cfg(test)]

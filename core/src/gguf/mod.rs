@@ -19,7 +19,7 @@ use std::path::Path;
 
 pub use keys::{Arch, Key, TensorKind, TensorName};
 pub use parse::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NESTING};
-pub use source::{AccessPattern, Source};
+pub use source::Source;
 pub use summary::{Summary, TypeTotals};
 pub use value::{Array, StringArray, Value, ValueType};
 pub use write::{GgufWriter, TensorSpec};
@@ -224,11 +224,6 @@ impl GgufFile {
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
         let start = (self.data_offset + t.offset) as usize;
         &self.source.bytes()[start..start + t.size as usize]
-    }
-
-    /// Advise the OS how a tensor will be read.
-    pub fn advise(&self, t: &TensorInfo, pattern: AccessPattern) {
-        self.source.advise((self.data_offset + t.offset) as usize, t.size as usize, pattern);
     }
 }
 

@@ -132,29 +132,15 @@ impl Source {
         matches!(self.bytes, Bytes::Mapped(_))
     }
 
-    /// Tell the kernel how a byte range will be read (best effort, never fails).
-    pub fn advise(&self, offset: usize, len: usize, pattern: AccessPattern) {
+    /// Tell the kernel a mapped byte range will be read soon
+    /// (`MADV_WILLNEED`: it starts reading the whole range in large
+    /// requests). Best effort, never fails; nothing for a buffer in memory.
+    pub fn will_need(&self, offset: usize, len: usize) {
         if let Bytes::Mapped(m) = &self.bytes {
-            let advice = match pattern {
-                AccessPattern::Sequential => Advice::Sequential,
-                AccessPattern::Random => Advice::Random,
-                AccessPattern::WillNeed => Advice::WillNeed,
-            };
             if offset.checked_add(len).is_some_and(|e| e <= m.len()) && len > 0 {
                 // Advice on the enclosing pages; failures only cost speed.
-                let _ = m.advise_range(advice, offset, len);
+                let _ = m.advise_range(Advice::WillNeed, offset, len);
             }
         }
     }
-}
-
-/// How a range of weights will be read; see [`Source::advise`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccessPattern {
-    /// Read front to back every token (dense weights).
-    Sequential,
-    /// Read in scattered slabs (routed experts).
-    Random,
-    /// Read soon.
-    WillNeed,
 }

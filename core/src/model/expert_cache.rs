@@ -17,7 +17,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 
 use super::weights::Experts;
 use crate::error::{Error, Result};
-use crate::gguf::direct::{padded, AlignedBuf, DirectFile, Span};
+use crate::gguf::direct::{padded, AlignedBuf, DirectFile};
 use crate::kernels::QMatrix;
 
 /// Read threads per fetch: enough requests in flight for flash storage to
@@ -134,16 +134,6 @@ impl ExpertCache {
         self.n_slots
     }
 
-    /// Bytes of slot memory.
-    pub fn bytes(&self) -> usize {
-        self.n_slots * self.slot_bytes
-    }
-
-    /// Whether expert reads bypass the page cache.
-    pub fn is_direct(&self) -> bool {
-        self.direct.is_direct()
-    }
-
     /// Make `experts` (at most [`capacity`](Self::capacity), distinct) of
     /// `layer` resident and pin them; `tensors` are that layer's gate, up and
     /// down stacks. Reads every missing slab on several threads.
@@ -249,7 +239,7 @@ impl ExpertCache {
             let off = slot * self.slot_bytes + self.part[..p].iter().sum::<usize>();
             // SAFETY: disjoint parts of slots this fetch owns, inside `mem`.
             let buf = unsafe { std::slice::from_raw_parts_mut((base + off) as *mut u8, self.part[p]) };
-            if let Err(e) = self.read(span, buf) {
+            if let Err(e) = self.direct.read(span, buf) {
                 *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 break;
             }
@@ -265,10 +255,6 @@ impl ExpertCache {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    fn read(&self, span: Span, buf: &mut [u8]) -> Result<()> {
-        self.direct.read(span, buf)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

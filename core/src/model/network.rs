@@ -171,12 +171,16 @@ impl Model {
                 if bytes < plan.minimum_budget_bytes {
                     return Err(plan.refuse(bytes));
                 }
-                let direct = file.source().direct()?;
+                // A budget reads from the file: a model already in memory has nothing to budget.
+                let direct = file.source().direct()?.ok_or_else(|| {
+                    Error::InvalidArgument("a memory budget needs a model opened from a file, not a buffer".into())
+                })?;
                 file.make_resident(&resident_ranges(&file, net.as_ref()))?;
                 let stacks = expert_stacks(net.as_ref());
-                let cache = match direct {
-                    Some(d) if !stacks.is_empty() => Some(ExpertCache::new(d, &stacks, plan.cache_slots as usize)?),
-                    _ => None,
+                let cache = if stacks.is_empty() {
+                    None
+                } else {
+                    Some(ExpertCache::new(direct, &stacks, plan.cache_slots as usize)?)
                 };
                 Some(Budget { bytes, plan, cache })
             }

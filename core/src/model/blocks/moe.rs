@@ -16,7 +16,7 @@ use super::super::scratch::{take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
 use crate::error::{Error, Result};
-use crate::gguf::{AccessPattern, Key, TensorKind};
+use crate::gguf::{Key, TensorKind};
 use crate::kernels::{ops, MatJob, QActs, QMatrix};
 
 /// How router logits become expert weights.
@@ -282,7 +282,7 @@ impl Moe {
                     for &e in &s.groups.active {
                         for x in [&self.gate, &self.up, &self.down] {
                             let r = x.slab_range(e);
-                            map.advise(r.start, r.len(), AccessPattern::WillNeed);
+                            map.will_need(r.start, r.len());
                         }
                     }
                 }
