@@ -1,27 +1,31 @@
 //! The routed experts of a model under a memory budget: a cache of fixed
 //! slots, each holding one expert's three slabs (gate, up, down) of one
 //! layer, filled by direct reads of the file (around the page cache, see
-//! [`crate::gguf::direct`]), all of a layer's missing experts at once on
-//! several threads, evicting the least recently used unpinned slot.
+//! [`crate::gguf::direct`]) on a pool of read threads, evicting the least
+//! recently used slot that nobody holds or is filling.
 //!
 //! A forward pass [`fetch`](ExpertCache::fetch)es the experts a layer routed
-//! to and gets a [`Lease`]: the experts are pinned (no other pass can evict
-//! them) until the lease is dropped. One fetch at a time holds the cache's
-//! lock, its reads included; a fetch that finds too few unpinned slots waits
-//! for other passes' leases to end.
+//! to and gets a [`Lease`] at once: the experts are pinned (no other pass can
+//! evict them) until the lease is dropped, and the missing ones are being
+//! read. The pass computes the experts that were already there
+//! ([`Lease::is_ready`]) while the others arrive, then [`Lease::wait`]s for
+//! them. [`prefetch`](ExpertCache::prefetch) starts reading experts a later
+//! layer is likely to route to, without pinning or waiting.
 
-use std::cell::UnsafeCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
 
 use super::weights::Experts;
 use crate::error::{Error, Result};
-use crate::gguf::direct::{padded, AlignedBuf, DirectFile};
+use crate::gguf::direct::{padded, AlignedBuf, DirectFile, Span};
 use crate::kernels::QMatrix;
 
-/// Read threads per fetch: enough requests in flight for flash storage to
-/// reach its parallel bandwidth (UFS and NVMe want 8-32).
+/// Read threads: enough requests in flight for flash storage to reach its
+/// parallel bandwidth (UFS and NVMe want 8-32). They sleep on a queue and
+/// cost no CPU while they wait for the device.
 const IO_THREADS: usize = 16;
 
 /// What serving experts cost: counted per pass, summed per request.
@@ -31,8 +35,10 @@ pub struct ExpertIo {
     pub hits: u64,
     /// Experts read from storage.
     pub misses: u64,
-    /// Bytes read from storage.
+    /// Bytes read from storage (prefetches included).
     pub bytes_read: u64,
+    /// Experts read ahead of their layer's routing (see [`ExpertCache::prefetch`]).
+    pub prefetched: u64,
 }
 
 impl std::ops::AddAssign for ExpertIo {
@@ -40,6 +46,7 @@ impl std::ops::AddAssign for ExpertIo {
         self.hits += o.hits;
         self.misses += o.misses;
         self.bytes_read += o.bytes_read;
+        self.prefetched += o.prefetched;
     }
 }
 
@@ -50,12 +57,68 @@ impl std::ops::Sub for ExpertIo {
             hits: self.hits - o.hits,
             misses: self.misses - o.misses,
             bytes_read: self.bytes_read - o.bytes_read,
+            prefetched: self.prefetched - o.prefetched,
+        }
+    }
+}
+
+/// The reads of one expert's slabs: done when all three have arrived.
+struct Batch {
+    left: AtomicUsize,
+    /// The first read's failure; also the lock `done` waits with.
+    error: Mutex<Option<(io::ErrorKind, String)>>,
+    done: Condvar,
+}
+
+impl Batch {
+    fn new(reads: usize) -> Arc<Batch> {
+        Arc::new(Batch { left: AtomicUsize::new(reads), error: Mutex::new(None), done: Condvar::new() })
+    }
+
+    fn is_done(&self) -> bool {
+        self.left.load(Ordering::Acquire) == 0
+    }
+
+    /// Done, and a read failed.
+    fn failed(&self) -> bool {
+        self.is_done() && lock(&self.error).is_some()
+    }
+
+    /// One read ended (with `err` if it failed); true for the batch's last.
+    fn finish_one(&self, err: Option<Error>) -> bool {
+        if let Some(e) = err {
+            let mut first = lock(&self.error);
+            if first.is_none() {
+                *first = Some(match e {
+                    Error::Io(e) => (e.kind(), e.to_string()),
+                    other => (io::ErrorKind::Other, other.to_string()),
+                });
+            }
+        }
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return false;
+        }
+        // A waiter between its check and its wait holds the lock: taking it
+        // first means the notification cannot fall between the two.
+        drop(lock(&self.error));
+        self.done.notify_all();
+        true
+    }
+
+    fn wait(&self) -> Result<()> {
+        let mut err = lock(&self.error);
+        while !self.is_done() {
+            err = self.done.wait(err).unwrap_or_else(|p| p.into_inner());
+        }
+        match &*err {
+            Some((kind, msg)) => Err(Error::Io(io::Error::new(*kind, msg.clone()))),
+            None => Ok(()),
         }
     }
 }
 
 /// One slot's bookkeeping.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct Slot {
     /// `(layer << 32) | expert`, or `None` when empty.
     key: Option<u64>,
@@ -65,6 +128,26 @@ struct Slot {
     last: u64,
     /// Where each slab's bytes start in its part of the slot.
     skip: [usize; 3],
+    /// The reads filling it, until they are known to have arrived.
+    filling: Option<Arc<Batch>>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Batch({} left)", self.left.load(Ordering::Relaxed))
+    }
+}
+
+impl Slot {
+    /// Its bytes are all there.
+    fn ready(&self) -> bool {
+        self.filling.as_ref().is_none_or(|b| b.is_done())
+    }
+
+    /// Nobody holds it and no read is writing it.
+    fn evictable(&self) -> bool {
+        self.pins == 0 && self.ready()
+    }
 }
 
 struct Inner {
@@ -73,24 +156,51 @@ struct Inner {
     clock: u64,
 }
 
+/// One slab to read into a slot.
+struct Read {
+    /// Its part of the slot (`len` bytes inside the cache's memory).
+    dst: usize,
+    len: usize,
+    span: Span,
+    batch: Arc<Batch>,
+}
+
+#[derive(Default)]
+struct Queue {
+    reads: VecDeque<Read>,
+    closed: bool,
+}
+
+/// What the cache and its read threads share.
+struct Shared {
+    direct: DirectFile,
+    inner: Mutex<Inner>,
+    /// A lease ended or a batch arrived: slots may have become evictable.
+    released: Condvar,
+    queue: Mutex<Queue>,
+    work: Condvar,
+}
+
 /// The expert cache of one model.
 pub struct ExpertCache {
-    direct: DirectFile,
+    shared: Arc<Shared>,
     /// Bytes of each slab's part of a slot (the padded size of the largest
     /// slab of that projection over all layers), and of a whole slot.
     part: [usize; 3],
     slot_bytes: usize,
     n_slots: usize,
-    /// `n_slots * slot_bytes`, written only by a fetch, in slots it has
-    /// pinned and not yet handed out.
-    mem: UnsafeCell<AlignedBuf>,
-    inner: Mutex<Inner>,
-    released: Condvar,
+    /// `n_slots * slot_bytes`; `base` is its first byte. Written only by the
+    /// read threads, in slots that are filling; read only through leases,
+    /// of slots they pin that are ready.
+    mem: AlignedBuf,
+    base: usize,
+    readers: Vec<JoinHandle<()>>,
 }
 
-// SAFETY: `mem` is written only under `inner`'s lock, in slots that no lease
-// can read (they were just taken for the fetch holding the lock); leases read
-// only slots they pin, which are never written while pinned.
+// SAFETY: the memory behind `base` is written only by reads of slots that
+// are filling (no lease reads such a slot before the batch is done, which
+// is an acquire of the readers' release) and never evicted while filling;
+// leases read only slots they pin, which are not written again while pinned.
 unsafe impl Sync for ExpertCache {}
 unsafe impl Send for ExpertCache {}
 
@@ -118,15 +228,30 @@ impl ExpertCache {
         let total = slot_bytes
             .checked_mul(n_slots)
             .ok_or_else(|| Error::OutOfMemory(format!("{n_slots} expert slots of {slot_bytes} bytes")))?;
-        Ok(ExpertCache {
+        let mut mem = AlignedBuf::new(total)?;
+        let base = mem.as_mut_ptr() as usize;
+        let shared = Arc::new(Shared {
             direct,
-            part,
-            slot_bytes,
-            n_slots,
-            mem: UnsafeCell::new(AlignedBuf::new(total)?),
             inner: Mutex::new(Inner { map: HashMap::new(), slots: vec![Slot::default(); n_slots], clock: 0 }),
             released: Condvar::new(),
-        })
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+        });
+        let mut readers = Vec::with_capacity(IO_THREADS);
+        for i in 0..IO_THREADS {
+            let sh = Arc::clone(&shared);
+            let spawned = std::thread::Builder::new().name(format!("pocket-io-{i}")).spawn(move || reader(&sh));
+            match spawned {
+                Ok(h) => readers.push(h),
+                // Fewer readers read more slowly, none cannot read at all.
+                Err(e) if readers.is_empty() => return Err(Error::Io(e)),
+                Err(e) => {
+                    log::warn!("expert cache: {i} read threads ({e})");
+                    break;
+                }
+            }
+        }
+        Ok(ExpertCache { shared, part, slot_bytes, n_slots, mem, base, readers })
     }
 
     /// Experts the cache can hold at once.
@@ -136,161 +261,288 @@ impl ExpertCache {
 
     /// Make `experts` (at most [`capacity`](Self::capacity), distinct) of
     /// `layer` resident and pin them; `tensors` are that layer's gate, up and
-    /// down stacks. Reads every missing slab on several threads.
+    /// down stacks. Returns once the missing slabs' reads are queued (waiting
+    /// first, if need be, for other passes to release slots): see [`Lease`].
     pub fn fetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> Result<Lease<'_>> {
         assert!(experts.len() <= self.n_slots, "fetch of {} experts from {} slots", experts.len(), self.n_slots);
-        let key = |e: usize| ((layer as u64) << 32) | e as u64;
         let mut inner = self.lock();
-        // Wait until the unpinned slots, less those this fetch hits, can take its misses.
+        // Wait until the evictable slots, less those this fetch hits, can take its misses.
         loop {
-            let (mut misses, mut unpinned_hits) = (0, 0);
+            let (mut misses, mut free_hits) = (0, 0);
             for &e in experts {
-                match inner.map.get(&key(e)) {
-                    Some(&s) if inner.slots[s].pins == 0 => unpinned_hits += 1,
+                match inner.map.get(&key(layer, e)) {
+                    Some(&s) if inner.slots[s].evictable() => free_hits += 1,
                     Some(_) => {}
                     None => misses += 1,
                 }
             }
-            let unpinned = inner.slots.iter().filter(|s| s.pins == 0).count();
-            if misses <= unpinned - unpinned_hits {
+            let free = inner.slots.iter().filter(|s| s.evictable()).count();
+            if misses <= free - free_hits {
                 break;
             }
-            inner = self.released.wait(inner).unwrap_or_else(|p| p.into_inner());
+            inner = self.shared.released.wait(inner).unwrap_or_else(|p| p.into_inner());
         }
         inner.clock += 1;
         let clock = inner.clock;
-        let mut slots = Vec::with_capacity(experts.len());
+        let mut entries = Vec::with_capacity(experts.len());
         let mut loads: Vec<(usize, usize)> = Vec::new(); // (slot, expert)
+        let mut waits: Vec<Arc<Batch>> = Vec::new();
         let mut io = ExpertIo::default();
         for &e in experts {
-            let k = key(e);
-            let slot = match inner.map.get(&k) {
-                Some(&s) => {
-                    io.hits += 1;
-                    s
-                }
+            let k = key(layer, e);
+            // (slot, its bytes are there, found in the cache)
+            let (slot, ready, hit) = match inner.map.get(&k).copied() {
+                Some(s) => match inner.slots[s].filling.clone() {
+                    None => (s, true, true),
+                    // A failed read left garbage: read it again.
+                    Some(b) if b.failed() => {
+                        loads.push((s, e));
+                        (s, false, false)
+                    }
+                    Some(b) if b.is_done() => {
+                        inner.slots[s].filling = None;
+                        (s, true, true)
+                    }
+                    // Being read (a prefetch, or another pass's fetch).
+                    Some(b) => {
+                        if !waits.iter().any(|w| Arc::ptr_eq(w, &b)) {
+                            waits.push(b);
+                        }
+                        (s, false, true)
+                    }
+                },
                 None => {
-                    let victim = (0..self.n_slots)
-                        .filter(|&s| inner.slots[s].pins == 0)
-                        .min_by_key(|&s| (inner.slots[s].key.is_some(), inner.slots[s].last))
-                        .expect("a free slot was waited for");
+                    let victim = victim(&inner).expect("a free slot was waited for");
                     if let Some(old) = inner.slots[victim].key.take() {
                         inner.map.remove(&old);
                     }
                     inner.slots[victim].key = Some(k);
                     inner.map.insert(k, victim);
                     loads.push((victim, e));
-                    io.misses += 1;
-                    victim
+                    (victim, false, false)
                 }
             };
+            if hit {
+                io.hits += 1;
+            } else {
+                io.misses += 1;
+            }
             let s = &mut inner.slots[slot];
             s.pins += 1;
             s.last = clock;
-            slots.push(slot);
+            entries.push(Entry { expert: e, slot, ready });
         }
-        if let Err(e) = self.load(&mut inner, &loads, tensors, &mut io) {
-            // Nothing half-read stays: the loaded slots are emptied, every pin undone.
-            for &(slot, _) in &loads {
-                if let Some(k) = inner.slots[slot].key.take() {
-                    inner.map.remove(&k);
-                }
-            }
-            for &s in &slots {
-                inner.slots[s].pins -= 1;
-            }
-            self.released.notify_all();
-            return Err(e);
-        }
-        let skips = slots.iter().map(|&s| inner.slots[s].skip).collect();
-        Ok(Lease { cache: self, slots, skips, io })
+        waits.extend(self.read(&mut inner, &loads, tensors, &mut io));
+        let entries = entries.into_iter().map(|en| (en, inner.slots[en.slot].skip)).collect();
+        Ok(Lease { cache: self, entries, waits, waited: AtomicBool::new(false), io })
     }
 
-    /// Read the slabs of `loads` into their slots, on up to [`IO_THREADS`] threads.
-    fn load(
+    /// Start reading those of `experts` of `layer` that the cache does not
+    /// hold, into the least recently used evictable slots, and mark those it
+    /// holds as just used. Never waits: with no slot to spare it reads fewer.
+    /// What it read is counted in the returned [`ExpertIo`] (`prefetched`,
+    /// `bytes_read`).
+    pub fn prefetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> ExpertIo {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let mut loads = Vec::new();
+        for &e in experts {
+            let k = key(layer, e);
+            let slot = match inner.map.get(&k).copied() {
+                Some(s) => s,
+                None => {
+                    let Some(victim) = victim(&inner) else { break };
+                    if let Some(old) = inner.slots[victim].key.take() {
+                        inner.map.remove(&old);
+                    }
+                    inner.slots[victim].key = Some(k);
+                    inner.map.insert(k, victim);
+                    loads.push((victim, e));
+                    victim
+                }
+            };
+            inner.slots[slot].last = clock;
+        }
+        let mut io = ExpertIo { prefetched: loads.len() as u64, ..ExpertIo::default() };
+        self.read(&mut inner, &loads, tensors, &mut io);
+        io
+    }
+
+    /// Queue the slabs of `loads` for the read threads, the slots marked
+    /// filling; one batch per expert, so that a pass waits only for the
+    /// experts it uses.
+    fn read(
         &self,
         inner: &mut MutexGuard<'_, Inner>,
         loads: &[(usize, usize)],
         tensors: [&Experts; 3],
         io: &mut ExpertIo,
-    ) -> Result<()> {
+    ) -> Vec<Arc<Batch>> {
         if loads.is_empty() {
-            return Ok(());
+            return Vec::new();
         }
-        // One job per slab: (slot, part, span).
-        let mut jobs = Vec::with_capacity(3 * loads.len());
+        let mut batches = Vec::with_capacity(loads.len());
+        let mut queue = lock(&self.shared.queue);
         for &(slot, e) in loads {
+            let batch = Batch::new(3);
+            let mut dst = self.base + slot * self.slot_bytes;
             for (p, x) in tensors.iter().enumerate() {
                 let r = x.slab_range(e);
-                let span = self.direct.span(r.start as u64, r.len());
+                let span = self.shared.direct.span(r.start as u64, r.len());
                 inner.slots[slot].skip[p] = span.skip;
                 io.bytes_read += span.len as u64;
-                jobs.push((slot, p, span));
+                queue.reads.push_back(Read { dst, len: self.part[p], span, batch: Arc::clone(&batch) });
+                dst += self.part[p];
             }
+            inner.slots[slot].filling = Some(Arc::clone(&batch));
+            batches.push(batch);
         }
-        // SAFETY: the slots being loaded were taken under the lock held by
-        // our caller; no lease reads them until this fetch returns.
-        let base = unsafe { (*self.mem.get()).as_mut_ptr() } as usize;
-        let next = AtomicUsize::new(0);
-        let failed: Mutex<Option<Error>> = Mutex::new(None);
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&(slot, p, span)) = jobs.get(i) else { break };
-            let off = slot * self.slot_bytes + self.part[..p].iter().sum::<usize>();
-            // SAFETY: disjoint parts of slots this fetch owns, inside `mem`.
-            let buf = unsafe { std::slice::from_raw_parts_mut((base + off) as *mut u8, self.part[p]) };
-            if let Err(e) = self.direct.read(span, buf) {
-                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                break;
+        drop(queue);
+        self.shared.work.notify_all();
+        batches
+    }
+
+    /// Empty the slots that `batch` (which failed) was filling.
+    fn forget(&self, batch: &Arc<Batch>) {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        for slot in &mut inner.slots {
+            if slot.filling.as_ref().is_some_and(|b| Arc::ptr_eq(b, batch)) {
+                if let Some(k) = slot.key.take() {
+                    inner.map.remove(&k);
+                }
+                slot.filling = None;
             }
-        };
-        let threads = IO_THREADS.min(jobs.len());
-        std::thread::scope(|s| {
-            for _ in 1..threads {
-                s.spawn(work);
-            }
-            work();
-        });
-        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.shared.inner)
     }
 }
 
-/// Experts of one layer pinned in the cache, in the order they were fetched.
+impl Drop for ExpertCache {
+    /// The read threads finish what is queued (into memory that is still
+    /// ours) and stop.
+    fn drop(&mut self) {
+        lock(&self.shared.queue).closed = true;
+        self.shared.work.notify_all();
+        for h in self.readers.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+fn key(layer: usize, expert: usize) -> u64 {
+    ((layer as u64) << 32) | expert as u64
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The slot to fill next: an empty one, else the least recently used evictable one.
+fn victim(inner: &Inner) -> Option<usize> {
+    (0..inner.slots.len())
+        .filter(|&s| inner.slots[s].evictable())
+        .min_by_key(|&s| (inner.slots[s].key.is_some(), inner.slots[s].last))
+}
+
+/// A read thread: slabs from the queue into their slots until the cache closes.
+fn reader(sh: &Shared) {
+    loop {
+        let read = {
+            let mut q = lock(&sh.queue);
+            loop {
+                if let Some(r) = q.reads.pop_front() {
+                    break r;
+                }
+                if q.closed {
+                    return;
+                }
+                q = sh.work.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        // SAFETY: a slab's own part of a filling slot, inside the cache's
+        // memory (which outlives the readers: the cache joins them first);
+        // nothing else touches it until the batch is done.
+        let buf = unsafe { std::slice::from_raw_parts_mut(read.dst as *mut u8, read.len) };
+        let res = sh.direct.read(read.span, buf);
+        if read.batch.finish_one(res.err()) {
+            drop(lock(&sh.inner));
+            sh.released.notify_all();
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    expert: usize,
+    slot: usize,
+    /// Its bytes were there at the fetch.
+    ready: bool,
+}
+
+/// Experts of one layer pinned in the cache. Those that were cached at the
+/// fetch can be used at once; the others after [`wait`](Self::wait).
 pub struct Lease<'a> {
     cache: &'a ExpertCache,
-    slots: Vec<usize>,
-    skips: Vec<[usize; 3]>,
+    entries: Vec<(Entry, [usize; 3])>,
+    /// The reads the experts that were not ready wait for.
+    waits: Vec<Arc<Batch>>,
+    waited: AtomicBool,
     /// What this fetch found and read.
     pub io: ExpertIo,
 }
 
 impl Lease<'_> {
+    /// Whether expert `e`'s slabs were all there at the fetch.
+    pub fn is_ready(&self, e: usize) -> bool {
+        self.entry(e).0.ready
+    }
+
+    /// Wait for every read this lease's experts need; a failed read is an
+    /// I/O error (and the experts it was filling are forgotten, to be read
+    /// again by the next fetch).
+    pub fn wait(&self) -> Result<()> {
+        for b in &self.waits {
+            if let Err(e) = b.wait() {
+                self.cache.forget(b);
+                return Err(e);
+            }
+        }
+        self.waited.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn entry(&self, e: usize) -> &(Entry, [usize; 3]) {
+        self.entries.iter().find(|(en, _)| en.expert == e).expect("expert not in this lease")
+    }
+
     /// The slab of projection `p` (0 gate, 1 up, 2 down; `x` its stack) of
-    /// the `i`-th fetched expert, as a kernel view.
-    pub fn slab(&self, i: usize, p: usize, x: &Experts) -> QMatrix<'_> {
+    /// expert `e`, as a kernel view. Panics if `e` was not ready and the
+    /// lease has not been waited for.
+    pub fn slab(&self, e: usize, p: usize, x: &Experts) -> QMatrix<'_> {
         let c = self.cache;
-        let off = self.slots[i] * c.slot_bytes + c.part[..p].iter().sum::<usize>() + self.skips[i][p];
-        // SAFETY: the slot is pinned by this lease and fully read; nothing
-        // writes a pinned slot.
-        let mem = unsafe { (*c.mem.get()).as_slice() };
-        QMatrix { ty: x.all.ty, data: &mem[off..off + x.slab_bytes()], rows: x.rows, cols: x.all.cols }
+        let (en, skip) = self.entry(e);
+        assert!(en.ready || self.waited.load(Ordering::Acquire), "expert {e} used before its read arrived");
+        let off = en.slot * c.slot_bytes + c.part[..p].iter().sum::<usize>() + skip[p];
+        // SAFETY: the slot is pinned by this lease and its reads are done
+        // (ready at the fetch, or waited for); nothing writes a pinned slot.
+        let mem = unsafe { std::slice::from_raw_parts((c.base + off) as *const u8, x.slab_bytes()) };
+        debug_assert!(off + x.slab_bytes() <= c.mem.as_slice().len());
+        QMatrix { ty: x.all.ty, data: mem, rows: x.rows, cols: x.all.cols }
     }
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
         let mut inner = self.cache.lock();
-        for &s in &self.slots {
-            inner.slots[s].pins -= 1;
+        for (en, _) in &self.entries {
+            inner.slots[en.slot].pins -= 1;
         }
         drop(inner);
-        self.cache.released.notify_all();
+        self.cache.shared.released.notify_all();
     }
 }

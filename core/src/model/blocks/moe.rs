@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use super::super::expert_cache::{ExpertIo, Lease};
+use super::super::expert_cache::{ExpertCache, ExpertIo, Lease};
 use super::super::hparams::Meta;
 use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
@@ -102,19 +102,15 @@ pub struct SharedExpert {
 /// expert cache's lease for a group of them.
 pub enum Slabs<'a> {
     File(&'a [u8]),
-    /// `lease` holds the active experts `first..` in order.
-    Cache {
-        lease: &'a Lease<'a>,
-        first: usize,
-    },
+    Cache(&'a Lease<'a>),
 }
 
 impl Slabs<'_> {
-    /// Expert `e` (the `i`-th active one) of stack `x`, projection `p` (0 gate, 1 up, 2 down).
-    fn get<'b>(&'b self, x: &Experts, p: usize, i: usize, e: usize) -> QMatrix<'b> {
+    /// Expert `e` of stack `x`, projection `p` (0 gate, 1 up, 2 down).
+    fn get<'b>(&'b self, x: &Experts, p: usize, e: usize) -> QMatrix<'b> {
         match self {
             Slabs::File(file) => x.slab(file, e),
-            Slabs::Cache { lease, first } => lease.slab(i - first, p, x),
+            Slabs::Cache(lease) => lease.slab(e, p, x),
         }
     }
 }
@@ -130,6 +126,19 @@ pub struct Moe {
     pub up: Experts,
     pub down: Experts,
     pub shared: Option<SharedExpert>,
+    /// The next layer's router and experts, when it is a MoE layer too: under
+    /// a memory budget its likely experts are read while this layer computes.
+    pub ahead: Option<Box<Ahead>>,
+}
+
+/// A later MoE layer as seen from an earlier one: enough to guess its
+/// experts from the earlier layer's input and start reading them.
+pub struct Ahead {
+    pub layer: usize,
+    pub router: Matrix,
+    pub gate: Experts,
+    pub up: Experts,
+    pub down: Experts,
 }
 
 /// What one forward pass of the MoE block routed where (for tests and stats).
@@ -159,6 +168,8 @@ pub struct MoeScratch {
     /// Down outputs of the routed rows, and their weighted sum per token.
     down: Vec<f32>,
     sum: Vec<f32>,
+    /// The next layer's likely experts.
+    ahead: Vec<usize>,
     /// What the expert cache served this sequence so far.
     pub io: ExpertIo,
 }
@@ -169,8 +180,13 @@ pub struct MoeScratch {
 pub struct Groups {
     /// Per expert, its `(token, weight)` pairs in token order.
     members: Vec<Vec<(usize, f32)>>,
-    /// Experts with at least one token, ascending.
+    /// Experts with at least one token, ascending (until
+    /// [`ready_first`](Self::ready_first) reorders a range of them).
     active: Vec<usize>,
+    /// `active` as built, ascending: the order outputs are summed in.
+    sorted: Vec<usize>,
+    /// Each active expert's index in `active`.
+    pos: Vec<usize>,
     seg: Vec<usize>,
     /// The token of each row.
     rows: Vec<usize>,
@@ -194,13 +210,37 @@ impl Groups {
         self.seg.clear();
         self.seg.push(0);
         self.rows.clear();
-        for &e in &self.active {
+        self.pos.resize(n_expert, 0);
+        for (i, &e) in self.active.iter().enumerate() {
             self.rows.extend(self.members[e].iter().map(|&(t, _)| t));
             self.seg.push(self.rows.len());
+            self.pos[e] = i;
         }
+        self.sorted.clone_from(&self.active);
         if self.iota.len() < self.rows.len().max(n) {
             self.iota = (0..self.rows.len().max(n)).collect();
         }
+    }
+
+    /// Reorder the active experts `group` (indices into the list) so that
+    /// those for which `ready` holds come first, keeping their rows within
+    /// the group's; returns where the others start. The sum of the outputs
+    /// keeps the ascending order, so results do not change.
+    pub fn ready_first(&mut self, group: Range<usize>, ready: impl Fn(usize) -> bool) -> usize {
+        let (first, rest): (Vec<usize>, Vec<usize>) = self.active[group.clone()].iter().partition(|&&e| ready(e));
+        let split = group.start + first.len();
+        let mut row = self.seg[group.start];
+        for (i, e) in (group.start..).zip(first.into_iter().chain(rest)) {
+            self.active[i] = e;
+            self.pos[e] = i;
+            let tokens = &self.members[e];
+            for (r, &(t, _)) in self.rows[row..row + tokens.len()].iter_mut().zip(tokens) {
+                *r = t;
+            }
+            row += tokens.len();
+            self.seg[i + 1] = row;
+        }
+        split
     }
 
     /// Rows in all (tokens times experts per token).
@@ -208,16 +248,29 @@ impl Groups {
         self.rows.len()
     }
 
-    /// `(expert, rows of its segment, first row)` of each active expert.
+    /// `(expert, rows of its segment)` of each active expert, in ascending expert order.
     fn segments(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
-        self.active.iter().enumerate().map(|(i, &e)| (e, self.seg[i]..self.seg[i + 1]))
+        self.sorted.iter().map(|&e| (e, self.seg[self.pos[e]]..self.seg[self.pos[e] + 1]))
     }
 }
 
 impl Moe {
     /// Layer `il`'s router and stacked experts.
     pub fn load(ld: &Loader, il: usize, n_embd: usize, p: MoeParams) -> Result<Moe> {
+        let next = il + 1;
+        let ahead = if ld.has(TensorKind::FfnGateInp, next) && ld.has(TensorKind::FfnGateExps, next) {
+            Some(Box::new(Ahead {
+                layer: next,
+                router: ld.matrix(TensorKind::FfnGateInp, next, p.n_expert, n_embd)?,
+                gate: ld.experts(TensorKind::FfnGateExps, next, p.n_expert, p.n_ff, n_embd)?,
+                up: ld.experts(TensorKind::FfnUpExps, next, p.n_expert, p.n_ff, n_embd)?,
+                down: ld.experts(TensorKind::FfnDownExps, next, p.n_expert, n_embd, p.n_ff)?,
+            }))
+        } else {
+            None
+        };
         Ok(Moe {
+            ahead,
             router: ld.matrix(TensorKind::FfnGateInp, il, p.n_expert, n_embd)?,
             gate: ld.experts(TensorKind::FfnGateExps, il, p.n_expert, p.n_ff, n_embd)?,
             up: ld.experts(TensorKind::FfnUpExps, il, p.n_expert, p.n_ff, n_embd)?,
@@ -264,7 +317,8 @@ impl Moe {
         // One quantisation of the input for the router, the experts and the shared expert.
         let (shared_gate, shared_up) =
             self.shared.as_ref().map_or((self.gate.all.ty, self.up.all.ty), |sh| (sh.ffn.gate.ty, sh.ffn.up.ty));
-        let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up];
+        let ahead_router = self.ahead.as_ref().map_or(self.router.ty, |a| a.router.ty);
+        let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up, ahead_router];
         s.input.prepare(x, n, self.router.cols, &tys);
 
         self.route(pass, s);
@@ -286,15 +340,25 @@ impl Moe {
                         }
                     }
                 }
-                self.run_experts(pass, s, out, 0..n_active, &Slabs::File(pass.file))
+                self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass.file))
             }
             Some(cache) => {
+                // Per group of experts that fits the cache: those already
+                // cached (and the shared expert) are computed while the
+                // others are read, then the others.
                 let tensors = [&self.gate, &self.up, &self.down];
                 for first in (0..n_active).step_by(cache.capacity()) {
                     let group = first..(first + cache.capacity()).min(n_active);
                     let lease = cache.fetch(self.layer, &s.groups.active[group.clone()], tensors)?;
                     s.io += lease.io;
-                    self.run_experts(pass, s, out, group, &Slabs::Cache { lease: &lease, first })?;
+                    if n_active <= cache.capacity() {
+                        self.read_ahead(pass, s, cache);
+                    }
+                    let split = s.groups.ready_first(group.clone(), |e| lease.is_ready(e));
+                    let slabs = Slabs::Cache(&lease);
+                    self.run_experts(pass, s, out, group.start..split, first == 0, &slabs)?;
+                    lease.wait()?;
+                    self.run_experts(pass, s, out, split..group.end, false, &slabs)?;
                 }
                 Ok(())
             }
@@ -335,8 +399,40 @@ impl Moe {
         }
     }
 
+    /// Guess the next MoE layer's experts (its router applied to this
+    /// layer's input: the residual stream changes little from one layer to
+    /// the next) and start reading those the cache lacks, into at most half
+    /// the slots this layer leaves.
+    fn read_ahead(&self, pass: &Pass, s: &mut MoeScratch, cache: &ExpertCache) {
+        let Some(a) = &self.ahead else { return };
+        let (n, n_expert, k) = (pass.n, self.p.n_expert, self.p.n_used);
+        let room = cache.capacity().saturating_sub(s.groups.active.len()) / 2;
+        if room < k {
+            return;
+        }
+        let logits = take(&mut s.probs, n * n_expert);
+        pass.matmul(&mut [MatJob {
+            w: a.router.view(pass.file),
+            x: s.input.get(a.router.ty),
+            rows: None,
+            out: logits,
+        }]);
+        // The gating functions are monotonic: the top k of the logits are the top k of the weights.
+        let mut top = vec![0u32; k];
+        s.ahead.clear();
+        for p in logits.chunks_exact(n_expert) {
+            top_k(p, &mut top);
+            for &e in &top {
+                if !s.ahead.contains(&(e as usize)) && s.ahead.len() < room {
+                    s.ahead.push(e as usize);
+                }
+            }
+        }
+        s.io += cache.prefetch(a.layer, &s.ahead, [&a.gate, &a.up, &a.down]);
+    }
+
     /// The active experts `group` (indices into the groups' list) over their
-    /// tokens, and with the first group the shared expert over all of them:
+    /// tokens, and with `with_shared` the shared expert over all of them:
     /// gate and up of all in one batch of products, the activation, then
     /// every down projection in a second batch. The routed rows' outputs land
     /// in `s.down` (at their rows), the shared expert's in `shared_out`.
@@ -346,13 +442,17 @@ impl Moe {
         s: &mut MoeScratch,
         shared_out: &mut [f32],
         group: Range<usize>,
+        with_shared: bool,
         slabs: &Slabs<'_>,
     ) -> Result<()> {
         let (n, n_ff, n_embd) = (pass.n, self.p.n_ff, self.router.cols);
+        let shared = self.shared.as_ref().filter(|_| with_shared);
+        if group.is_empty() && shared.is_none() {
+            return Ok(());
+        }
         let g = &s.groups;
         let total = g.total();
         let rows = g.seg[group.start]..g.seg[group.end];
-        let shared = self.shared.as_ref().filter(|_| group.start == 0);
         let n_ffs = self.shared.as_ref().map_or(0, |sh| sh.ffn.gate.rows);
 
         // gate and up of the group's experts (and of the shared expert) in one pass.
@@ -371,7 +471,7 @@ impl Moe {
                 let (uout, ur) = std::mem::take(&mut u_rest).split_at_mut(m * n_ff);
                 (g_rest, u_rest) = (gr, ur);
                 let r = Some(&g.rows[seg]);
-                let (gw, uw) = (slabs.get(&self.gate, 0, i, e), slabs.get(&self.up, 1, i, e));
+                let (gw, uw) = (slabs.get(&self.gate, 0, e), slabs.get(&self.up, 1, e));
                 jobs.push(MatJob { w: gw, x: s.input.get(self.gate.all.ty), rows: r, out: gout });
                 jobs.push(MatJob { w: uw, x: s.input.get(self.up.all.ty), rows: r, out: uout });
             }
@@ -402,7 +502,7 @@ impl Moe {
             let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(seg.len() * n_embd);
             d_rest = dr;
             let local = &g.iota[seg.start - rows.start..seg.end - rows.start];
-            jobs.push(MatJob { w: slabs.get(&self.down, 2, i, e), x: &s.hidden, rows: Some(local), out: d });
+            jobs.push(MatJob { w: slabs.get(&self.down, 2, e), x: &s.hidden, rows: Some(local), out: d });
         }
         if let Some(sh) = shared {
             jobs.push(MatJob { w: sh.ffn.down.view(pass.file), x: &s.shared_hidden, rows: None, out: shared_out });
@@ -493,5 +593,28 @@ mod tests {
         assert_eq!(g.members[2], [(0, 0.6), (1, 0.7), (2, 0.5)]);
         let segs: Vec<_> = g.segments().collect();
         assert_eq!(segs, [(0, 0..2), (2, 2..5), (3, 5..6)]);
+    }
+
+    #[test]
+    fn ready_first_moves_rows_with_their_experts_and_keeps_the_sum_order() {
+        // 3 tokens, 2 experts each, of 4: experts 0, 2, 3 active.
+        let chosen = [2, 0, 2, 3, 0, 2];
+        let weights = [0.6, 0.4, 0.7, 0.3, 0.5, 0.5];
+        let mut g = Groups::default();
+        g.build(&chosen, &weights, 3, 4);
+        // Expert 3 is ready, 0 and 2 are not.
+        let split = g.ready_first(0..3, |e| e == 3);
+        assert_eq!(split, 1);
+        assert_eq!(g.active, [3, 0, 2]);
+        assert_eq!(g.seg, [0, 1, 3, 6]);
+        assert_eq!(g.rows, [1, 0, 2, 0, 1, 2]);
+        // Summed in ascending expert order, each over its own rows.
+        let segs: Vec<_> = g.segments().collect();
+        assert_eq!(segs, [(0, 1..3), (2, 3..6), (3, 0..1)]);
+        // A sub-range leaves the rest alone.
+        let split = g.ready_first(1..3, |e| e == 2);
+        assert_eq!((split, &g.active[..]), (2, &[3, 2, 0][..]));
+        assert_eq!(g.seg, [0, 1, 4, 6]);
+        assert_eq!(g.rows, [1, 0, 1, 2, 0, 2]);
     }
 }
