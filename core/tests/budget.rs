@@ -44,7 +44,10 @@ fn logits_with_a_budget_equal_logits_without() {
         // At the minimum the cache holds one token's experts: a 16-token
         // prompt's layer routes to more, so its experts run in groups, and
         // every decoded token evicts.
-        for budget in [plan.minimum_budget_bytes, plan.minimum_budget_bytes + 3 * plan.slot_bytes] {
+        // With room for half the experts, the next layer's likely experts
+        // are read ahead as well.
+        let half = plan.minimum_budget_bytes + plan.expert_bytes / 2;
+        for budget in [plan.minimum_budget_bytes, plan.minimum_budget_bytes + 3 * plan.slot_bytes, half] {
             let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget }).unwrap();
             assert!(m.memory_plan(budget).cache_slots > 0);
             let got = run(&m, &prompt());
@@ -115,4 +118,44 @@ fn a_file_truncated_under_a_budgeted_model_is_an_io_error_and_recoverable() {
     st.clear();
     m.forward(&pool, &mut st, &prompt(), Logits::Last).unwrap();
     std::fs::remove_file(&tmp).ok();
+}
+
+#[test]
+fn sequences_sharing_a_small_cache_compute_what_the_mapped_model_computes() {
+    // Four threads, each its own sequence, over one cache that holds a few
+    // tokens' experts: fetches wait for each other's leases, hit experts
+    // other sequences are still reading, and evict what others read.
+    let name = "qwen35moe-tiny-Q2_K";
+    let mapped = Model::load(path(name)).unwrap();
+    let plan = mapped.memory_plan(0);
+    let prompts: Vec<Vec<u32>> = (0..4).map(|k| (0..16).map(|i| 50 + 11 * k + 29 * i).collect()).collect();
+    let want: Vec<_> = prompts.iter().map(|p| run(&mapped, p)).collect();
+    let budget = plan.minimum_budget_bytes + 4 * plan.slot_bytes;
+    let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget }).unwrap();
+    std::thread::scope(|s| {
+        for (p, w) in prompts.iter().zip(&want) {
+            let m = &m;
+            s.spawn(move || {
+                for _ in 0..3 {
+                    assert!(run(m, p) == *w, "a shared cache changed a sequence's logits");
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn experts_read_ahead_are_counted_and_served_as_hits() {
+    let name = "qwen35moe-tiny-Q2_K";
+    let plan = Model::load(path(name)).unwrap().memory_plan(0);
+    let m = Model::load_with(path(name), &LoadOptions { memory_budget: plan.minimum_budget_bytes + plan.expert_bytes })
+        .unwrap();
+    let pool = ThreadPool::new(2);
+    let mut st = m.new_state(64, KvType::F16).unwrap();
+    m.forward(&pool, &mut st, &prompt(), Logits::Last).unwrap();
+    let io = st.expert_io();
+    assert!(io.prefetched > 0, "{io:?}");
+    // Every expert read, on demand or ahead, was read once: the cache holds them all.
+    assert!(io.bytes_read >= (io.misses + io.prefetched) * (plan.slot_bytes / 2), "{io:?}");
+    assert!(io.misses + io.prefetched <= 4 * 8, "{io:?}: more reads than the 4 layers x 8 experts");
 }

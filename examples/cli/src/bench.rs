@@ -222,6 +222,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "expert_hit_rate": d.hit_rate(),
                 "storage_bytes_per_token": per_token(d, n_gen),
                 "storage_bytes_read": d.io.bytes_read,
+                "experts_read_ahead": d.io.prefetched,
             })).collect::<Vec<_>>(),
             "prefill_tps": sj(&p),
             "decode_tps": sj(&t),
@@ -235,6 +236,7 @@ pub fn run(args: Args) -> Result<(), String> {
             "expert_hit_rate": total_hit_rate,
             "storage_bytes_per_token": total_per_token,
             "storage_bytes_read": total.bytes_read,
+            "experts_read_ahead": total.prefetched,
             "memory": mem.map(|m| json!({
                 "peak_rss_bytes": m.peak_rss,
                 "anon_rss_bytes": m.anon_rss,
@@ -254,10 +256,11 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("load         {load_ms:.1} ms");
         if let Some(h) = total_hit_rate {
             println!(
-                "experts      hit rate {:.1} %, {:.1} MB read per decoded token ({:.2} GB in all)",
+                "experts      hit rate {:.1} %, {:.1} MB read per decoded token ({:.2} GB in all, {} experts read ahead)",
                 h * 100.0,
                 total_per_token / 1e6,
-                total.bytes_read as f64 / 1e9
+                total.bytes_read as f64 / 1e9,
+                total.prefetched
             );
         }
         if let Some(m) = mem {
