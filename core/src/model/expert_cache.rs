@@ -28,6 +28,11 @@ use crate::kernels::QMatrix;
 /// cost no CPU while they wait for the device.
 const IO_THREADS: usize = 16;
 
+/// Reads ahead (three per expert) left queued before [`ExpertCache::prefetch`]
+/// stops adding more: when storage is the bottleneck, guesses must not
+/// pile up behind one another (two layers' worth of experts stay queued).
+const AHEAD_QUEUED: usize = 48;
+
 /// What serving experts cost: counted per pass, summed per request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExpertIo {
@@ -165,10 +170,31 @@ struct Read {
     batch: Arc<Batch>,
 }
 
+/// Reads waiting for a thread: those a pass waits for first, then guesses.
 #[derive(Default)]
 struct Queue {
-    reads: VecDeque<Read>,
+    urgent: VecDeque<Read>,
+    ahead: VecDeque<Read>,
     closed: bool,
+}
+
+impl Queue {
+    fn pop(&mut self) -> Option<Read> {
+        self.urgent.pop_front().or_else(|| self.ahead.pop_front())
+    }
+
+    /// A pass now waits for `batch`: its queued reads go first.
+    fn promote(&mut self, batch: &Arc<Batch>) {
+        let mut i = 0;
+        while i < self.ahead.len() {
+            if Arc::ptr_eq(&self.ahead[i].batch, batch) {
+                let r = self.ahead.remove(i).expect("in range");
+                self.urgent.push_back(r);
+            } else {
+                i += 1;
+            }
+        }
+    }
 }
 
 /// What the cache and its read threads share.
@@ -288,9 +314,15 @@ impl ExpertCache {
         let mut loads: Vec<(usize, usize)> = Vec::new(); // (slot, expert)
         let mut waits: Vec<Arc<Batch>> = Vec::new();
         let mut io = ExpertIo::default();
+        // Pin what is cached first, so that no miss evicts an expert this fetch uses.
+        for &e in experts {
+            if let Some(&s) = inner.map.get(&key(layer, e)) {
+                inner.slots[s].pins += 1;
+            }
+        }
         for &e in experts {
             let k = key(layer, e);
-            // (slot, its bytes are there, found in the cache)
+            // (slot, its bytes are there, found in the cache); pinned above if found
             let (slot, ready, hit) = match inner.map.get(&k).copied() {
                 Some(s) => match inner.slots[s].filling.clone() {
                     None => (s, true, true),
@@ -306,6 +338,7 @@ impl ExpertCache {
                     // Being read (a prefetch, or another pass's fetch).
                     Some(b) => {
                         if !waits.iter().any(|w| Arc::ptr_eq(w, &b)) {
+                            lock(&self.shared.queue).promote(&b);
                             waits.push(b);
                         }
                         (s, false, true)
@@ -317,6 +350,7 @@ impl ExpertCache {
                         inner.map.remove(&old);
                     }
                     inner.slots[victim].key = Some(k);
+                    inner.slots[victim].pins += 1;
                     inner.map.insert(k, victim);
                     loads.push((victim, e));
                     (victim, false, false)
@@ -327,30 +361,31 @@ impl ExpertCache {
             } else {
                 io.misses += 1;
             }
-            let s = &mut inner.slots[slot];
-            s.pins += 1;
-            s.last = clock;
+            inner.slots[slot].last = clock;
             entries.push(Entry { expert: e, slot, ready });
         }
-        waits.extend(self.read(&mut inner, &loads, tensors, &mut io));
+        waits.extend(self.read(&mut inner, &loads, tensors, &mut io, false));
         let entries = entries.into_iter().map(|en| (en, inner.slots[en.slot].skip)).collect();
         Ok(Lease { cache: self, entries, waits, waited: AtomicBool::new(false), io })
     }
 
     /// Start reading those of `experts` of `layer` that the cache does not
     /// hold, into the least recently used evictable slots, and mark those it
-    /// holds as just used. Never waits: with no slot to spare it reads fewer.
-    /// What it read is counted in the returned [`ExpertIo`] (`prefetched`,
-    /// `bytes_read`).
+    /// holds as just used. Never waits: with no slot to spare, or guesses
+    /// already queued, it reads fewer; its reads go after every read a pass
+    /// waits for. What it read is counted in the returned [`ExpertIo`]
+    /// (`prefetched`, `bytes_read`).
     pub fn prefetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> ExpertIo {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
         let mut loads = Vec::new();
+        let room = AHEAD_QUEUED.saturating_sub(lock(&self.shared.queue).ahead.len()) / 3;
         for &e in experts {
             let k = key(layer, e);
             let slot = match inner.map.get(&k).copied() {
                 Some(s) => s,
+                None if loads.len() == room => continue,
                 None => {
                     let Some(victim) = victim(&inner) else { break };
                     if let Some(old) = inner.slots[victim].key.take() {
@@ -365,7 +400,7 @@ impl ExpertCache {
             inner.slots[slot].last = clock;
         }
         let mut io = ExpertIo { prefetched: loads.len() as u64, ..ExpertIo::default() };
-        self.read(&mut inner, &loads, tensors, &mut io);
+        self.read(&mut inner, &loads, tensors, &mut io, true);
         io
     }
 
@@ -378,6 +413,7 @@ impl ExpertCache {
         loads: &[(usize, usize)],
         tensors: [&Experts; 3],
         io: &mut ExpertIo,
+        ahead: bool,
     ) -> Vec<Arc<Batch>> {
         if loads.is_empty() {
             return Vec::new();
@@ -392,7 +428,12 @@ impl ExpertCache {
                 let span = self.shared.direct.span(r.start as u64, r.len());
                 inner.slots[slot].skip[p] = span.skip;
                 io.bytes_read += span.len as u64;
-                queue.reads.push_back(Read { dst, len: self.part[p], span, batch: Arc::clone(&batch) });
+                let read = Read { dst, len: self.part[p], span, batch: Arc::clone(&batch) };
+                if ahead {
+                    queue.ahead.push_back(read);
+                } else {
+                    queue.urgent.push_back(read);
+                }
                 dst += self.part[p];
             }
             inner.slots[slot].filling = Some(Arc::clone(&batch));
@@ -455,7 +496,7 @@ fn reader(sh: &Shared) {
         let read = {
             let mut q = lock(&sh.queue);
             loop {
-                if let Some(r) = q.reads.pop_front() {
+                if let Some(r) = q.pop() {
                     break r;
                 }
                 if q.closed {
