@@ -90,3 +90,43 @@ pub(crate) fn dequantize_iq1(u: &Unpacked, d: f32, y: &mut [f32]) {
         }
     }
 }
+
+/// Sign pattern `s` as 8 bytes for a SIMD sign instruction: byte `j` is -1
+/// (0xFF) where bit `j` is set, +1 where it is clear.
+const fn sign_bytes(s: u8) -> u64 {
+    let mut v = 0u64;
+    let mut j = 0;
+    while j < 8 {
+        v |= (if s >> j & 1 != 0 { 0xFF } else { 0x01 }) << (8 * j);
+        j += 1;
+    }
+    v
+}
+
+/// [`sign_bytes`] of every sign byte (IQ2_S stores whole sign bytes).
+pub static SIGN_BYTES: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = sign_bytes(i as u8);
+        i += 1;
+    }
+    t
+};
+
+/// [`sign_bytes`] of `KSIGNS_IQ2XS[i]`: the 7 stored bits and, as bit 7, their
+/// parity (the rule that table follows, checked by a test).
+pub static KSIGN_BYTES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        t[i] = sign_bytes(ksign(i as u8));
+        i += 1;
+    }
+    t
+};
+
+/// The 8-bit sign pattern of 7 stored bits: an even number of minus signs.
+pub(crate) const fn ksign(i: u8) -> u8 {
+    i | ((i.count_ones() as u8 & 1) << 7)
+}

@@ -92,3 +92,17 @@ fn any_bytes_decode_to_finite_values() {
         }
     }
 }
+
+#[test]
+fn sign_tables_follow_their_rules() {
+    use super::iq::{ksign, KSIGN_BYTES, SIGN_BYTES};
+    use super::iq_grids::KSIGNS_IQ2XS;
+    for i in 0..128u8 {
+        assert_eq!(ksign(i), KSIGNS_IQ2XS[i as usize], "ksigns[{i}]");
+        assert_eq!(KSIGN_BYTES[i as usize], SIGN_BYTES[KSIGNS_IQ2XS[i as usize] as usize]);
+    }
+    for s in 0..=255u8 {
+        let b = SIGN_BYTES[s as usize].to_le_bytes();
+        assert!((0..8).all(|j| b[j] as i8 == if s >> j & 1 != 0 { -1 } else { 1 }), "{s:#04x}");
+    }
+}
