@@ -49,8 +49,8 @@ pub fn unpack(b: &BlockIQ1M, u: &mut Unpacked) {
     for r in 0..QK_K / 8 {
         let (i, delta) = row(b, r);
         let grid = IQ1S_GRID[i].to_le_bytes();
-        for j in 0..8 {
-            u.v[8 * r + j] = 8 * grid[j] as i8 + delta;
+        for (v, &g) in u.v[8 * r..8 * r + 8].iter_mut().zip(&grid) {
+            *v = 8 * g as i8 + delta;
         }
     }
 }

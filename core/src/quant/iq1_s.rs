@@ -43,8 +43,8 @@ pub fn unpack(b: &BlockIQ1S, u: &mut Unpacked) {
         let delta: i8 = if h & 0x8000 != 0 { -1 } else { 1 };
         for r in 4 * g..4 * g + 4 {
             let row = IQ1S_GRID[index(b, r)].to_le_bytes();
-            for j in 0..8 {
-                u.v[8 * r + j] = 8 * row[j] as i8 + delta;
+            for (v, &g) in u.v[8 * r..8 * r + 8].iter_mut().zip(&row) {
+                *v = 8 * g as i8 + delta;
             }
         }
     }
