@@ -40,7 +40,7 @@ trait IqBlock: FileBlock {
 
 /// Four 8-byte table rows, the first in the lowest bytes.
 #[inline(always)]
-unsafe fn rows4(t: &[u64], i: [usize; 4]) -> __m256i {
+unsafe fn table_rows(t: &[u64], i: [usize; 4]) -> __m256i {
     _mm256_set_epi64x(t[i[3]] as i64, t[i[2]] as i64, t[i[1]] as i64, t[i[0]] as i64)
 }
 
@@ -68,8 +68,8 @@ impl IqBlock for BlockIQ2XXS {
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> (__m256i, __m256i, __m256i) {
         let (idx, aux) = iq2_xxs::group(self, c);
-        let mag = rows4(&IQ2XXS_GRID, idx.map(usize::from));
-        let signs = rows4(&KSIGN_BYTES, [0, 7, 14, 21].map(|s| (aux >> s & 127) as usize));
+        let mag = table_rows(&IQ2XXS_GRID, idx.map(usize::from));
+        let signs = table_rows(&KSIGN_BYTES, [0, 7, 14, 21].map(|s| (aux >> s & 127) as usize));
         (mag, signs, _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16))
     }
 }
@@ -82,8 +82,8 @@ impl IqBlock for BlockIQ2XS {
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> (__m256i, __m256i, __m256i) {
         let r: [(usize, u8); 4] = std::array::from_fn(|l| iq2_xs::row(self, 4 * c + l));
-        let mag = rows4(&IQ2XS_GRID, r.map(|r| r.0));
-        let signs = rows4(&SIGN_BYTES, r.map(|r| r.1 as usize));
+        let mag = table_rows(&IQ2XS_GRID, r.map(|r| r.0));
+        let signs = table_rows(&SIGN_BYTES, r.map(|r| r.1 as usize));
         let s = self.scales[c] as u32;
         (mag, signs, scales(s & 0xF, s >> 4))
     }
@@ -97,8 +97,8 @@ impl IqBlock for BlockIQ2S {
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> (__m256i, __m256i, __m256i) {
         let r: [(usize, u8); 4] = std::array::from_fn(|l| iq2_s::row(self, 4 * c + l));
-        let mag = rows4(&IQ2S_GRID, r.map(|r| r.0));
-        let signs = rows4(&SIGN_BYTES, r.map(|r| r.1 as usize));
+        let mag = table_rows(&IQ2S_GRID, r.map(|r| r.0));
+        let signs = table_rows(&SIGN_BYTES, r.map(|r| r.1 as usize));
         let s = self.scales[c] as u32;
         (mag, signs, scales(s & 0xF, s >> 4))
     }
@@ -112,7 +112,7 @@ impl IqBlock for BlockIQ1S {
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> (__m256i, __m256i, __m256i) {
         let h = iq1_s::qh(self, c);
-        let grid = rows4(&IQ1S_GRID, std::array::from_fn(|l| iq1_s::index(self, 4 * c + l)));
+        let grid = table_rows(&IQ1S_GRID, std::array::from_fn(|l| iq1_s::index(self, 4 * c + l)));
         let delta = _mm256_set1_epi8(if h & 0x8000 != 0 { -1 } else { 1 });
         let (mag, signs) = iq1_weights(grid, delta);
         (mag, signs, _mm256_set1_epi16((2 * (h >> 12 & 7) + 1) as i16))
@@ -127,7 +127,7 @@ impl IqBlock for BlockIQ1M {
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> (__m256i, __m256i, __m256i) {
         let r: [(usize, i8); 4] = std::array::from_fn(|l| iq1_m::row(self, 4 * c + l));
-        let grid = rows4(&IQ1S_GRID, r.map(|r| r.0));
+        let grid = table_rows(&IQ1S_GRID, r.map(|r| r.0));
         // each row's delta in all 8 of its bytes
         let splat = |d: i8| (d as u8 as u64 * 0x0101_0101_0101_0101) as i64;
         let delta = _mm256_set_epi64x(splat(r[3].1), splat(r[2].1), splat(r[1].1), splat(r[0].1));
