@@ -93,6 +93,7 @@ impl ActFormat {
             T::Q4_0 | T::Q5_0 | T::Q8_0 => Some(ActFormat::Q8_0),
             T::Q4_1 | T::Q5_1 => Some(ActFormat::Q8_1),
             T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K => Some(ActFormat::Q8K),
+            T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S | T::IQ1M => Some(ActFormat::Q8K),
             T::F32 | T::F16 | T::BF16 => Some(ActFormat::F32),
             _ => None,
         }
@@ -225,6 +226,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         T::Q4K => quant::q4_k::dequantize_row,
         T::Q5K => quant::q5_k::dequantize_row,
         T::Q6K => quant::q6_k::dequantize_row,
+        T::IQ2XXS => quant::iq2_xxs::dequantize_row,
+        T::IQ2XS => quant::iq2_xs::dequantize_row,
+        T::IQ2S => quant::iq2_s::dequantize_row,
+        T::IQ1S => quant::iq1_s::dequantize_row,
+        T::IQ1M => quant::iq1_m::dequantize_row,
         _ => panic!("dequantize_row: no kernels for {ty}"),
     };
     f(src, dst)

@@ -58,6 +58,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q2K => &[80, 82],
         T::Q3K => &[108],
         T::Q6K => &[208],
+        T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S => &[0],
         _ => &[],
     }
 }
@@ -99,6 +100,17 @@ pub fn make_valid(ty: GgmlType, data: &mut [u8], rng: &mut Rng) {
     match ty {
         GgmlType::F16 | GgmlType::BF16 => data.chunks_exact_mut(2).for_each(|c| c[1] = (c[1] & 0xBF) | 0x20),
         GgmlType::F32 => data.chunks_exact_mut(4).for_each(|c| c[3] = (c[3] & 0xBF) | 0x20),
+        GgmlType::IQ1M => {
+            // The f16 scale is the top nibbles of the four scale words (bytes 48..56).
+            for block in data.chunks_exact_mut(ty.type_size()) {
+                let v = (0.2 + rng.f32()) * 2e-3 * if rng.below(4) == 0 { -1.0 } else { 1.0 };
+                let bits = f16::from_f32(v).to_bits();
+                for i in 0..4 {
+                    let b = &mut block[49 + 2 * i];
+                    *b = (*b & 0x0F) | ((bits >> (4 * i)) as u8 & 0x0F) << 4;
+                }
+            }
+        }
         _ => {
             let fields = f16_fields(ty);
             for block in data.chunks_exact_mut(ty.type_size()) {

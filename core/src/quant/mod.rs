@@ -7,6 +7,14 @@
 use std::fmt;
 
 pub mod float;
+pub mod iq;
+pub mod iq1_m;
+pub mod iq1_s;
+pub mod iq2_s;
+pub mod iq2_xs;
+pub mod iq2_xxs;
+#[rustfmt::skip]
+pub mod iq_grids;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -19,6 +27,11 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 
+pub use iq1_m::BlockIQ1M;
+pub use iq1_s::BlockIQ1S;
+pub use iq2_s::BlockIQ2S;
+pub use iq2_xs::BlockIQ2XS;
+pub use iq2_xxs::BlockIQ2XXS;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
@@ -272,6 +285,8 @@ impl fmt::Display for GgmlType {
     }
 }
 
+#[cfg(test)]
+mod iq_tests;
 #[cfg(test)]
 mod reference_tests;
 

@@ -13,6 +13,7 @@
 //! path computes exactly the scalar twin's integers.
 
 mod float;
+mod iquants;
 mod kquants;
 mod legacy;
 mod quant;
@@ -114,6 +115,11 @@ macro_rules! table {
             q4_k: dot!(kquants::$m::q4_k),
             q5_k: dot!(kquants::$m::q5_k),
             q6_k: dot!(kquants::$m::q6_k),
+            iq2_xxs: dot!(iquants::$m::iq2_xxs),
+            iq2_xs: dot!(iquants::$m::iq2_xs),
+            iq2_s: dot!(iquants::$m::iq2_s),
+            iq1_s: dot!(iquants::$m::iq1_s),
+            iq1_m: dot!(iquants::$m::iq1_m),
             f32: float_dot!(f32, f32s),
             f16: float_dot!(f16, f16s),
             bf16: float_dot!(bf16, bf16s),
