@@ -58,6 +58,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q2K => &[80, 82],
         T::Q3K => &[108],
         T::Q6K => &[208],
+        T::IQ4NL | T::IQ4XS | T::IQ3XXS | T::IQ3S => &[0],
         _ => &[],
     }
 }
@@ -99,6 +100,12 @@ pub fn make_valid(ty: GgmlType, data: &mut [u8], rng: &mut Rng) {
     match ty {
         GgmlType::F16 | GgmlType::BF16 => data.chunks_exact_mut(2).for_each(|c| c[1] = (c[1] & 0xBF) | 0x20),
         GgmlType::F32 => data.chunks_exact_mut(4).for_each(|c| c[3] = (c[3] & 0xBF) | 0x20),
+        GgmlType::MXFP4 => {
+            // E8M0 exponents around 2^-10 (2^-11 after the doubled values).
+            for block in data.chunks_exact_mut(ty.type_size()) {
+                block[0] = 112 + rng.below(8) as u8;
+            }
+        }
         _ => {
             let fields = f16_fields(ty);
             for block in data.chunks_exact_mut(ty.type_size()) {

@@ -7,6 +7,10 @@
 use std::fmt;
 
 pub mod float;
+pub mod iq3_s;
+pub mod iq3_xxs;
+pub mod iq4;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -19,6 +23,10 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
 
+pub use iq3_s::BlockIQ3S;
+pub use iq3_xxs::BlockIQ3XXS;
+pub use iq4::{BlockIQ4NL, BlockIQ4XS};
+pub use mxfp4::BlockMXFP4;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
