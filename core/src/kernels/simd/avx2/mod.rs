@@ -13,6 +13,7 @@
 //! path computes exactly the scalar twin's integers.
 
 mod float;
+mod iquants;
 mod kquants;
 mod legacy;
 mod quant;
@@ -114,11 +115,11 @@ macro_rules! table {
             q4_k: dot!(kquants::$m::q4_k),
             q5_k: dot!(kquants::$m::q5_k),
             q6_k: dot!(kquants::$m::q6_k),
-            iq4_nl: Dot::one(crate::quant::iq4::vec_dot_nl),
-            mxfp4: Dot::one(crate::quant::mxfp4::vec_dot),
-            iq4_xs: Dot::one(crate::quant::iq4::vec_dot_xs),
-            iq3_xxs: Dot::one(crate::quant::iq3_xxs::vec_dot),
-            iq3_s: Dot::one(crate::quant::iq3_s::vec_dot),
+            iq4_nl: dot!(iquants::$m::iq4_nl),
+            mxfp4: dot!(iquants::$m::mxfp4),
+            iq4_xs: dot!(iquants::$m::iq4_xs),
+            iq3_xxs: dot!(iquants::$m::iq3_xxs),
+            iq3_s: dot!(iquants::$m::iq3_s),
             f32: float_dot!(f32, f32s),
             f16: float_dot!(f16, f16s),
             bf16: float_dot!(bf16, bf16s),
