@@ -11,6 +11,7 @@
 
 mod float;
 mod i8mm;
+mod iquants;
 mod kquants;
 mod legacy;
 mod quant;
@@ -55,11 +56,11 @@ macro_rules! table {
             q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::None, rows: Some(kquants::$m::q4_k_rows) },
             q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::None, rows: Some(kquants::$m::q5_k_rows) },
             q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::None, rows: Some(kquants::$m::q6_k_rows) },
-            iq4_nl: Dot::one(crate::quant::iq4::vec_dot_nl),
-            mxfp4: Dot::one(crate::quant::mxfp4::vec_dot),
-            iq4_xs: Dot::one(crate::quant::iq4::vec_dot_xs),
-            iq3_xxs: Dot::one(crate::quant::iq3_xxs::vec_dot),
-            iq3_s: Dot::one(crate::quant::iq3_s::vec_dot),
+            iq4_nl: Dot { one: iquants::$m::iq4_nl, multi: Multi::None, rows: Some(iquants::$m::iq4_nl_rows) },
+            mxfp4: Dot { one: iquants::$m::mxfp4, multi: Multi::None, rows: Some(iquants::$m::mxfp4_rows) },
+            iq4_xs: Dot { one: iquants::$m::iq4_xs, multi: Multi::None, rows: Some(iquants::$m::iq4_xs_rows) },
+            iq3_xxs: Dot { one: iquants::$m::iq3_xxs, multi: Multi::None, rows: Some(iquants::$m::iq3_xxs_rows) },
+            iq3_s: Dot { one: iquants::$m::iq3_s, multi: Multi::None, rows: Some(iquants::$m::iq3_s_rows) },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
