@@ -170,6 +170,18 @@ impl QActs {
     pub fn k(&self) -> usize {
         self.k
     }
+
+    /// Every quantised activation back as f32 (`d * q`), for tests.
+    #[cfg(test)]
+    pub(crate) fn dequantized(&self) -> Vec<f32> {
+        match self.fmt {
+            Some(ActFormat::Q8_0) => self.q8_0.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
+            Some(ActFormat::Q8_1) => self.q8_1.iter().flat_map(|b| b.qs.map(|q| b.d.to_f32() * q as f32)).collect(),
+            Some(ActFormat::Q8K) => self.q8k.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
+            Some(ActFormat::F32) => self.f32.clone(),
+            None => Vec::new(),
+        }
+    }
 }
 
 /// `out[i*w.rows + r] = dot(w.row(r), x.row(i))` for all `n` activation rows;
