@@ -54,7 +54,8 @@ impl BlockIQ4XS {
 
 /// 16 bytes of nibbles -> the 32 table values: low nibbles, then high ones.
 #[inline(always)]
-fn values(qs: &[u8; 16]) -> [i8; 32] {
+fn values(qs: &[u8]) -> [i8; 32] {
+    debug_assert_eq!(qs.len(), 16);
     let mut v = [0i8; 32];
     for (j, &q) in qs.iter().enumerate() {
         v[j] = KVALUES_IQ4NL[(q & 0xF) as usize];
@@ -96,9 +97,8 @@ pub fn dequantize_row_xs(src: &[u8], dst: &mut [f32]) {
     assert_eq!(dst.len(), blocks.len() * QK_K);
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
         let d = b.d.to_f32();
-        for (g, yg) in y.chunks_exact_mut(32).enumerate() {
+        for (g, (yg, qs)) in y.chunks_exact_mut(32).zip(b.qs.chunks_exact(16)).enumerate() {
             let dl = d * b.scale(g) as f32;
-            let qs: &[u8; 16] = b.qs[16 * g..16 * g + 16].try_into().expect("16 bytes");
             for (o, &v) in yg.iter_mut().zip(&values(qs)) {
                 *o = dl * v as f32;
             }
@@ -114,9 +114,8 @@ pub fn vec_dot_xs(w: &[u8], a: &[BlockQ8K]) -> f32 {
     let mut sum = 0.0f32;
     for (x, y) in blocks.iter().zip(a) {
         let mut isum = 0i32;
-        for g in 0..8 {
-            let qs: &[u8; 16] = x.qs[16 * g..16 * g + 16].try_into().expect("16 bytes");
-            isum += x.scale(g) * dot32(&values(qs), &y.qs[32 * g..32 * g + 32]);
+        for (g, (qs, yg)) in x.qs.chunks_exact(16).zip(y.qs.chunks_exact(32)).enumerate() {
+            isum += x.scale(g) * dot32(&values(qs), yg);
         }
         sum += x.d.to_f32() * y.d * isum as f32;
     }

@@ -137,7 +137,7 @@ unsafe fn dot_lut32<B: Lut32 + crate::quant::FileBlock, const V: u8, const N: us
         let u = _mm256_abs_epi8(v);
         let d = xb.scale();
         for n in 0..N {
-            let y = a[n].get_unchecked(i);
+            let y = &a[n][i];
             // |w| * (y with the sign of w)
             let p = dot_u8i8::<V>(_mm256_setzero_si256(), u, _mm256_sign_epi8(load32(y.qs.as_ptr().cast()), v));
             acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(p), acc[n]);
@@ -174,7 +174,7 @@ unsafe fn add_scaled<const N: usize>(
     i: usize,
 ) {
     for n in 0..N {
-        acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(dx * a[n].get_unchecked(i).d), _mm256_cvtepi32_ps(sumi[n]), acc[n]);
+        acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(dx * a[n][i].d), _mm256_cvtepi32_ps(sumi[n]), acc[n]);
     }
 }
 
@@ -192,7 +192,7 @@ unsafe fn dot_iq4_xs<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N])
             let u = _mm256_abs_epi8(v);
             let s = _mm256_set1_epi16(xb.scale(g) as i16);
             for n in 0..N {
-                let y = _mm256_sign_epi8(acts(a[n].get_unchecked(i), g), v);
+                let y = _mm256_sign_epi8(acts(&a[n][i], g), v);
                 // pair sums of |w| * signed y, times the group scale
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(u, y), s);
             }
@@ -213,13 +213,13 @@ unsafe fn dot_iq3_xxs<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]
         for g in 0..8 {
             let aux = xb.aux(g);
             let idx = &xb.grid[8 * g..8 * g + 8];
-            let q = gather8(std::array::from_fn(|k| *iq3_xxs::GRID.get_unchecked(idx[k] as usize)));
+            let q = gather8(std::array::from_fn(|k| iq3_xxs::GRID[idx[k] as usize]));
             // four 7-bit sign indices -> 32 sign bits -> byte masks
             let signs = u32::from_le_bytes(std::array::from_fn(|l| iq3_xxs::signs8(aux >> (7 * l))));
             let m = sign_masks(signs);
             let s = _mm256_set1_epi16((2 * (aux >> 28) + 1) as i16);
             for n in 0..N {
-                let y = negate_where(acts(a[n].get_unchecked(i), g), m);
+                let y = negate_where(acts(&a[n][i], g), m);
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(q, y), s);
             }
         }
@@ -239,12 +239,12 @@ unsafe fn dot_iq3_s<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) 
         for g in 0..8 {
             let (qs, qh) = (&xb.qs[8 * g..8 * g + 8], xb.qh[g] as usize);
             // 9-bit indices: a byte of qs and bit k of qh
-            let q = gather8(std::array::from_fn(|k| *iq3_s::GRID.get_unchecked(qs[k] as usize | ((qh >> k) & 1) << 8)));
+            let q = gather8(std::array::from_fn(|k| iq3_s::GRID[qs[k] as usize | ((qh >> k) & 1) << 8]));
             let sg = &xb.signs[4 * g..4 * g + 4];
             let m = sign_masks(u32::from_le_bytes([sg[0], sg[1], sg[2], sg[3]]));
             let s = _mm256_set1_epi16(xb.scale(g) as i16);
             for n in 0..N {
-                let y = negate_where(acts(a[n].get_unchecked(i), g), m);
+                let y = negate_where(acts(&a[n][i], g), m);
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(q, y), s);
             }
         }

@@ -136,7 +136,7 @@ unsafe fn dot_iq3_xxs<const D: bool>(w: &[u8], a: &[BlockQ8K]) -> f32 {
         for g in 0..8 {
             let aux = xb.aux(g);
             let idx = &xb.grid[8 * g..8 * g + 8];
-            let (q0, q1) = grid8(std::array::from_fn(|k| *iq3_xxs::GRID.get_unchecked(idx[k] as usize)));
+            let (q0, q1) = grid8(std::array::from_fn(|k| iq3_xxs::GRID[idx[k] as usize]));
             // four 7-bit sign indices -> 32 sign bits -> byte masks
             let signs = u32::from_le_bytes(std::array::from_fn(|l| iq3_xxs::signs8(aux >> (7 * l))));
             let (y0, y1) = signed_acts(yb.qs.as_ptr().add(32 * g), sign_masks(signs));
@@ -158,8 +158,7 @@ unsafe fn dot_iq3_s<const D: bool>(w: &[u8], a: &[BlockQ8K]) -> f32 {
         for g in 0..8 {
             let (qs, qh) = (&xb.qs[8 * g..8 * g + 8], xb.qh[g] as usize);
             // 9-bit indices: a byte of qs and bit k of qh
-            let (q0, q1) =
-                grid8(std::array::from_fn(|k| *iq3_s::GRID.get_unchecked(qs[k] as usize | ((qh >> k) & 1) << 8)));
+            let (q0, q1) = grid8(std::array::from_fn(|k| iq3_s::GRID[qs[k] as usize | ((qh >> k) & 1) << 8]));
             let sg = &xb.signs[4 * g..4 * g + 4];
             let m = sign_masks(u32::from_le_bytes([sg[0], sg[1], sg[2], sg[3]]));
             let (y0, y1) = signed_acts(yb.qs.as_ptr().add(32 * g), m);
