@@ -90,10 +90,11 @@ impl ActFormat {
     pub(crate) fn for_weights(ty: GgmlType) -> Option<ActFormat> {
         use GgmlType as T;
         match ty {
-            T::Q4_0 | T::Q5_0 | T::Q8_0 => Some(ActFormat::Q8_0),
+            T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4NL | T::MXFP4 => Some(ActFormat::Q8_0),
             T::Q4_1 | T::Q5_1 => Some(ActFormat::Q8_1),
             T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K => Some(ActFormat::Q8K),
             T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S | T::IQ1M => Some(ActFormat::Q8K),
+            T::IQ4XS | T::IQ3XXS | T::IQ3S => Some(ActFormat::Q8K),
             T::F32 | T::F16 | T::BF16 => Some(ActFormat::F32),
             _ => None,
         }
@@ -127,7 +128,8 @@ impl QActs {
     }
 
     /// Quantise `n` rows of `k` f32 (`x.len() == n * k`) for weights of type
-    /// `wty`: Q8_0 (Q4_0, Q5_0, Q8_0), Q8_1 (Q4_1, Q5_1), Q8_K (K-quants) or a
+    /// `wty`: Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4), Q8_1 (Q4_1, Q5_1), Q8_K
+    /// (K-quants, IQ4_XS, IQ3_XXS, IQ3_S) or a
     /// plain f32 copy (F32, F16, BF16).
     ///
     /// Panics on caller bugs: an unsupported type, `k` not a whole number of
@@ -168,6 +170,18 @@ impl QActs {
     /// Elements per row.
     pub fn k(&self) -> usize {
         self.k
+    }
+
+    /// Every quantised activation back as f32 (`d * q`), for tests.
+    #[cfg(test)]
+    pub(crate) fn dequantized(&self) -> Vec<f32> {
+        match self.fmt {
+            Some(ActFormat::Q8_0) => self.q8_0.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
+            Some(ActFormat::Q8_1) => self.q8_1.iter().flat_map(|b| b.qs.map(|q| b.d.to_f32() * q as f32)).collect(),
+            Some(ActFormat::Q8K) => self.q8k.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
+            Some(ActFormat::F32) => self.f32.clone(),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -231,6 +245,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         T::IQ2S => quant::iq2_s::dequantize_row,
         T::IQ1S => quant::iq1_s::dequantize_row,
         T::IQ1M => quant::iq1_m::dequantize_row,
+        T::IQ4NL => quant::iq4::dequantize_row_nl,
+        T::IQ4XS => quant::iq4::dequantize_row_xs,
+        T::MXFP4 => quant::mxfp4::dequantize_row,
+        T::IQ3XXS => quant::iq3_xxs::dequantize_row,
+        T::IQ3S => quant::iq3_s::dequantize_row,
         _ => panic!("dequantize_row: no kernels for {ty}"),
     };
     f(src, dst)

@@ -59,6 +59,7 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q3K => &[108],
         T::Q6K => &[208],
         T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S => &[0],
+        T::IQ4NL | T::IQ4XS | T::IQ3XXS | T::IQ3S => &[0],
         _ => &[],
     }
 }
@@ -109,6 +110,12 @@ pub fn make_valid(ty: GgmlType, data: &mut [u8], rng: &mut Rng) {
                     let b = &mut block[49 + 2 * i];
                     *b = (*b & 0x0F) | ((bits >> (4 * i)) as u8 & 0x0F) << 4;
                 }
+            }
+        }
+        GgmlType::MXFP4 => {
+            // E8M0 exponents around 2^-10 (2^-11 after the doubled values).
+            for block in data.chunks_exact_mut(ty.type_size()) {
+                block[0] = 112 + rng.below(8) as u8;
             }
         }
         _ => {

@@ -12,7 +12,7 @@ use super::*;
 use crate::threads::ThreadPool;
 use half::f16;
 
-const TYPES: [GgmlType; 18] = [
+const TYPES: [GgmlType; 23] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -28,6 +28,11 @@ const TYPES: [GgmlType; 18] = [
     GgmlType::IQ2S,
     GgmlType::IQ1S,
     GgmlType::IQ1M,
+    GgmlType::IQ4NL,
+    GgmlType::MXFP4,
+    GgmlType::IQ4XS,
+    GgmlType::IQ3XXS,
+    GgmlType::IQ3S,
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -391,7 +396,7 @@ fn matrix_shapes_are_checked() {
     assert!(QMatrix::new(GgmlType::Q4K, &data, 2, 200).is_err());
     assert!(QMatrix::new(GgmlType::Q4K, &data, 3, 256).is_err());
     assert!(QMatrix::new(GgmlType::TQ1_0, &data[..54], 1, 256).is_err());
-    assert!(supports(GgmlType::Q6K) && !supports(GgmlType::Q8K) && !supports(GgmlType::IQ4XS));
+    assert!(supports(GgmlType::Q6K) && !supports(GgmlType::Q8K) && !supports(GgmlType::NVFP4));
 }
 
 #[test]

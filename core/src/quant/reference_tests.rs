@@ -154,6 +154,11 @@ fn scalar_dots_match_f32_math() {
         GgmlType::IQ2S,
         GgmlType::IQ1S,
         GgmlType::IQ1M,
+        GgmlType::IQ4NL,
+        GgmlType::MXFP4,
+        GgmlType::IQ4XS,
+        GgmlType::IQ3XXS,
+        GgmlType::IQ3S,
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -178,6 +183,41 @@ fn scalar_dots_match_f32_math() {
                 let bound = error_bound(ty, &wf, &x, k);
                 let err = (g as f64 - want).abs();
                 assert!(err <= bound, "{ty} k={k} row {r}: got {g}, f32 math {want}, |err| {err:e} > bound {bound:e}");
+            }
+        }
+    }
+}
+
+/// The IQ formats and MXFP4: the scalar dot equals `dequantised weights .
+/// dequantised activations` up to f32 rounding (the integer sums are exact;
+/// only the block scales are rounded), so a wrong grid value, sign or scale
+/// shows even where the activation error bound above would hide it.
+#[test]
+fn iq_scalar_dots_equal_dequantised_products() {
+    let mut rng = Rng::new(26);
+    let scalar = crate::kernels::Kernels::for_isa(crate::kernels::Isa::Scalar).expect("scalar path");
+    let pool = crate::threads::ThreadPool::new(1);
+    for ty in [GgmlType::IQ4NL, GgmlType::MXFP4, GgmlType::IQ4XS, GgmlType::IQ3XXS, GgmlType::IQ3S] {
+        for nb in [1, 2, 5] {
+            let (rows, k) = (8, nb * QK_K);
+            let wb = random_weights(ty, rows, k, &mut rng);
+            let x = rng.vec(k, 1.0);
+            let mut acts = QActs::new();
+            acts.quantize(ty, &x, 1, k);
+            let xq = acts.dequantized();
+            let w = crate::kernels::QMatrix::new(ty, &wb, rows, k).expect("matrix");
+            let mut got = vec![0.0; rows];
+            scalar.matmul(&pool, &w, &acts, &mut got);
+            let mut wf = vec![0.0f32; k];
+            for (r, &g) in got.iter().enumerate() {
+                dequantize_row(ty, w.row(r), &mut wf);
+                let want: f64 = wf.iter().zip(&xq).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let mag: f64 = wf.iter().zip(&xq).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let err = (g as f64 - want).abs();
+                assert!(
+                    err <= 1e-6 * mag + 1e-30,
+                    "{ty} k={k} row {r}: got {g}, dequantised product {want}, |err| {err:e}"
+                );
             }
         }
     }

@@ -13,7 +13,8 @@
 //! path computes exactly the scalar twin's integers.
 
 mod float;
-mod iquants;
+mod iq12;
+mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
@@ -115,11 +116,16 @@ macro_rules! table {
             q4_k: dot!(kquants::$m::q4_k),
             q5_k: dot!(kquants::$m::q5_k),
             q6_k: dot!(kquants::$m::q6_k),
-            iq2_xxs: dot!(iquants::$m::iq2_xxs),
-            iq2_xs: dot!(iquants::$m::iq2_xs),
-            iq2_s: dot!(iquants::$m::iq2_s),
-            iq1_s: dot!(iquants::$m::iq1_s),
-            iq1_m: dot!(iquants::$m::iq1_m),
+            iq2_xxs: dot!(iq12::$m::iq2_xxs),
+            iq2_xs: dot!(iq12::$m::iq2_xs),
+            iq2_s: dot!(iq12::$m::iq2_s),
+            iq1_s: dot!(iq12::$m::iq1_s),
+            iq1_m: dot!(iq12::$m::iq1_m),
+            iq4_nl: dot!(iq34::$m::iq4_nl),
+            mxfp4: dot!(iq34::$m::mxfp4),
+            iq4_xs: dot!(iq34::$m::iq4_xs),
+            iq3_xxs: dot!(iq34::$m::iq3_xxs),
+            iq3_s: dot!(iq34::$m::iq3_s),
             f32: float_dot!(f32, f32s),
             f16: float_dot!(f16, f16s),
             bf16: float_dot!(bf16, bf16s),

@@ -11,7 +11,8 @@
 
 mod float;
 mod i8mm;
-mod iquants;
+mod iq12;
+mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
@@ -56,11 +57,16 @@ macro_rules! table {
             q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::None, rows: Some(kquants::$m::q4_k_rows) },
             q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::None, rows: Some(kquants::$m::q5_k_rows) },
             q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::None, rows: Some(kquants::$m::q6_k_rows) },
-            iq2_xxs: Dot { one: iquants::$m::iq2_xxs, multi: Multi::None, rows: Some(iquants::$m::iq2_xxs_rows) },
-            iq2_xs: Dot { one: iquants::$m::iq2_xs, multi: Multi::None, rows: Some(iquants::$m::iq2_xs_rows) },
-            iq2_s: Dot { one: iquants::$m::iq2_s, multi: Multi::None, rows: Some(iquants::$m::iq2_s_rows) },
-            iq1_s: Dot { one: iquants::$m::iq1_s, multi: Multi::None, rows: Some(iquants::$m::iq1_s_rows) },
-            iq1_m: Dot { one: iquants::$m::iq1_m, multi: Multi::None, rows: Some(iquants::$m::iq1_m_rows) },
+            iq2_xxs: Dot { one: iq12::$m::iq2_xxs, multi: Multi::None, rows: Some(iq12::$m::iq2_xxs_rows) },
+            iq2_xs: Dot { one: iq12::$m::iq2_xs, multi: Multi::None, rows: Some(iq12::$m::iq2_xs_rows) },
+            iq2_s: Dot { one: iq12::$m::iq2_s, multi: Multi::None, rows: Some(iq12::$m::iq2_s_rows) },
+            iq1_s: Dot { one: iq12::$m::iq1_s, multi: Multi::None, rows: Some(iq12::$m::iq1_s_rows) },
+            iq1_m: Dot { one: iq12::$m::iq1_m, multi: Multi::None, rows: Some(iq12::$m::iq1_m_rows) },
+            iq4_nl: Dot { one: iq34::$m::iq4_nl, multi: Multi::None, rows: Some(iq34::$m::iq4_nl_rows) },
+            mxfp4: Dot { one: iq34::$m::mxfp4, multi: Multi::None, rows: Some(iq34::$m::mxfp4_rows) },
+            iq4_xs: Dot { one: iq34::$m::iq4_xs, multi: Multi::None, rows: Some(iq34::$m::iq4_xs_rows) },
+            iq3_xxs: Dot { one: iq34::$m::iq3_xxs, multi: Multi::None, rows: Some(iq34::$m::iq3_xxs_rows) },
+            iq3_s: Dot { one: iq34::$m::iq3_s, multi: Multi::None, rows: Some(iq34::$m::iq3_s_rows) },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
