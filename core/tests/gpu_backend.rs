@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
 use pocket_core::model::{BackendKind, KvType, LoadOptions, Logits, Model};
 use pocket_core::threads::ThreadPool;
 use pocket_core::Error;
@@ -16,7 +17,12 @@ fn path(name: &str) -> std::path::PathBuf {
 }
 
 fn load_gpu(name: &str) -> Option<Model> {
-    match Model::load_with(path(name), &LoadOptions { backend: BackendKind::Gpu, ..Default::default() }) {
+    load_gpu_file(&path(name))
+}
+
+fn load_gpu_file(file: &std::path::Path) -> Option<Model> {
+    let name = file.display();
+    match Model::load_with(file, &LoadOptions { backend: BackendKind::Gpu, ..Default::default() }) {
         Ok(m) => Some(m),
         Err(e @ Error::GpuUnavailable(_)) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
             panic!("POCKET_REQUIRE_GPU=1 but {e}")
@@ -99,6 +105,50 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         assert!(worst <= max_worst && mean <= max_mean, "{name}: logits differ by up to {worst} (mean {mean})");
         assert_eq!(agree, want.len() / v, "{name}: the top token differs");
     }
+}
+
+/// The bar the CPU path meets against llama.cpp (`model_logits.rs`), met
+/// with `--backend gpu`: every fixture file's teacher-forced logits, median
+/// KL <= 5e-3 and top-1 >= 12/16; F32 files within 1e-2 of transformers.
+#[test]
+fn every_fixture_file_on_the_gpu_matches_the_references() {
+    let dir = common::fixtures();
+    let manifest = common::manifest();
+    let mut checked = 0;
+    for m in manifest["models"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        if !["qwen3moe-tiny", "qwen35moe-tiny", "gemma3-tiny", "mixtral-tiny"].contains(&name) {
+            continue;
+        }
+        let tokens: Vec<u32> = m["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        for f in m["files"].as_array().unwrap() {
+            let file = f["gguf"].as_str().unwrap();
+            let Some(model) = load_gpu_file(&dir.join(file)) else { return };
+            let pool = ThreadPool::new(2);
+            let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
+            model.forward(&pool, &mut st, &tokens, Logits::All).unwrap();
+            let ours = st.logits();
+            let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
+            let v = model.n_vocab();
+            let (mut kls, mut top1) = (Vec::new(), 0);
+            for (a, b) in reference.f32.chunks_exact(v).zip(ours.chunks_exact(v)) {
+                kls.push(kl(a, b));
+                top1 += (argmax(a) == argmax(b)) as usize;
+            }
+            let med = median(kls);
+            eprintln!("{file} on the GPU: median KL {med:.2e}, top-1 {top1}/16, {:?}", model.backend_counters());
+            assert!(med <= 5e-3, "{file}: median KL {med}");
+            assert!(top1 >= 12, "{file}: top-1 agreement {top1}/16");
+            if f["type"] == "F32" {
+                let hf = read_npy(&dir.join(m["hf_logits"].as_str().unwrap()));
+                let d = max_abs_diff(ours, &hf.f32);
+                eprintln!("{file} on the GPU vs transformers: max |Δ| {d:.3e}");
+                assert!(d <= 1e-2, "{file}: max |Δ| {d} from transformers");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 14);
 }
 
 #[test]
