@@ -54,8 +54,9 @@ step "x86-64 tests (cargo test --workspace)"
 export POCKET_REQUIRE_GPU=1
 cargo test --workspace
 
-step "GPU kernels on lavapipe (cargo test -p pocket-core --features gpu)"
+step "GPU kernels and GPU-backend logits on lavapipe (cargo test -p pocket-core --features gpu)"
 cargo test -p pocket-core --features gpu --lib gpu::
+cargo test -p pocket-core --features gpu --test gpu_backend
 
 step "pocket-core without the gpu feature (the stand-in)"
 cargo test -p pocket-core --lib gpu::
