@@ -24,15 +24,17 @@ use crate::gpu::{AdapterInfo, Gpu, GpuMatrix};
 use crate::kernels::MatJob;
 use crate::threads::ThreadPool;
 
+/// Uploaded matrices by the address and length of their bytes; `None` for
+/// one the device refused (it stays on the CPU).
+type Uploads = HashMap<(usize, usize), Option<Arc<GpuMatrix>>>;
+
 /// Matrix products on a [`Gpu`], the rest on the CPU.
 pub struct GpuBackend {
     gpu: Gpu,
     /// The model file's bytes (address range): only weights inside it are
     /// uploaded, since only they never change under the same address.
     file: (usize, usize),
-    /// Uploaded matrices by the address and length of their bytes; `None`
-    /// for one the device refused (it stays on the CPU).
-    matrices: Mutex<HashMap<(usize, usize), Option<Arc<GpuMatrix>>>>,
+    matrices: Mutex<Uploads>,
     /// Reused buffers: activations as f32, and the device's output.
     io: Mutex<(Vec<f32>, Vec<f32>)>,
     on_gpu: AtomicU64,
