@@ -22,6 +22,8 @@ struct Inner {
     /// The most bytes one storage binding may hold here: the device's limit,
     /// or less when [`GpuOptions::max_binding_bytes`] says so.
     max_binding: u64,
+    /// The most workgroups per dispatch dimension (the device's, or fewer).
+    max_groups: u32,
     /// The bind group layout every matrix kernel shares: weights, x, y, params.
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
@@ -73,6 +75,11 @@ impl Gpu {
             return Err(Error::InvalidArgument(format!("a GPU binding limit of {max_binding} bytes is too small")));
         }
 
+        let max_groups = limits
+            .max_compute_workgroups_per_dimension
+            .min(opts.max_workgroups_per_dimension.unwrap_or(u32::MAX))
+            .max(1);
+
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("pocket matvec"),
             entries: &[
@@ -96,7 +103,8 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let inner = Inner { device, queue, info, max_binding, layout, pipeline_layout, matvec: Mutex::default() };
+        let inner =
+            Inner { device, queue, info, max_binding, max_groups, layout, pipeline_layout, matvec: Mutex::default() };
         Ok(Gpu { inner: Arc::new(inner) })
     }
 
@@ -108,6 +116,11 @@ impl Gpu {
     /// The most bytes one storage binding holds (see [`GpuOptions`]).
     pub fn max_binding_bytes(&self) -> u64 {
         self.inner.max_binding
+    }
+
+    /// The most workgroups one dispatch may have along each dimension.
+    pub(super) fn max_groups(&self) -> usize {
+        self.inner.max_groups as usize
     }
 
     pub(super) fn device(&self) -> &wgpu::Device {

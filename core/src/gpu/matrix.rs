@@ -88,7 +88,7 @@ impl GpuMatrix {
                 gpu.max_binding_bytes()
             ))
         })?;
-        let max_groups = gpu.info().limits.max_compute_workgroups_per_dimension.max(1) as usize;
+        let max_groups = gpu.max_groups();
         let device = gpu.device();
         let mut chunks = Vec::new();
         for row0 in (0..rows).step_by(per_chunk) {
@@ -155,7 +155,7 @@ impl GpuMatrix {
         // Tokens per dispatch: x and y must each fit one binding, and the
         // token index is the grid's z.
         let limit = self.gpu.max_binding_bytes() as usize;
-        let z_max = self.gpu.info().limits.max_compute_workgroups_per_dimension.max(1) as usize;
+        let z_max = self.gpu.max_groups();
         let batch = n.min(limit / (4 * self.cols)).min(limit / (4 * self.rows)).min(z_max);
         if batch == 0 {
             return Err(Error::InvalidArgument(format!(

@@ -68,4 +68,8 @@ pub struct GpuOptions {
     /// own limit (tests force the split of large matrices with it); `None`:
     /// the device's limit.
     pub max_binding_bytes: Option<u64>,
+    /// Use at most this many workgroups per dispatch dimension, below the
+    /// device's limit (tests force the two-dimensional row grid and the
+    /// token batches with it); `None`: the device's limit.
+    pub max_workgroups_per_dimension: Option<u32>,
 }

@@ -89,7 +89,7 @@ fn a_matrix_split_over_bindings_gives_the_same_products() {
     let Some(whole) = device(&GpuOptions::default()) else { return };
     // 4 KiB bindings: a few rows each (a chunk's byte length not a whole
     // word for F16 and Q8_0), and the activations of one token at a time.
-    let Some(split) = device(&GpuOptions { max_binding_bytes: Some(4096) }) else { return };
+    let Some(split) = device(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else { return };
     let mut rng = Rng::new(16);
     let rows = 37;
     for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0, GgmlType::F16] {
@@ -111,6 +111,28 @@ fn a_matrix_split_over_bindings_gives_the_same_products() {
 }
 
 #[test]
+fn rows_past_the_grid_limit_and_token_batches_give_the_same_products() {
+    let Some(whole) = device(&GpuOptions::default()) else { return };
+    // At most 7 workgroups per dimension: 37 rows take a 7 x 6 grid (the
+    // last rows of the y grid idle), 10 tokens go in batches of 7 and 3.
+    let small = GpuOptions { max_workgroups_per_dimension: Some(7), ..Default::default() };
+    let Some(grid) = device(&small) else { return };
+    let mut rng = Rng::new(7);
+    let (ty, rows, n) = (GgmlType::Q5K, 37, 10);
+    let cols = test_cols(ty);
+    let w = random_weights(ty, rows, cols, &mut rng);
+    let a = GpuMatrix::upload(&whole, ty, rows, cols, &w).unwrap();
+    let b = GpuMatrix::upload(&grid, ty, rows, cols, &w).unwrap();
+    let x = rng.vec(n * cols, 1.0);
+    let (mut ya, mut yb) = (Vec::new(), Vec::new());
+    a.matmul(&x, n, &mut ya).unwrap();
+    b.matmul(&x, n, &mut yb).unwrap();
+    assert_eq!(ya, yb);
+    let (want, scale) = reference(ty, rows, cols, &w, &x, n);
+    assert_close("Q5_K on a 7 x 6 grid", &yb, &want, &scale);
+}
+
+#[test]
 fn wrong_shapes_and_formats_are_errors() {
     let Some(gpu) = device(&GpuOptions::default()) else { return };
     let w = vec![0u8; 2 * 144];
@@ -121,7 +143,7 @@ fn wrong_shapes_and_formats_are_errors() {
     assert!(matches!(m.matvec(&[0.0; 255]), Err(Error::InvalidArgument(_))));
     assert!(matches!(m.matmul(&[], 0, &mut Vec::new()), Err(Error::InvalidArgument(_))));
     // A row larger than the binding cannot be split.
-    let Some(tiny) = device(&GpuOptions { max_binding_bytes: Some(64) }) else { return };
+    let Some(tiny) = device(&GpuOptions { max_binding_bytes: Some(64), ..Default::default() }) else { return };
     assert!(matches!(GpuMatrix::upload(&tiny, GgmlType::Q4K, 2, 256, &w), Err(Error::InvalidArgument(_))));
 }
 
