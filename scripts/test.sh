@@ -60,6 +60,7 @@ cargo test -p pocket-core --features gpu --test gpu_backend
 
 step "pocket-core without the gpu feature (the stand-in)"
 cargo test -p pocket-core --lib gpu::
+cargo test -p pocket-core --test gpu_backend
 
 if [ -x scripts/test-aarch64.sh ]; then
     step "aarch64 tests under qemu"

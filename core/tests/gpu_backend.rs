@@ -2,8 +2,9 @@
 //! logits (the GPU's matrix products see the CPU's quantised activations,
 //! so only f32 rounding differs), a prompt as one batch and tokens one at a
 //! time. Runs on lavapipe in `scripts/test.sh`; without an adapter it says
-//! why and passes, unless `POCKET_REQUIRE_GPU=1`.
-#![cfg(feature = "gpu")]
+//! why and passes, unless `POCKET_REQUIRE_GPU=1`. Built without the `gpu`
+//! feature, only the last test runs: asking for the GPU is then an error.
+#![cfg_attr(not(feature = "gpu"), allow(dead_code, unused_imports))]
 
 mod common;
 
@@ -62,6 +63,7 @@ fn tolerance(name: &str, range: f32) -> (f32, f32) {
     }
 }
 
+#[cfg(feature = "gpu")]
 #[test]
 fn gpu_logits_match_the_cpu_on_tiny_models() {
     let files = [
@@ -110,6 +112,7 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
 /// The bar the CPU path meets against llama.cpp (`model_logits.rs`), met
 /// with `--backend gpu`: every fixture file's teacher-forced logits, median
 /// KL <= 5e-3 and top-1 >= 12/16; F32 files within 1e-2 of transformers.
+#[cfg(feature = "gpu")]
 #[test]
 fn every_fixture_file_on_the_gpu_matches_the_references() {
     let dir = common::fixtures();
@@ -158,5 +161,16 @@ fn the_gpu_backend_refuses_a_memory_budget() {
         Err(Error::InvalidArgument(_) | Error::GpuUnavailable(_)) => {}
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("loaded under a budget on the GPU"),
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn without_the_gpu_feature_the_gpu_backend_is_unavailable() {
+    let opts = LoadOptions { backend: BackendKind::Gpu, ..Default::default() };
+    match Model::load_with(path("gemma3-tiny-Q8_0"), &opts) {
+        Err(Error::GpuUnavailable(e)) => assert!(e.contains("no GPU backend"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("loaded on a GPU backend that is not built"),
     }
 }
