@@ -132,6 +132,47 @@ fn rows_past_the_grid_limit_and_token_batches_give_the_same_products() {
     assert_close("Q5_K on a 7 x 6 grid", &yb, &want, &scale);
 }
 
+/// Every f16 bit pattern decodes exactly (subnormals, infinities, NaN): a
+/// 65,536 x 1 F16 matrix times [1] is the list of all values, and its rows
+/// run past the 65,535 workgroups of one grid dimension.
+#[test]
+fn every_f16_value_decodes_exactly() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let w: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+    let m = GpuMatrix::upload(&gpu, GgmlType::F16, 1 << 16, 1, &w).unwrap();
+    let got = m.matvec(&[1.0]).unwrap();
+    for (h, g) in (0..=u16::MAX).zip(got) {
+        let want = half::f16::from_bits(h).to_f32();
+        // Zeros lose their sign in the workgroup sum (0 + -0 = 0).
+        assert!(g == want || (g.is_nan() && want.is_nan()), "{h:#06x}: gpu {g} vs {want}");
+    }
+}
+
+/// Every module parses and validates in naga and translates to MSL (the
+/// Metal backend's input, which no machine here runs) and SPIR-V, with and
+/// without the f16 and subgroup capabilities.
+#[test]
+fn every_module_translates_to_msl_and_spirv() {
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+    for ty in FORMATS {
+        let source = super::shaders::matvec(ty).unwrap();
+        let module =
+            naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));
+        for caps in [Capabilities::empty(), Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP] {
+            let info = Validator::new(ValidationFlags::all(), caps)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{ty} ({caps:?}): {}", e.emit_to_string(&source)));
+            let msl_options = naga::back::msl::Options { lang_version: (2, 0), ..Default::default() };
+            let (msl, _) = naga::back::msl::write_string(&module, &info, &msl_options, &Default::default())
+                .unwrap_or_else(|e| panic!("{ty} to MSL: {e}"));
+            assert!(msl.contains("kernel void"), "{ty}: no compute kernel in the MSL");
+            let spv = naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+                .unwrap_or_else(|e| panic!("{ty} to SPIR-V: {e}"));
+            assert_eq!(spv.first(), Some(&0x0723_0203), "{ty}: SPIR-V magic");
+        }
+    }
+}
+
 #[test]
 fn wrong_shapes_and_formats_are_errors() {
     let Some(gpu) = device(&GpuOptions::default()) else { return };
