@@ -14,6 +14,9 @@ command -v aarch64-linux-gnu-gcc >/dev/null || need_apt+=(gcc-aarch64-linux-gnu)
 [ -d /usr/aarch64-linux-gnu/lib ] || need_apt+=(libc6-dev-arm64-cross)
 command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
 command -v python3 >/dev/null || need_apt+=(python3 python3-pip)
+# The GPU tests run on Mesa's software Vulkan driver (lavapipe).
+compgen -G '/usr/share/vulkan/icd.d/lvp_icd.*.json' >/dev/null || need_apt+=(mesa-vulkan-drivers)
+ldconfig -p | grep -q 'libvulkan\.so\.1' || need_apt+=(libvulkan1)
 if [ ${#need_apt[@]} -gt 0 ]; then
     step "installing ${need_apt[*]}"
     sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -45,7 +48,19 @@ cargo fmt --all -- --check
 # Includes xtask's tests: the JNA pin in android/pocket/build.gradle.kts (>= 5.18.1, for
 # 16 KB pages) and the ELF alignment checker on hand-made libraries, aligned and not.
 step "x86-64 tests (cargo test --workspace)"
+# The CLI enables pocket-core's `gpu` feature, so the workspace's core tests
+# include the GPU kernels on lavapipe; with the driver installed above, a
+# missing adapter is a failure, not a skip.
+export POCKET_REQUIRE_GPU=1
 cargo test --workspace
+
+step "GPU kernels and GPU-backend logits on lavapipe (cargo test -p pocket-core --features gpu)"
+cargo test -p pocket-core --features gpu --lib gpu::
+cargo test -p pocket-core --features gpu --test gpu_backend
+
+step "pocket-core without the gpu feature (the stand-in)"
+cargo test -p pocket-core --lib gpu::
+cargo test -p pocket-core --test gpu_backend
 
 if [ -x scripts/test-aarch64.sh ]; then
     step "aarch64 tests under qemu"

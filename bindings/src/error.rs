@@ -102,6 +102,9 @@ impl From<CoreError> for PocketError {
             CoreError::OutOfMemory(_) => PocketError::OutOfMemory { reason },
             CoreError::ContextFull { .. } => PocketError::ContextFull { reason },
             CoreError::Cancelled => PocketError::Cancelled { reason },
+            // No GPU (or a driver that refuses one) is the model's setting an app can change.
+            CoreError::GpuUnavailable(_) => PocketError::UnsupportedModel { reason },
+            CoreError::Gpu(_) => PocketError::Internal { reason },
             // `Error` is non-exhaustive: a variant added later is a bug until it is mapped here.
             _ => PocketError::Internal { reason },
         }

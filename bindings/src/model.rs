@@ -188,7 +188,7 @@ impl PocketModel {
 
 impl PocketModel {
     fn build(file: GgufFile, options: &LoadOptions, progress: &Progress) -> Result<Arc<Self>, PocketError> {
-        let opts = pocket_core::model::LoadOptions { memory_budget: options.memory_budget_bytes };
+        let opts = pocket_core::model::LoadOptions { memory_budget: options.memory_budget_bytes, ..Default::default() };
         let model = Model::from_gguf_with(file, &opts)?;
         progress.report(1.0);
         Ok(Arc::new(PocketModel { model: Arc::new(model), threads: options.threads }))

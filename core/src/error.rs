@@ -101,4 +101,14 @@ pub enum Error {
     ContextFull { n_ctx: usize },
     #[error("cancelled")]
     Cancelled,
+
+    // ---- The GPU backend -------------------------------------------------
+    /// No usable GPU: not built with the `gpu` feature, no adapter, or the
+    /// driver refused a device. The message is the driver's or wgpu's.
+    #[error("GPU unavailable: {0}")]
+    GpuUnavailable(String),
+    /// The GPU failed while running: a shader or pipeline the driver rejected,
+    /// a lost device, a failed readback.
+    #[error("GPU error: {0}")]
+    Gpu(String),
 }

@@ -6,6 +6,8 @@
 //! - [`gguf`]: the hardened GGUF reader over a memory map.
 //! - [`kernels`]: matmul and f32 helpers, with SIMD paths chosen at start-up.
 //! - [`threads`]: the persistent worker pool.
+//! - [`gpu`]: the optional GPU backend on wgpu (cargo feature `gpu`; without
+//!   it a stand-in with the same API answers "not built with the GPU backend").
 //! - [`model`]: one file per architecture, built from shared blocks around a
 //!   shared trunk; the `Backend` seam the blocks compute through.
 //! - [`tokenizer`]: GGUF tokenizers (byte-level BPE, SentencePiece), exact with llama.cpp.
@@ -16,6 +18,7 @@
 pub mod chat;
 pub mod error;
 pub mod gguf;
+pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod quant;

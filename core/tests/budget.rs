@@ -48,7 +48,7 @@ fn logits_with_a_budget_equal_logits_without() {
         // are read ahead as well.
         let half = plan.minimum_budget_bytes + plan.expert_bytes / 2;
         for budget in [plan.minimum_budget_bytes, plan.minimum_budget_bytes + 3 * plan.slot_bytes, half] {
-            let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget }).unwrap();
+            let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget, ..Default::default() }).unwrap();
             assert!(m.memory_plan(budget).cache_slots > 0);
             let got = run(&m, &prompt());
             assert!(got == want, "{name}, budget {budget}: logits differ from the mapped model's");
@@ -62,7 +62,7 @@ fn the_cache_counts_hits_and_misses_and_reads_only_what_misses() {
     let plan = Model::load(path(name)).unwrap().memory_plan(0);
     // Room for every expert: after the first pass, everything hits.
     let all = plan.minimum_budget_bytes + plan.expert_bytes;
-    let m = Model::load_with(path(name), &LoadOptions { memory_budget: all }).unwrap();
+    let m = Model::load_with(path(name), &LoadOptions { memory_budget: all, ..Default::default() }).unwrap();
     let pool = ThreadPool::new(2);
     let mut st = m.new_state(64, KvType::F16).unwrap();
     m.forward(&pool, &mut st, &prompt(), Logits::Last).unwrap();
@@ -80,7 +80,7 @@ fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
     for name in ["qwen35moe-tiny-Q2_K", "gemma3-tiny-Q8_0"] {
         let plan = Model::load(path(name)).unwrap().memory_plan(0);
         let below = plan.minimum_budget_bytes - 1;
-        match Model::load_with(path(name), &LoadOptions { memory_budget: below }) {
+        match Model::load_with(path(name), &LoadOptions { memory_budget: below, ..Default::default() }) {
             Err(Error::OutOfMemory(why)) => {
                 assert!(why.contains(&plan.minimum_budget_bytes.to_string()), "{why}")
             }
@@ -91,7 +91,9 @@ fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
     // A session larger than the budget left for it is refused at creation.
     let name = "qwen35moe-tiny-Q2_K";
     let plan = Model::load(path(name)).unwrap().memory_plan(0);
-    let m = Model::load_with(path(name), &LoadOptions { memory_budget: plan.minimum_budget_bytes }).unwrap();
+    let m =
+        Model::load_with(path(name), &LoadOptions { memory_budget: plan.minimum_budget_bytes, ..Default::default() })
+            .unwrap();
     assert!(m.new_state(4096, KvType::F16).is_ok(), "the default session fits");
     assert!(matches!(m.new_state(1 << 20, KvType::F32), Err(Error::OutOfMemory(_))));
 }
@@ -103,7 +105,8 @@ fn a_file_truncated_under_a_budgeted_model_is_an_io_error_and_recoverable() {
     let tmp = std::env::temp_dir().join(format!("pocket-budget-{}.gguf", std::process::id()));
     std::fs::copy(&src, &tmp).unwrap();
     let plan = Model::load(&tmp).unwrap().memory_plan(0);
-    let m = Model::load_with(&tmp, &LoadOptions { memory_budget: plan.minimum_budget_bytes }).unwrap();
+    let m = Model::load_with(&tmp, &LoadOptions { memory_budget: plan.minimum_budget_bytes, ..Default::default() })
+        .unwrap();
     let pool = ThreadPool::new(2);
     let mut st = m.new_state(64, KvType::F16).unwrap();
     let bytes = std::fs::read(&tmp).unwrap();
@@ -131,7 +134,7 @@ fn sequences_sharing_a_small_cache_compute_what_the_mapped_model_computes() {
     let prompts: Vec<Vec<u32>> = (0..4).map(|k| (0..16).map(|i| 50 + 11 * k + 29 * i).collect()).collect();
     let want: Vec<_> = prompts.iter().map(|p| run(&mapped, p)).collect();
     let budget = plan.minimum_budget_bytes + 4 * plan.slot_bytes;
-    let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget }).unwrap();
+    let m = Model::load_with(path(name), &LoadOptions { memory_budget: budget, ..Default::default() }).unwrap();
     std::thread::scope(|s| {
         for (p, w) in prompts.iter().zip(&want) {
             let m = &m;
@@ -148,8 +151,11 @@ fn sequences_sharing_a_small_cache_compute_what_the_mapped_model_computes() {
 fn experts_read_ahead_are_counted_and_served_as_hits() {
     let name = "qwen35moe-tiny-Q2_K";
     let plan = Model::load(path(name)).unwrap().memory_plan(0);
-    let m = Model::load_with(path(name), &LoadOptions { memory_budget: plan.minimum_budget_bytes + plan.expert_bytes })
-        .unwrap();
+    let m = Model::load_with(
+        path(name),
+        &LoadOptions { memory_budget: plan.minimum_budget_bytes + plan.expert_bytes, ..Default::default() },
+    )
+    .unwrap();
     let pool = ThreadPool::new(2);
     let mut st = m.new_state(64, KvType::F16).unwrap();
     m.forward(&pool, &mut st, &prompt(), Logits::Last).unwrap();

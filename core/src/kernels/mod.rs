@@ -162,6 +162,29 @@ impl QActs {
         }
     }
 
+    /// The activations as the dot products see them, as f32 (`[n][k]`): the
+    /// quantised values times their block scales, or the f32 copy. A second
+    /// backend fed these computes what the CPU computes, up to rounding.
+    pub fn dequantize(&self, out: &mut Vec<f32>) {
+        out.clear();
+        match self.fmt {
+            Some(ActFormat::Q8_0) => {
+                out.extend(self.q8_0.iter().flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32)));
+            }
+            Some(ActFormat::Q8_1) => {
+                out.extend(self.q8_1.iter().flat_map(|b| {
+                    let d = b.d.to_f32();
+                    b.qs.iter().map(move |&q| d * q as f32)
+                }));
+            }
+            Some(ActFormat::Q8K) => {
+                out.extend(self.q8k.iter().flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32)));
+            }
+            Some(ActFormat::F32) => out.extend_from_slice(&self.f32),
+            None => {}
+        }
+    }
+
     /// Number of activation rows.
     pub fn n(&self) -> usize {
         self.n

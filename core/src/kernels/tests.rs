@@ -604,3 +604,36 @@ fn float_multi_row_kernels_equal_the_one_row_kernel_to_the_bit() {
         }
     }
 }
+
+/// `QActs::dequantize` gives the values the dot products use: the f32 dot of
+/// the dequantised weights with them is the CPU product, up to rounding.
+#[test]
+fn dequantized_activations_are_what_the_products_see() {
+    let mut rng = Rng::new(77);
+    let pool = ThreadPool::new(1);
+    let (rows, n) = (5, 2);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K, GgmlType::F16] {
+        let cols = 512;
+        let w = random_weights(ty, rows, cols, &mut rng);
+        let m = QMatrix::new(ty, &w, rows, cols).unwrap();
+        let x = rng.vec(n * cols, 1.0);
+        let mut acts = QActs::new();
+        acts.quantize(ty, &x, n, cols);
+        let mut got = vec![0f32; n * rows];
+        matmul(&pool, &m, &acts, &mut got);
+        let mut xq = Vec::new();
+        acts.dequantize(&mut xq);
+        assert_eq!(xq.len(), n * cols, "{ty}");
+        let mut row = vec![0f32; cols];
+        for r in 0..rows {
+            dequantize_row(ty, m.row(r), &mut row);
+            for t in 0..n {
+                let xt = &xq[t * cols..(t + 1) * cols];
+                let want: f64 = row.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let scale: f64 = row.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                let g = got[t * rows + r] as f64;
+                assert!((g - want).abs() <= 1e-5 * scale + 1e-7, "{ty} row {r} token {t}: {g} vs {want}");
+            }
+        }
+    }
+}

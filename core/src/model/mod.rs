@@ -10,6 +10,7 @@ mod budget;
 mod cache;
 mod expert_cache;
 mod gemma3;
+mod gpu_backend;
 mod hparams;
 mod identity;
 mod llama;
@@ -26,8 +27,9 @@ pub use blocks::moe::Routing;
 pub use budget::{default_context, MemoryPlan, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};
 pub use expert_cache::ExpertIo;
+pub use gpu_backend::{BackendCounters, GpuBackend};
 pub use identity::ModelIdentity;
-pub use network::{LoadOptions, Model, Network};
+pub use network::{BackendKind, LoadOptions, Model, Network};
 pub use state::{Checkpoint, LayerState, State};
 
 use crate::error::{Error, Result};

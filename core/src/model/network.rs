@@ -8,8 +8,9 @@ use super::blocks::moe::Routing;
 use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan};
 use super::cache::{KvType, Logits};
 use super::expert_cache::ExpertCache;
+use super::gpu_backend::{BackendCounters, GpuBackend};
 use super::identity::ModelIdentity;
-use super::pass::{Cpu, Pass};
+use super::pass::{Backend, Cpu, Pass};
 use super::scratch::take;
 use super::state::{LayerKind, LayerState, Scratch, State};
 use super::trunk::Trunk;
@@ -17,6 +18,7 @@ use super::weights::Experts;
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
+use crate::gpu::{AdapterInfo, Gpu, GpuOptions};
 use crate::threads::ThreadPool;
 use crate::tokenizer::Tokenizer;
 
@@ -62,6 +64,50 @@ pub struct LoadOptions {
     /// The most memory the model and one session may use, in bytes; 0 = no
     /// budget (the file is mapped and the OS pages it). See [`MemoryPlan`].
     pub memory_budget: u64,
+    /// The device that computes the passes.
+    pub backend: BackendKind,
+}
+
+/// Which device computes a model's passes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The CPU, until a measurement on a device shows the GPU ahead there
+    /// (today's GPU backend is the correct foundation, not yet the fast one).
+    #[default]
+    Auto,
+    Cpu,
+    /// The GPU backend ([`GpuBackend`]: matrix products on the device). No
+    /// GPU, or a build without the `gpu` feature, is
+    /// [`Error::GpuUnavailable`] at load; it does not run under a memory
+    /// budget yet ([`Error::InvalidArgument`]).
+    Gpu,
+}
+
+impl BackendKind {
+    /// `auto`, `cpu` or `gpu`.
+    pub fn from_name(name: &str) -> Option<BackendKind> {
+        match name {
+            "auto" => Some(BackendKind::Auto),
+            "cpu" => Some(BackendKind::Cpu),
+            "gpu" => Some(BackendKind::Gpu),
+            _ => None,
+        }
+    }
+}
+
+/// The backend a model was loaded with.
+enum Device {
+    Cpu,
+    Gpu(Box<GpuBackend>),
+}
+
+impl Device {
+    fn backend(&self) -> &dyn Backend {
+        match self {
+            Device::Cpu => &Cpu,
+            Device::Gpu(g) => g.as_ref(),
+        }
+    }
 }
 
 /// Whether a mapped model's passes tell the OS which expert slabs come next
@@ -137,6 +183,7 @@ pub struct Model {
     template: std::result::Result<ChatTemplate, String>,
     budget: Option<Budget>,
     faults: FaultWatch,
+    device: Device,
 }
 
 impl Model {
@@ -185,14 +232,45 @@ impl Model {
                 Some(Budget { bytes, plan, cache })
             }
         };
+        let device = match opts.backend {
+            BackendKind::Auto | BackendKind::Cpu => Device::Cpu,
+            BackendKind::Gpu if budget.is_some() => {
+                return Err(Error::InvalidArgument("the GPU backend does not run under a memory budget yet".into()))
+            }
+            BackendKind::Gpu => {
+                let gpu = Gpu::new(&GpuOptions::default())?;
+                Device::Gpu(Box::new(GpuBackend::new(gpu, file.source().bytes())))
+            }
+        };
         let faults = FaultWatch::default();
         faults.left.store(FaultWatch::PASSES, std::sync::atomic::Ordering::Relaxed); // a fresh mapping is cold
-        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, template, budget, faults })
+        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, template, budget, faults, device })
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
     pub fn memory_plan(&self, budget: u64) -> MemoryPlan {
         MemoryPlan::new(&self.file, self.net.as_ref(), budget, self.summary.context_length)
+    }
+
+    /// `cpu` or `gpu`: the backend the passes run on.
+    pub fn backend_name(&self) -> &'static str {
+        self.device.backend().name()
+    }
+
+    /// The GPU adapter, when the model runs on the GPU.
+    pub fn adapter(&self) -> Option<&AdapterInfo> {
+        match &self.device {
+            Device::Gpu(g) => Some(g.adapter()),
+            Device::Cpu => None,
+        }
+    }
+
+    /// Where the matrix products ran since load (the GPU backend only).
+    pub fn backend_counters(&self) -> Option<BackendCounters> {
+        match &self.device {
+            Device::Gpu(g) => Some(g.counters()),
+            Device::Cpu => None,
+        }
     }
 
     /// The budget the model was loaded with (0 = none).
@@ -273,7 +351,15 @@ impl Model {
         let experts = self.budget.as_ref().and_then(|b| b.cache.as_ref());
         let source = self.file.source();
         let map = (source.is_mapped() && self.faults.advise()).then_some(source);
-        let pass = Pass { file: source.bytes(), pool, backend: &Cpu, experts, map, pos0: start, n: tokens.len() };
+        let pass = Pass {
+            file: source.bytes(),
+            pool,
+            backend: self.device.backend(),
+            experts,
+            map,
+            pos0: start,
+            n: tokens.len(),
+        };
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
         trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));

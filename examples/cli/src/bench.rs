@@ -127,6 +127,8 @@ pub fn run(args: Args) -> Result<(), String> {
         "build": build,
         "load_ms": load_ms,
         "memory_budget": args.budget.bytes,
+        "backend": model.backend_name(),
+        "adapter": model.adapter().map(|a| json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info})),
         "warmup": !args.no_warmup,
         "varied": args.varied,
     });
@@ -134,8 +136,10 @@ pub fn run(args: Args) -> Result<(), String> {
         0 => String::new(),
         b => format!(" budget:{b}"),
     };
+    // CPU runs keep the fingerprint they always had; a GPU run names its adapter.
+    let device = model.adapter().map_or(String::new(), |a| format!(" gpu:{}", a.name.replace(' ', "_")));
     let fingerprint = format!(
-        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget}{} {build}",
+        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget}{device}{} {build}",
         summary.architecture,
         summary.quantization,
         kv.name(),

@@ -7,6 +7,7 @@
 mod bench;
 mod bench_kernels;
 mod fingerprint;
+mod gpu_info;
 mod inspect;
 mod logits;
 mod memory;
@@ -49,6 +50,7 @@ enum Command {
     Bench(bench::Args),
     Perplexity(perplexity::Args),
     BenchKernels(bench_kernels::Args),
+    GpuInfo(gpu_info::Args),
 }
 
 fn main() -> ExitCode {
@@ -89,6 +91,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Bench(a) => bench::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::BenchKernels(a) => bench_kernels::run(a),
+        Command::GpuInfo(a) => gpu_info::run(a),
     }
 }
 

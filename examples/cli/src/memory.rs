@@ -1,10 +1,10 @@
-//! `--memory-budget SIZE`: load a model under a memory budget (see
-//! `pocket_core::model::MemoryPlan`), shared by `run`, `chat`, `bench`,
-//! `logits` and `perplexity`.
+//! How a command loads its model: `--memory-budget SIZE` (see
+//! `pocket_core::model::MemoryPlan`) and `--backend cpu|gpu`, shared by
+//! `run`, `chat`, `bench`, `logits` and `perplexity`.
 
-use pocket_core::model::{LoadOptions, Model};
+use pocket_core::model::{BackendKind, LoadOptions, Model};
 
-/// The memory budget of a command that loads a model.
+/// The memory budget and backend of a command that loads a model.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct Budget {
     /// Keep the model and one session within SIZE bytes (6G, 5500M, or bytes):
@@ -12,13 +12,21 @@ pub struct Budget {
     /// a cache sized to the rest; 0 = no budget (map the file)
     #[arg(long = "memory-budget", value_name = "SIZE", default_value = "0", value_parser = parse_size)]
     pub bytes: u64,
+    /// Device for the passes: cpu, gpu (matrix products on the GPU), or auto (= cpu for now)
+    #[arg(long, value_name = "DEVICE", default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendKind,
 }
 
 impl Budget {
-    /// Load `path` under this budget; errors name the file.
+    /// Load `path` under this budget on this backend; errors name the file.
     pub fn load(&self, path: &str) -> Result<Model, String> {
-        Model::load_with(path, &LoadOptions { memory_budget: self.bytes }).map_err(|e| format!("{path}: {e}"))
+        let opts = LoadOptions { memory_budget: self.bytes, backend: self.backend };
+        Model::load_with(path, &opts).map_err(|e| format!("{path}: {e}"))
     }
+}
+
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    BackendKind::from_name(s).ok_or_else(|| format!("'{s}' is not a backend (cpu, gpu or auto)"))
 }
 
 /// `6G`, `5500M`, `512K`, `1T` (powers of 1024, an optional `i`/`B`/`iB`

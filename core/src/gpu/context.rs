@@ -1,0 +1,255 @@
+//! The device: a headless wgpu adapter and device, its limits, the compiled
+//! kernels, and the few helpers every upload and dispatch shares.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::info::{AdapterInfo, GpuLimits};
+use super::{shaders, GpuOptions};
+use crate::quant::GgmlType;
+use crate::{Error, Result};
+
+/// One headless GPU device and its queue. Clones share the device.
+#[derive(Clone)]
+pub struct Gpu {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: AdapterInfo,
+    /// The most bytes one storage binding may hold here: the device's limit,
+    /// or less when [`GpuOptions::max_binding_bytes`] says so.
+    max_binding: u64,
+    /// The most workgroups per dispatch dimension (the device's, or fewer).
+    max_groups: u32,
+    /// The bind group layout every matrix kernel shares: weights, x, y, params.
+    layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    /// Matrix-vector pipelines, compiled on first use per format.
+    matvec: Mutex<HashMap<GgmlType, Arc<wgpu::ComputePipeline>>>,
+}
+
+impl Gpu {
+    /// Open the best adapter Vulkan or Metal offers, headless. No adapter, or
+    /// a driver that refuses a device, is [`Error::GpuUnavailable`] with the
+    /// driver's message, never a panic.
+    pub fn new(opts: &GpuOptions) -> Result<Gpu> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+        desc.backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL;
+        // No validation layers: they are a debugging aid, slow, and often absent.
+        desc.flags = wgpu::InstanceFlags::empty();
+        let instance = wgpu::Instance::new(desc);
+        let options = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            // The adapter's real limits, not rounded down to a bucket.
+            apply_limit_buckets: false,
+        };
+        let adapter = pollster::block_on(instance.request_adapter(&options))
+            .map_err(|e| Error::GpuUnavailable(format!("no Vulkan or Metal adapter: {e}")))?;
+        let info = describe(&adapter);
+        // Ask for everything the adapter offers: the storage binding size in
+        // particular decides how large matrices are split.
+        let limits = adapter.limits();
+        let request = wgpu::DeviceDescriptor {
+            label: Some("pocket"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&request))
+            .map_err(|e| Error::GpuUnavailable(format!("{} ({}): {e}", info.name, info.driver)))?;
+        // Errors outside an error scope must not panic (wgpu's default).
+        device.on_uncaptured_error(Arc::new(|e| log::error!("gpu: {e}")));
+
+        let mut max_binding = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        if let Some(cap) = opts.max_binding_bytes {
+            max_binding = max_binding.min(cap);
+        }
+        // Offsets inside a binding are u32 in the kernels, and bindings are whole words.
+        max_binding = max_binding.min(u32::MAX as u64) & !3;
+        if max_binding < 4 {
+            return Err(Error::InvalidArgument(format!("a GPU binding limit of {max_binding} bytes is too small")));
+        }
+
+        let max_groups = limits
+            .max_compute_workgroups_per_dimension
+            .min(opts.max_workgroups_per_dimension.unwrap_or(u32::MAX))
+            .max(1);
+
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("pocket matvec"),
+            entries: &[
+                storage_entry(0, true),
+                storage_entry(1, true),
+                storage_entry(2, false),
+                wgpu::BindGroupLayoutEntry {
+                    binding: 3,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: wgpu::BindingType::Buffer {
+                        ty: wgpu::BufferBindingType::Uniform,
+                        has_dynamic_offset: false,
+                        min_binding_size: None,
+                    },
+                    count: None,
+                },
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("pocket matvec"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let inner =
+            Inner { device, queue, info, max_binding, max_groups, layout, pipeline_layout, matvec: Mutex::default() };
+        Ok(Gpu { inner: Arc::new(inner) })
+    }
+
+    /// The adapter this device runs on.
+    pub fn info(&self) -> &AdapterInfo {
+        &self.inner.info
+    }
+
+    /// The most bytes one storage binding holds (see [`GpuOptions`]).
+    pub fn max_binding_bytes(&self) -> u64 {
+        self.inner.max_binding
+    }
+
+    /// The most workgroups one dispatch may have along each dimension.
+    pub(super) fn max_groups(&self) -> usize {
+        self.inner.max_groups as usize
+    }
+
+    pub(super) fn device(&self) -> &wgpu::Device {
+        &self.inner.device
+    }
+
+    pub(super) fn queue(&self) -> &wgpu::Queue {
+        &self.inner.queue
+    }
+
+    pub(super) fn layout(&self) -> &wgpu::BindGroupLayout {
+        &self.inner.layout
+    }
+
+    /// The matrix-vector pipeline for weights of type `ty`, compiled once.
+    pub(super) fn matvec_pipeline(&self, ty: GgmlType) -> Result<Arc<wgpu::ComputePipeline>> {
+        let mut cache = self.inner.matvec.lock().map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?;
+        if let Some(p) = cache.get(&ty) {
+            return Ok(p.clone());
+        }
+        let source =
+            shaders::matvec(ty).ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
+        let device = &self.inner.device;
+        let pipeline = self.scoped(&format!("compiling the {ty} kernel"), || {
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(ty.name()),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+            device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(ty.name()),
+                layout: Some(&self.inner.pipeline_layout),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            })
+        })?;
+        let pipeline = Arc::new(pipeline);
+        cache.insert(ty, pipeline.clone());
+        Ok(pipeline)
+    }
+
+    /// Run `f`, turning the validation and out-of-memory errors it raises on
+    /// this thread into [`Error::Gpu`] (wgpu reports them asynchronously).
+    pub(super) fn scoped<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+        let device = &self.inner.device;
+        let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let out = f();
+        let oom = pollster::block_on(memory.pop());
+        let invalid = pollster::block_on(validation.pop());
+        match oom.or(invalid) {
+            Some(wgpu::Error::OutOfMemory { .. }) => Err(Error::OutOfMemory(format!("GPU memory while {what}"))),
+            Some(e) => Err(Error::Gpu(format!("{what}: {e}"))),
+            None => Ok(out),
+        }
+    }
+
+    /// Wait for the queue, then copy `bytes` bytes of the mappable `buffer` out.
+    pub(super) fn read_f32(&self, buffer: &wgpu::Buffer, bytes: u64, out: &mut Vec<f32>) -> Result<()> {
+        let slice = buffer.slice(..bytes);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.inner
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("waiting for the GPU: {e}")))?;
+        rx.recv()
+            .map_err(|_| Error::Gpu("the readback was dropped".into()))?
+            .map_err(|e| Error::Gpu(format!("mapping the readback: {e}")))?;
+        {
+            let view = slice.get_mapped_range().map_err(|e| Error::Gpu(format!("reading back: {e}")))?;
+            out.clear();
+            out.extend(view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+        }
+        buffer.unmap();
+        Ok(())
+    }
+}
+
+fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+/// wgpu's adapter description as plain data.
+fn describe(adapter: &wgpu::Adapter) -> AdapterInfo {
+    let i = adapter.get_info();
+    let f = adapter.features();
+    let l = adapter.limits();
+    let device_type = match i.device_type {
+        wgpu::DeviceType::Cpu => "cpu",
+        wgpu::DeviceType::IntegratedGpu => "integrated",
+        wgpu::DeviceType::DiscreteGpu => "discrete",
+        wgpu::DeviceType::VirtualGpu => "virtual",
+        wgpu::DeviceType::Other => "other",
+    };
+    AdapterInfo {
+        name: i.name,
+        driver: i.driver,
+        driver_info: i.driver_info,
+        backend: i.backend.to_string(),
+        device_type: device_type.to_string(),
+        vendor: i.vendor,
+        device: i.device,
+        shader_f16: f.contains(wgpu::Features::SHADER_F16),
+        subgroups: f.contains(wgpu::Features::SUBGROUP),
+        subgroup_min_size: i.subgroup_min_size,
+        subgroup_max_size: i.subgroup_max_size,
+        features: f.iter_names().map(|(name, _)| name.to_string()).collect(),
+        limits: GpuLimits {
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            max_compute_workgroup_size_x: l.max_compute_workgroup_size_x,
+            max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+            min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+        },
+    }
+}

@@ -1,0 +1,75 @@
+//! The optional GPU backend: WGSL compute on wgpu (Vulkan on Android and
+//! Linux, Metal on Apple).
+//!
+//! - [`Gpu`]: one headless device and its queue ([`Gpu::new`]); what the
+//!   adapter is and can do ([`AdapterInfo`]).
+//! - [`GpuMatrix`]: a weight matrix uploaded once, in its GGUF block format
+//!   (the kernels read the file's bytes through `array<u32>`, nothing is
+//!   repacked on the CPU), split over several bindings when it is larger than
+//!   the device allows one binding to be; `matvec` and `matmul` against f32
+//!   activations, accumulating in f32.
+//!
+//! The CPU path is the reference: every format is tested against
+//! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
+//!
+//! Built without the cargo feature `gpu`, the same API is a stand-in whose
+//! constructors answer [`Error::GpuUnavailable`](crate::Error::GpuUnavailable)
+//! ("not built with the GPU backend"), so call sites carry no `cfg`.
+
+mod info;
+
+use crate::quant::GgmlType;
+
+pub use info::{AdapterInfo, GpuLimits};
+
+#[cfg(feature = "gpu")]
+mod context;
+#[cfg(feature = "gpu")]
+mod matrix;
+#[cfg(feature = "gpu")]
+mod shaders;
+#[cfg(feature = "gpu")]
+pub use context::Gpu;
+#[cfg(feature = "gpu")]
+pub use matrix::GpuMatrix;
+
+#[cfg(not(feature = "gpu"))]
+mod stand_in;
+#[cfg(not(feature = "gpu"))]
+pub use stand_in::{Gpu, GpuMatrix};
+
+#[cfg(all(test, feature = "gpu"))]
+mod tests;
+
+/// The formats the GPU computes with, in GGUF id order.
+pub const FORMATS: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::BF16,
+];
+
+/// Whether this build has the GPU backend (the cargo feature `gpu`).
+pub const BUILT: bool = cfg!(feature = "gpu");
+
+/// How to open the device.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// Use at most this many bytes per storage binding, below the device's
+    /// own limit (tests force the split of large matrices with it); `None`:
+    /// the device's limit.
+    pub max_binding_bytes: Option<u64>,
+    /// Use at most this many workgroups per dispatch dimension, below the
+    /// device's limit (tests force the two-dimensional row grid and the
+    /// token batches with it); `None`: the device's limit.
+    pub max_workgroups_per_dimension: Option<u32>,
+}

@@ -1,0 +1,103 @@
+// y[t][row0 + r] = W[r] . x[t] for the rows r of one binding of a weight
+// matrix in a GGUF block format, and the tokens t of a batch.
+//
+// The weights are the file's bytes as they lie (`array<u32>`, read with the
+// byte helpers below); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
+// and `block_dot(offset, xi)`: the dot product of the block at byte `offset`
+// with x[xi .. xi + BLOCK_ELEMS], accumulated in f32.
+//
+// One workgroup per (row, token): its invocations stride over the row's
+// blocks, then sum their partial dots in workgroup memory.
+
+struct Params {
+    // Rows in this binding, row length in elements and in bytes.
+    rows: u32,
+    cols: u32,
+    row_bytes: u32,
+    // First row of this binding in the whole matrix; row stride of y.
+    row0: u32,
+    out_stride: u32,
+    // Workgroups along x (rows past 65535 continue along y).
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> w: array<u32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+const WG: u32 = 64u;
+var<workgroup> partial: array<f32, WG>;
+
+// Byte `off` of the weights.
+fn byte_at(off: u32) -> u32 {
+    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+// Little-endian u16 at any byte offset.
+fn u16_at(off: u32) -> u32 {
+    return byte_at(off) | (byte_at(off + 1u) << 8u);
+}
+
+// Little-endian u32 at any byte offset (blocks are not word-aligned: Q8_0
+// is 34 bytes, Q3_K 110, Q6_K 210).
+fn u32_at(off: u32) -> u32 {
+    let s = (off & 3u) * 8u;
+    let lo = w[off >> 2u];
+    if (s == 0u) {
+        return lo;
+    }
+    return (lo >> s) | (w[(off >> 2u) + 1u] << (32u - s));
+}
+
+// An f16 at any byte offset, exactly as f32, by integer arithmetic:
+// `unpack2x16float` needs a capability some adapters lack, and f32
+// subnormals (where a rescaling trick would pass) may be flushed to zero.
+fn f16_at(off: u32) -> f32 {
+    let h = u16_at(off);
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    var mag: f32;
+    if (e == 0u) {
+        // Zero or subnormal: m * 2^-24, a normal f32.
+        mag = f32(m) * bitcast<f32>(0x33800000u);
+    } else if (e == 31u) {
+        mag = bitcast<f32>(0x7f800000u | (m << 13u));
+    } else {
+        // Rebias the exponent (15 -> 127), widen the mantissa.
+        mag = bitcast<f32>(((e + 112u) << 23u) | (m << 13u));
+    }
+    return select(mag, -mag, (h & 0x8000u) != 0u);
+}
+
+// A byte as a signed 8-bit value.
+fn i8_of(b: u32) -> f32 {
+    return f32(bitcast<i32>(b << 24u) >> 24u);
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * p.groups_x + wid.x;
+    let t = wid.z;
+    // Workgroups past the last row (the y grid is rounded up) do no work but
+    // still meet at the barriers.
+    let nb = select(0u, p.cols / BLOCK_ELEMS, row < p.rows);
+    var acc = 0.0;
+    for (var b = lid; b < nb; b += WG) {
+        acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, t * p.cols + b * BLOCK_ELEMS);
+    }
+    partial[lid] = acc;
+    workgroupBarrier();
+    // Tree sum of the partial dots.
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            partial[lid] += partial[lid + s];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u && row < p.rows) {
+        y[t * p.out_stride + p.row0 + row] = partial[0];
+    }
+}

@@ -1,0 +1,75 @@
+//! The GPU API in a build without the `gpu` feature: the same types and
+//! signatures, whose constructors answer that the backend is not built, so
+//! callers need no `cfg`.
+
+use super::{AdapterInfo, GpuOptions};
+use crate::quant::GgmlType;
+use crate::{Error, Result};
+
+fn not_built() -> Error {
+    Error::GpuUnavailable("this build of Pocket has no GPU backend (cargo feature `gpu`)".into())
+}
+
+/// Stand-in for the GPU device: [`Gpu::new`] always fails.
+#[derive(Clone)]
+pub struct Gpu {
+    never: std::convert::Infallible,
+}
+
+impl Gpu {
+    pub fn new(_opts: &GpuOptions) -> Result<Gpu> {
+        Err(not_built())
+    }
+
+    pub fn info(&self) -> &AdapterInfo {
+        match self.never {}
+    }
+
+    pub fn max_binding_bytes(&self) -> u64 {
+        match self.never {}
+    }
+}
+
+/// Stand-in for a matrix on the GPU: no value of it can exist.
+pub struct GpuMatrix {
+    never: std::convert::Infallible,
+}
+
+impl GpuMatrix {
+    pub fn upload(gpu: &Gpu, _ty: GgmlType, _rows: usize, _cols: usize, _bytes: &[u8]) -> Result<GpuMatrix> {
+        match gpu.never {}
+    }
+
+    pub fn ty(&self) -> GgmlType {
+        match self.never {}
+    }
+
+    pub fn rows(&self) -> usize {
+        match self.never {}
+    }
+
+    pub fn cols(&self) -> usize {
+        match self.never {}
+    }
+
+    pub fn bindings(&self) -> usize {
+        match self.never {}
+    }
+
+    pub fn matvec(&self, _x: &[f32]) -> Result<Vec<f32>> {
+        match self.never {}
+    }
+
+    pub fn matmul(&self, _x: &[f32], _n: usize, _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn without_the_feature_the_device_is_unavailable() {
+        let e = super::Gpu::new(&Default::default()).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("no GPU backend"), "{e}");
+    }
+}

@@ -1,0 +1,199 @@
+//! Every GPU kernel against the CPU reference: the weights dequantised with
+//! `crate::quant` and multiplied in f64, on random valid blocks of every
+//! format, odd row counts and odd lengths, one and several tokens, with and
+//! without a matrix split over bindings.
+//!
+//! Without an adapter the tests print why and pass; `POCKET_REQUIRE_GPU=1`
+//! (set by `scripts/test.sh`, which installs lavapipe) makes that a failure.
+
+use super::{Gpu, GpuMatrix, GpuOptions, FORMATS};
+use crate::kernels::testing::{random_weights, Rng};
+use crate::kernels::{self};
+use crate::quant::GgmlType;
+use crate::Error;
+
+/// The device, or `None` (printing why) when there is none and none is required.
+fn device(opts: &GpuOptions) -> Option<Gpu> {
+    match Gpu::new(opts) {
+        Ok(gpu) => Some(gpu),
+        Err(e) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("POCKET_REQUIRE_GPU=1 but {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping the GPU test: {e}");
+            None
+        }
+    }
+}
+
+/// Columns of a test matrix: a few blocks, odd where the format allows.
+fn test_cols(ty: GgmlType) -> usize {
+    match ty.block_size() {
+        1 => 67,
+        32 => 7 * 32,
+        b => 3 * b,
+    }
+}
+
+/// `W · x[t]` in f64 from the CPU's dequantisation, and per output the sum
+/// of |w·x| terms (the scale of the rounding error f32 sums may make).
+fn reference(ty: GgmlType, rows: usize, cols: usize, w: &[u8], x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+    let row_bytes = w.len() / rows;
+    let mut deq = vec![0f32; cols];
+    let (mut want, mut scale) = (vec![0f64; n * rows], vec![0f64; n * rows]);
+    for r in 0..rows {
+        kernels::dequantize_row(ty, &w[r * row_bytes..(r + 1) * row_bytes], &mut deq);
+        for t in 0..n {
+            let xt = &x[t * cols..(t + 1) * cols];
+            want[t * rows + r] = deq.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+            scale[t * rows + r] = deq.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+        }
+    }
+    (want, scale)
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f64], scale: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((&g, &w), &s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let tol = 3e-5 * s + 1e-7;
+        assert!((g as f64 - w).abs() <= tol, "{what}: output {i}: gpu {g} vs cpu {w} (tolerance {tol:e})");
+    }
+}
+
+#[test]
+fn every_format_matches_the_cpu_reference() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let mut rng = Rng::new(24);
+    let rows = 37;
+    for ty in FORMATS {
+        let cols = test_cols(ty);
+        let w = random_weights(ty, rows, cols, &mut rng);
+        let m = GpuMatrix::upload(&gpu, ty, rows, cols, &w).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        assert_eq!(m.bindings(), 1, "{ty}");
+        for n in [1, 3] {
+            let x = rng.vec(n * cols, 1.0);
+            let mut got = Vec::new();
+            m.matmul(&x, n, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+            let (want, scale) = reference(ty, rows, cols, &w, &x, n);
+            assert_close(&format!("{ty} {rows}x{cols}, {n} tokens"), &got, &want, &scale);
+        }
+        // matvec is the one-token product.
+        let x = rng.vec(cols, 1.0);
+        let (want, scale) = reference(ty, rows, cols, &w, &x, 1);
+        assert_close(&format!("{ty} matvec"), &m.matvec(&x).unwrap(), &want, &scale);
+    }
+}
+
+#[test]
+fn a_matrix_split_over_bindings_gives_the_same_products() {
+    let Some(whole) = device(&GpuOptions::default()) else { return };
+    // 4 KiB bindings: a few rows each (a chunk's byte length not a whole
+    // word for F16 and Q8_0), and the activations of one token at a time.
+    let Some(split) = device(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else { return };
+    let mut rng = Rng::new(16);
+    let rows = 37;
+    for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0, GgmlType::F16] {
+        let cols = test_cols(ty);
+        let w = random_weights(ty, rows, cols, &mut rng);
+        let a = GpuMatrix::upload(&whole, ty, rows, cols, &w).unwrap();
+        let b = GpuMatrix::upload(&split, ty, rows, cols, &w).unwrap();
+        assert!(b.bindings() > 1, "{ty}: {} binding(s)", b.bindings());
+        let n = 3;
+        let x = rng.vec(n * cols, 1.0);
+        let (mut ya, mut yb) = (Vec::new(), Vec::new());
+        a.matmul(&x, n, &mut ya).unwrap();
+        b.matmul(&x, n, &mut yb).unwrap();
+        // Each row is computed the same way whichever binding holds it.
+        assert_eq!(ya, yb, "{ty}: split over {} bindings", b.bindings());
+        let (want, scale) = reference(ty, rows, cols, &w, &x, n);
+        assert_close(&format!("{ty} split"), &yb, &want, &scale);
+    }
+}
+
+#[test]
+fn rows_past_the_grid_limit_and_token_batches_give_the_same_products() {
+    let Some(whole) = device(&GpuOptions::default()) else { return };
+    // At most 7 workgroups per dimension: 37 rows take a 7 x 6 grid (the
+    // last rows of the y grid idle), 10 tokens go in batches of 7 and 3.
+    let small = GpuOptions { max_workgroups_per_dimension: Some(7), ..Default::default() };
+    let Some(grid) = device(&small) else { return };
+    let mut rng = Rng::new(7);
+    let (ty, rows, n) = (GgmlType::Q5K, 37, 10);
+    let cols = test_cols(ty);
+    let w = random_weights(ty, rows, cols, &mut rng);
+    let a = GpuMatrix::upload(&whole, ty, rows, cols, &w).unwrap();
+    let b = GpuMatrix::upload(&grid, ty, rows, cols, &w).unwrap();
+    let x = rng.vec(n * cols, 1.0);
+    let (mut ya, mut yb) = (Vec::new(), Vec::new());
+    a.matmul(&x, n, &mut ya).unwrap();
+    b.matmul(&x, n, &mut yb).unwrap();
+    assert_eq!(ya, yb);
+    let (want, scale) = reference(ty, rows, cols, &w, &x, n);
+    assert_close("Q5_K on a 7 x 6 grid", &yb, &want, &scale);
+}
+
+/// Every f16 bit pattern decodes exactly (subnormals, infinities, NaN): a
+/// 65,536 x 1 F16 matrix times [1] is the list of all values, and its rows
+/// run past the 65,535 workgroups of one grid dimension.
+#[test]
+fn every_f16_value_decodes_exactly() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let w: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+    let m = GpuMatrix::upload(&gpu, GgmlType::F16, 1 << 16, 1, &w).unwrap();
+    let got = m.matvec(&[1.0]).unwrap();
+    for (h, g) in (0..=u16::MAX).zip(got) {
+        let want = half::f16::from_bits(h).to_f32();
+        // Zeros lose their sign in the workgroup sum (0 + -0 = 0).
+        assert!(g == want || (g.is_nan() && want.is_nan()), "{h:#06x}: gpu {g} vs {want}");
+    }
+}
+
+/// Every module parses and validates in naga and translates to MSL (the
+/// Metal backend's input, which no machine here runs) and SPIR-V, with and
+/// without the f16 and subgroup capabilities.
+#[test]
+fn every_module_translates_to_msl_and_spirv() {
+    use naga::valid::{Capabilities, ValidationFlags, Validator};
+    for ty in FORMATS {
+        let source = super::shaders::matvec(ty).unwrap();
+        let module =
+            naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));
+        for caps in [Capabilities::empty(), Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP] {
+            let info = Validator::new(ValidationFlags::all(), caps)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{ty} ({caps:?}): {}", e.emit_to_string(&source)));
+            let msl_options = naga::back::msl::Options { lang_version: (2, 0), ..Default::default() };
+            let (msl, _) = naga::back::msl::write_string(&module, &info, &msl_options, &Default::default())
+                .unwrap_or_else(|e| panic!("{ty} to MSL: {e}"));
+            assert!(msl.contains("kernel void"), "{ty}: no compute kernel in the MSL");
+            let spv = naga::back::spv::write_vec(&module, &info, &Default::default(), None)
+                .unwrap_or_else(|e| panic!("{ty} to SPIR-V: {e}"));
+            assert_eq!(spv.first(), Some(&0x0723_0203), "{ty}: SPIR-V magic");
+        }
+    }
+}
+
+#[test]
+fn wrong_shapes_and_formats_are_errors() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let w = vec![0u8; 2 * 144];
+    assert!(matches!(GpuMatrix::upload(&gpu, GgmlType::Q4K, 2, 256, &w[1..]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(GpuMatrix::upload(&gpu, GgmlType::Q4K, 2, 100, &w), Err(Error::InvalidArgument(_))));
+    assert!(matches!(GpuMatrix::upload(&gpu, GgmlType::Q8K, 1, 256, &[0; 292]), Err(Error::InvalidArgument(_))));
+    let m = GpuMatrix::upload(&gpu, GgmlType::Q4K, 2, 256, &w).unwrap();
+    assert!(matches!(m.matvec(&[0.0; 255]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(m.matmul(&[], 0, &mut Vec::new()), Err(Error::InvalidArgument(_))));
+    // A row larger than the binding cannot be split.
+    let Some(tiny) = device(&GpuOptions { max_binding_bytes: Some(64), ..Default::default() }) else { return };
+    assert!(matches!(GpuMatrix::upload(&tiny, GgmlType::Q4K, 2, 256, &w), Err(Error::InvalidArgument(_))));
+}
+
+#[test]
+fn the_adapter_describes_itself() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let info = gpu.info();
+    assert!(!info.name.is_empty());
+    assert!(info.backend == "vulkan" || info.backend == "metal", "{}", info.backend);
+    assert!(info.limits.max_storage_buffer_binding_size >= 16 << 20, "{:?}", info.limits);
+    assert_eq!(gpu.max_binding_bytes() % 4, 0);
+}

@@ -1,0 +1,176 @@
+//! The GPU backend against the CPU on the tiny fixture models: the same
+//! logits (the GPU's matrix products see the CPU's quantised activations,
+//! so only f32 rounding differs), a prompt as one batch and tokens one at a
+//! time. Runs on lavapipe in `scripts/test.sh`; without an adapter it says
+//! why and passes, unless `POCKET_REQUIRE_GPU=1`. Built without the `gpu`
+//! feature, only the last test runs: asking for the GPU is then an error.
+#![cfg_attr(not(feature = "gpu"), allow(dead_code, unused_imports))]
+
+mod common;
+
+use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+use pocket_core::model::{BackendKind, KvType, LoadOptions, Logits, Model};
+use pocket_core::threads::ThreadPool;
+use pocket_core::Error;
+
+fn path(name: &str) -> std::path::PathBuf {
+    common::fixtures().join(format!("models/{name}.gguf"))
+}
+
+fn load_gpu(name: &str) -> Option<Model> {
+    load_gpu_file(&path(name))
+}
+
+fn load_gpu_file(file: &std::path::Path) -> Option<Model> {
+    let name = file.display();
+    match Model::load_with(file, &LoadOptions { backend: BackendKind::Gpu, ..Default::default() }) {
+        Ok(m) => Some(m),
+        Err(e @ Error::GpuUnavailable(_)) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("POCKET_REQUIRE_GPU=1 but {e}")
+        }
+        Err(Error::GpuUnavailable(e)) => {
+            eprintln!("skipping the GPU test: {e}");
+            None
+        }
+        Err(e) => panic!("{name}: {e}"),
+    }
+}
+
+/// Logits of a 6-token prompt as one batch, then of 3 more tokens one at a time.
+fn run(model: &Model) -> Vec<f32> {
+    let pool = ThreadPool::new(2);
+    let mut st = model.new_state(32, KvType::F16).unwrap();
+    let prompt: Vec<u32> = (0..6).map(|i| 100 + 37 * i).collect();
+    model.forward(&pool, &mut st, &prompt, Logits::All).unwrap();
+    let mut all = st.logits().to_vec();
+    for t in [5u32, 77, 901] {
+        model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
+        all.extend_from_slice(st.logits());
+    }
+    all
+}
+
+/// How far GPU logits may be from the CPU's. F32 weights: f32 rounding
+/// only. Quantised weights: both sides quantise each layer's activations to
+/// int8, so a rounding difference of 1e-6 in one layer can move an
+/// activation by one quantum in the next (measured on lavapipe: largest
+/// difference 0.029, mean 0.005, logits within +-1.3).
+fn tolerance(name: &str, range: f32) -> (f32, f32) {
+    if name.ends_with("-F32") {
+        (5e-3, 5e-4)
+    } else {
+        (0.1 * range, 0.015 * range)
+    }
+}
+
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_logits_match_the_cpu_on_tiny_models() {
+    let files = [
+        "gemma3-tiny-F32",
+        "gemma3-tiny-Q4_K_M",
+        "gemma3-tiny-Q8_0",
+        "gemma3-tiny-Q4_1",
+        "gemma3-tiny-Q5_0",
+        "qwen3moe-tiny-Q3_K_M",
+        "qwen3moe-tiny-Q4_0",
+        "mixtral-tiny-Q8_0",
+        "qwen35moe-tiny-Q2_K",
+    ];
+    for name in files {
+        let Some(gpu) = load_gpu(name) else { return };
+        assert_eq!(gpu.backend_name(), "gpu");
+        assert!(gpu.adapter().is_some());
+        let cpu = Model::load(path(name)).unwrap();
+        assert_eq!(cpu.backend_name(), "cpu");
+        let (want, got) = (run(&cpu), run(&gpu));
+        let counters = gpu.backend_counters().unwrap();
+        assert!(counters.gpu_products > 0, "{name}: {counters:?}");
+        // Dense models run every product on the GPU; MoE experts (chosen
+        // rows of stacked tensors) still run on the CPU.
+        if name.starts_with("gemma3") {
+            assert_eq!(counters.cpu_products, 0, "{name}");
+        }
+        assert_eq!(want.len(), got.len());
+        let v = cpu.n_vocab();
+        let top1 =
+            |r: &[f32]| r.iter().enumerate().fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0;
+        let agree = want.chunks(v).zip(got.chunks(v)).filter(|(a, b)| top1(a) == top1(b)).count();
+        let range = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let diff = || want.iter().zip(&got).map(|(a, b)| (a - b).abs());
+        let (worst, mean) = (diff().fold(0f32, f32::max), diff().sum::<f32>() / want.len() as f32);
+        eprintln!(
+            "{name}: {counters:?}, largest difference {worst}, mean {mean}, |logit| <= {range}, top-1 {agree}/{}",
+            want.len() / v
+        );
+        let (max_worst, max_mean) = tolerance(name, range);
+        assert!(worst <= max_worst && mean <= max_mean, "{name}: logits differ by up to {worst} (mean {mean})");
+        assert_eq!(agree, want.len() / v, "{name}: the top token differs");
+    }
+}
+
+/// The bar the CPU path meets against llama.cpp (`model_logits.rs`), met
+/// with `--backend gpu`: every fixture file's teacher-forced logits, median
+/// KL <= 5e-3 and top-1 >= 12/16; F32 files within 1e-2 of transformers.
+#[cfg(feature = "gpu")]
+#[test]
+fn every_fixture_file_on_the_gpu_matches_the_references() {
+    let dir = common::fixtures();
+    let manifest = common::manifest();
+    let mut checked = 0;
+    for m in manifest["models"].as_array().unwrap() {
+        let name = m["name"].as_str().unwrap();
+        if !["qwen3moe-tiny", "qwen35moe-tiny", "gemma3-tiny", "mixtral-tiny"].contains(&name) {
+            continue;
+        }
+        let tokens: Vec<u32> = m["prompt"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        for f in m["files"].as_array().unwrap() {
+            let file = f["gguf"].as_str().unwrap();
+            let Some(model) = load_gpu_file(&dir.join(file)) else { return };
+            let pool = ThreadPool::new(2);
+            let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
+            model.forward(&pool, &mut st, &tokens, Logits::All).unwrap();
+            let ours = st.logits();
+            let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
+            let v = model.n_vocab();
+            let (mut kls, mut top1) = (Vec::new(), 0);
+            for (a, b) in reference.f32.chunks_exact(v).zip(ours.chunks_exact(v)) {
+                kls.push(kl(a, b));
+                top1 += (argmax(a) == argmax(b)) as usize;
+            }
+            let med = median(kls);
+            eprintln!("{file} on the GPU: median KL {med:.2e}, top-1 {top1}/16, {:?}", model.backend_counters());
+            assert!(med <= 5e-3, "{file}: median KL {med}");
+            assert!(top1 >= 12, "{file}: top-1 agreement {top1}/16");
+            if f["type"] == "F32" {
+                let hf = read_npy(&dir.join(m["hf_logits"].as_str().unwrap()));
+                let d = max_abs_diff(ours, &hf.f32);
+                eprintln!("{file} on the GPU vs transformers: max |Δ| {d:.3e}");
+                assert!(d <= 1e-2, "{file}: max |Δ| {d} from transformers");
+            }
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 14);
+}
+
+#[test]
+fn the_gpu_backend_refuses_a_memory_budget() {
+    let opts = LoadOptions { backend: BackendKind::Gpu, memory_budget: 1 << 40 };
+    match Model::load_with(path("gemma3-tiny-Q8_0"), &opts) {
+        Err(Error::InvalidArgument(_) | Error::GpuUnavailable(_)) => {}
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("loaded under a budget on the GPU"),
+    }
+}
+
+#[cfg(not(feature = "gpu"))]
+#[test]
+fn without_the_gpu_feature_the_gpu_backend_is_unavailable() {
+    let opts = LoadOptions { backend: BackendKind::Gpu, ..Default::default() };
+    match Model::load_with(path("gemma3-tiny-Q8_0"), &opts) {
+        Err(Error::GpuUnavailable(e)) => assert!(e.contains("no GPU backend"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("loaded on a GPU backend that is not built"),
+    }
+}

@@ -1,0 +1,60 @@
+//! `pocket gpu-info [--json]`: the GPU adapter Pocket would use, its
+//! features and the limits that shape the kernels.
+
+use pocket_core::gpu::{AdapterInfo, Gpu, GpuOptions};
+use serde_json::{json, Map, Value};
+
+/// The GPU adapter, its features and limits (fails when there is none)
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: Args) -> Result<(), String> {
+    let gpu = Gpu::new(&GpuOptions::default()).map_err(|e| e.to_string())?;
+    let info = gpu.info();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&to_json(info)).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    println!("adapter      {} ({}, {})", info.name, info.device_type, info.backend);
+    println!("driver       {} {}", info.driver, info.driver_info);
+    println!("vendor       {:#06x}, device {:#06x}", info.vendor, info.device);
+    println!("shader-f16   {}", yes_no(info.shader_f16));
+    println!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
+    println!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
+    println!("limits");
+    for (name, value) in info.limits.entries() {
+        println!("  {name:<40} {value}");
+    }
+    Ok(())
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn to_json(info: &AdapterInfo) -> Value {
+    let limits: Map<String, Value> = info.limits.entries().iter().map(|&(k, v)| (k.to_string(), json!(v))).collect();
+    json!({
+        "name": info.name,
+        "driver": info.driver,
+        "driver_info": info.driver_info,
+        "backend": info.backend,
+        "device_type": info.device_type,
+        "vendor": info.vendor,
+        "device": info.device,
+        "shader_f16": info.shader_f16,
+        "subgroups": info.subgroups,
+        "subgroup_min_size": info.subgroup_min_size,
+        "subgroup_max_size": info.subgroup_max_size,
+        "features": info.features,
+        "limits": limits,
+    })
+}
