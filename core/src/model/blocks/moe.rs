@@ -417,8 +417,12 @@ impl Moe {
             rows: None,
             out: logits,
         }]);
-        // The gating functions are monotonic: the top k of the logits are the top k of the weights.
-        let mut top = vec![0u32; k];
+        // The gating functions are monotonic: the top k of the logits are the
+        // top k of the weights. The guesses' last quarter is right least often
+        // (measured on the synthetic 35B-A3B file: 57 % for ranks 7-8, 89 % for
+        // ranks 1-4), and a wrong guess costs storage bandwidth that demand
+        // reads need: read ahead three quarters of the k.
+        let mut top = vec![0u32; (k - k / 4).max(1)];
         s.ahead.clear();
         for p in logits.chunks_exact(n_expert) {
             top_k(p, &mut top);
