@@ -1,6 +1,9 @@
 //! Helpers shared by the CLI test files: the fixture store and the built
 //! `pocket` binary.
 
+// Each test file compiles its own copy and uses some of the helpers.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

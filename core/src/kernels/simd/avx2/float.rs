@@ -4,6 +4,9 @@
 //! defined inside the `#[target_feature]` functions, so they inherit the
 //! features and their intrinsics inline.
 
+// Register blocks are indexed by token and lane at once: index loops read best.
+#![allow(clippy::needless_range_loop)]
+
 pub(crate) mod avx2 {
     use super::super::hsum_ps;
     use crate::kernels::simd::head_passes;

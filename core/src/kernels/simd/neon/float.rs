@@ -2,6 +2,9 @@
 //! activations, and the dot/axpy pair of attention. Four accumulators of 4
 //! lanes; tails run scalar. f16 widens with `fcvtl` (base AArch64).
 
+// Register blocks are indexed by token and lane at once: index loops read best.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16 as F16;
 use std::arch::aarch64::*;
 use std::arch::asm;
