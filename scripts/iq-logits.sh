@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # IQ-format and MXFP4 files made by llama.cpp's quantiser from the fixture
-# qwen3moe-tiny-F32.gguf, against llama.cpp's own logits (core/tests/iq_logits.rs).
+# qwen3moe-tiny-F32.gguf (each mixed with K-quants, as llama-quantize mixes
+# them), against llama.cpp's own logits (core/tests/iq_logits.rs).
 #
 # Builds llama-quantize and llama-imatrix in the bench-compare host build
 # (~/.cache/pocket/llama-build-host, made by `cargo xtask bench-compare`),
@@ -27,9 +28,9 @@ TOKENS=$(python3 -c "import json,sys; m=json.load(open(sys.argv[1])); \
 print(' '.join(map(str, next(x for x in m['models'] if x['name']=='qwen3moe-tiny')['prompt'])))" "$FIXTURES/manifest.json")
 
 export LD_LIBRARY_PATH=$BIN
-# IQ3_XXS needs an importance matrix: calibrate on the repository's own prose.
-cat README.md ARCHITECTURE.md > "$OUT/calib.txt"
-"$BIN/llama-imatrix" -m "$F32" -f "$OUT/calib.txt" -o "$OUT/imatrix.gguf" -c 128 -t "$JOBS" >"$OUT/imatrix.log" 2>&1
+# IQ3_XXS and the IQ1/IQ2 types need an importance matrix.
+"$BIN/llama-imatrix" -m "$F32" -f "$FIXTURES/tokenizer/ppl_text.txt" -o "$OUT/imatrix.gguf" -c 128 --chunks 16 \
+    -t "$JOBS" >"$OUT/imatrix.log" 2>&1
 quantize() { # type, extra arguments
     local ty=$1
     shift
@@ -44,6 +45,11 @@ quantize IQ3_S
 quantize MXFP4_MOE
 # attn_q as IQ3_XXS too (the mix would make it IQ2_S otherwise).
 quantize IQ3_XXS --imatrix "$OUT/imatrix.gguf" --tensor-type attn_q=iq3_xxs
+# The token embedding as Q2_K: IQ2_S/IQ2_M would make it IQ3_S. (The IQ2_S
+# file type writes IQ2_XS tensors; IQ2_M's are IQ2_S.)
+for q in IQ2_XXS IQ2_XS IQ2_M IQ1_S IQ1_M; do
+    quantize $q --imatrix "$OUT/imatrix.gguf" --token-embedding-type q2_k
+done
 
 for isa in $(POCKET_FIXTURES=$FIXTURES cargo test -q -p pocket-core --lib -- show_isa --nocapture 2>&1 |
     sed -n 's/.*available: \[\(.*\)\]).*/\1/p' | tr -d ',' | tr 'A-Z' 'a-z'); do

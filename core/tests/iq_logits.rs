@@ -3,7 +3,7 @@
 //!
 //! The files are not in the fixture store: `scripts/iq-logits.sh` makes
 //! them from `qwen3moe-tiny-F32.gguf` with `llama-quantize` (and
-//! `llama-imatrix` for IQ3_XXS), dumps llama.cpp's teacher-forced logits of
+//! `llama-imatrix` for IQ3_XXS and IQ1/IQ2), dumps llama.cpp's teacher-forced logits of
 //! the manifest's prompt next to each (`<file>.llama.f32`, positions x vocab,
 //! little-endian f32) and runs this test with `POCKET_IQ_DIR` set to that
 //! folder. Without it the test is ignored.
@@ -14,7 +14,8 @@ use common::arrays::{argmax, kl, max_abs_diff, median};
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 
-const TYPES: [&str; 5] = ["IQ4_XS", "IQ4_NL", "IQ3_S", "IQ3_XXS", "MXFP4_MOE"];
+const TYPES: [&str; 10] =
+    ["IQ4_XS", "IQ4_NL", "IQ3_S", "IQ3_XXS", "MXFP4_MOE", "IQ2_XXS", "IQ2_XS", "IQ2_M", "IQ1_S", "IQ1_M"];
 
 #[test]
 #[ignore = "needs POCKET_IQ_DIR: files made by scripts/iq-logits.sh"]
