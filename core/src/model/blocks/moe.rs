@@ -168,8 +168,9 @@ pub struct MoeScratch {
     /// Down outputs of the routed rows, and their weighted sum per token.
     down: Vec<f32>,
     sum: Vec<f32>,
-    /// The next layer's likely experts.
+    /// The next layer's likely experts, and one token's guesses.
     ahead: Vec<usize>,
+    top: Vec<u32>,
     /// What the expert cache served this sequence so far.
     pub io: ExpertIo,
 }
@@ -187,6 +188,8 @@ pub struct Groups {
     sorted: Vec<usize>,
     /// Each active expert's index in `active`.
     pos: Vec<usize>,
+    /// [`ready_first`](Self::ready_first)'s new order of a group.
+    order: Vec<usize>,
     seg: Vec<usize>,
     /// The token of each row.
     rows: Vec<usize>,
@@ -227,10 +230,13 @@ impl Groups {
     /// the group's; returns where the others start. The sum of the outputs
     /// keeps the ascending order, so results do not change.
     pub fn ready_first(&mut self, group: Range<usize>, ready: impl Fn(usize) -> bool) -> usize {
-        let (first, rest): (Vec<usize>, Vec<usize>) = self.active[group.clone()].iter().partition(|&&e| ready(e));
-        let split = group.start + first.len();
+        let order = &mut self.order;
+        order.clear();
+        order.extend(self.active[group.clone()].iter().filter(|&&e| ready(e)));
+        let split = group.start + order.len();
+        order.extend(self.active[group.clone()].iter().filter(|&&e| !ready(e)));
         let mut row = self.seg[group.start];
-        for (i, e) in (group.start..).zip(first.into_iter().chain(rest)) {
+        for (i, &e) in (group.start..).zip(order.iter()) {
             self.active[i] = e;
             self.pos[e] = i;
             let tokens = &self.members[e];
@@ -422,11 +428,11 @@ impl Moe {
         // (measured on the synthetic 35B-A3B file: 57 % for ranks 7-8, 89 % for
         // ranks 1-4), and a wrong guess costs storage bandwidth that demand
         // reads need: read ahead three quarters of the k.
-        let mut top = vec![0u32; (k - k / 4).max(1)];
+        s.top.resize((k - k / 4).max(1), 0);
         s.ahead.clear();
         for p in logits.chunks_exact(n_expert) {
-            top_k(p, &mut top);
-            for &e in &top {
+            top_k(p, &mut s.top);
+            for &e in &s.top {
                 if !s.ahead.contains(&(e as usize)) && s.ahead.len() < room {
                     s.ahead.push(e as usize);
                 }
