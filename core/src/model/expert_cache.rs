@@ -392,6 +392,8 @@ impl ExpertCache {
                         inner.map.remove(&old);
                     }
                     inner.slots[victim].key = Some(k);
+                    // Claimed until its reads are queued: not this loop's next victim.
+                    inner.slots[victim].pins += 1;
                     inner.map.insert(k, victim);
                     loads.push((victim, e));
                     victim
@@ -401,6 +403,9 @@ impl ExpertCache {
         }
         let mut io = ExpertIo { prefetched: loads.len() as u64, ..ExpertIo::default() };
         self.read(&mut inner, &loads, tensors, &mut io, true);
+        for &(slot, _) in &loads {
+            inner.slots[slot].pins -= 1;
+        }
         io
     }
 
