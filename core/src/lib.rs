@@ -3,6 +3,7 @@
 //! Modules, bottom up (each uses only those above it in this list; see
 //! ARCHITECTURE.md for what each owns):
 //! - [`quant`]: block formats, one file per family, each with a scalar reference.
+//! - [`quantize`]: f32 to GGUF blocks (the quantiser), equal to llama.cpp's.
 //! - [`gguf`]: the hardened GGUF reader over a memory map.
 //! - [`kernels`]: matmul and f32 helpers, with SIMD paths chosen at start-up.
 //! - [`threads`]: the persistent worker pool.
@@ -22,6 +23,7 @@ pub mod gpu;
 pub mod kernels;
 pub mod model;
 pub mod quant;
+pub mod quantize;
 pub mod sampler;
 pub mod session;
 pub mod threads;
