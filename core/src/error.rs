@@ -95,6 +95,10 @@ pub enum Error {
     // ---- Caller mistakes and run-time conditions -------------------------
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An importance-matrix file that cannot be read, or that does not fit
+    /// the model being quantised.
+    #[error("importance matrix: {0}")]
+    Imatrix(String),
     #[error("out of memory: {0}")]
     OutOfMemory(String),
     #[error("context full: {n_ctx} tokens")]

@@ -248,8 +248,16 @@ pub fn matmul_f32(pool: &ThreadPool, w: &QMatrix, x: &[f32], n: usize, out: &mut
 /// Dequantise one row of any supported type into f32 (embedding lookup).
 /// `src` holds exactly `dst.len()` elements.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
+    match row_dequantizer(ty) {
+        Some(f) => f(src, dst),
+        None => panic!("dequantize_row: no kernels for {ty}"),
+    }
+}
+
+/// The row dequantiser of `ty`, if there is one.
+pub fn row_dequantizer(ty: GgmlType) -> Option<fn(&[u8], &mut [f32])> {
     use GgmlType as T;
-    let f: fn(&[u8], &mut [f32]) = match ty {
+    Some(match ty {
         T::F32 => quant::float::dequantize_row_f32,
         T::F16 => quant::float::dequantize_row_f16,
         T::BF16 => quant::float::dequantize_row_bf16,
@@ -273,9 +281,8 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         T::MXFP4 => quant::mxfp4::dequantize_row,
         T::IQ3XXS => quant::iq3_xxs::dequantize_row,
         T::IQ3S => quant::iq3_s::dequantize_row,
-        _ => panic!("dequantize_row: no kernels for {ty}"),
-    };
-    f(src, dst)
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::cache::{KvType, Logits};
 use super::expert_cache::ExpertCache;
 use super::gpu_backend::{BackendCounters, GpuBackend};
 use super::identity::ModelIdentity;
-use super::pass::{Backend, Cpu, Pass};
+use super::pass::{Backend, Cpu, Observer, Pass};
 use super::scratch::take;
 use super::state::{LayerKind, LayerState, Scratch, State};
 use super::trunk::Trunk;
@@ -331,6 +331,19 @@ impl Model {
     /// Evaluate `tokens` after the state's current contents: embed them, run
     /// the layers, and leave the logits `want` asks for in the state.
     pub fn forward(&self, pool: &ThreadPool, state: &mut State, tokens: &[u32], want: Logits) -> Result<()> {
+        self.forward_observed(pool, state, tokens, want, None)
+    }
+
+    /// [`forward`](Self::forward), showing `observer` the input of every
+    /// weight product (how `pocket imatrix` collects its statistics).
+    pub fn forward_observed(
+        &self,
+        pool: &ThreadPool,
+        state: &mut State,
+        tokens: &[u32],
+        want: Logits,
+        observer: Option<&dyn Observer>,
+    ) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("no tokens to evaluate".into()));
         }
@@ -359,6 +372,7 @@ impl Model {
             map,
             pos0: start,
             n: tokens.len(),
+            observer,
         };
         let trunk = self.net.trunk();
         let s = &mut state.scratch;

@@ -11,7 +11,7 @@ use super::blocks::attention::AttnParams;
 use super::blocks::deltanet::DeltaParams;
 use super::cache::KvCache;
 use super::expert_cache::ExpertCache;
-use super::weights::Matrix;
+use super::weights::{Experts, Matrix};
 use crate::gguf::Source;
 use crate::kernels::{self, MatJob, QActs};
 use crate::threads::ThreadPool;
@@ -32,6 +32,19 @@ pub struct Pass<'a> {
     pub pos0: usize,
     /// Tokens in the pass.
     pub n: usize,
+    /// Sees every weight product's f32 input (the importance-matrix
+    /// collector of `pocket imatrix`); `None` in normal use.
+    pub observer: Option<&'a dyn Observer>,
+}
+
+/// Watches what the weights of a pass are multiplied with: the f32 input
+/// rows of every product, by the weight's GGUF tensor name. The importance
+/// matrix of the quantiser is the per-column mean square of these.
+pub trait Observer: Sync {
+    /// `x` (`[..][cols]`) met matrix `mat` of the `n_mat` in tensor `name`
+    /// (a stack of experts has one per expert; a plain matrix is `0` of `1`);
+    /// with `rows`, only those rows of `x` did.
+    fn input(&self, name: &str, mat: usize, n_mat: usize, cols: usize, x: &[f32], rows: Option<&[usize]>);
 }
 
 impl Pass<'_> {
@@ -40,8 +53,30 @@ impl Pass<'_> {
         self.backend.matmul(self.pool, jobs)
     }
 
+    /// Tell the observer (if any) that the matrices `ws` meet the rows `x`.
+    #[inline]
+    pub fn observe(&self, ws: &[&Matrix], x: &[f32]) {
+        if let Some(o) = self.observer {
+            for w in ws {
+                o.input(&w.name, 0, 1, w.cols, x, None);
+            }
+        }
+    }
+
+    /// Tell the observer (if any) that expert `e` of the stacks `ws` meets
+    /// the rows `rows` of `x`.
+    #[inline]
+    pub fn observe_expert(&self, ws: &[&Experts], e: usize, x: &[f32], rows: &[usize]) {
+        if let Some(o) = self.observer {
+            for w in ws {
+                o.input(&w.all.name, e, w.n_expert, w.all.cols, x, Some(rows));
+            }
+        }
+    }
+
     /// `out = w · x` for the rows of `x` (`[rows][w.cols]`), quantised into `acts` first.
     pub fn project(&self, w: &Matrix, acts: &mut QActs, x: &[f32], out: &mut [f32]) {
+        self.observe(&[w], x);
         acts.quantize(w.ty, x, x.len() / w.cols, w.cols);
         self.matmul(&mut [MatJob { w: w.view(self.file), x: acts, rows: None, out }]);
     }

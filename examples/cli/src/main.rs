@@ -8,11 +8,13 @@ mod bench;
 mod bench_kernels;
 mod fingerprint;
 mod gpu_info;
+mod imatrix;
 mod inspect;
 mod logits;
 mod memory;
 mod npy;
 mod perplexity;
+mod quantize;
 mod run;
 mod template;
 mod tokenize;
@@ -51,6 +53,8 @@ enum Command {
     Perplexity(perplexity::Args),
     BenchKernels(bench_kernels::Args),
     GpuInfo(gpu_info::Args),
+    Imatrix(imatrix::Args),
+    Quantize(quantize::Args),
 }
 
 fn main() -> ExitCode {
@@ -92,6 +96,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Perplexity(a) => perplexity::run(a),
         Command::BenchKernels(a) => bench_kernels::run(a),
         Command::GpuInfo(a) => gpu_info::run(a),
+        Command::Imatrix(a) => imatrix::run(a),
+        Command::Quantize(a) => quantize::run(a),
     }
 }
 

@@ -164,7 +164,7 @@ pub fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-fn log_sum_exp(row: &[f32]) -> f64 {
+pub fn log_sum_exp(row: &[f32]) -> f64 {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let sum: f64 = row.iter().map(|&v| ((v - max) as f64).exp()).sum();
     max as f64 + sum.ln()

@@ -137,6 +137,7 @@ impl Attention {
         let q = take(&mut s.q, n * q_rows);
         let k = take(&mut s.k, n * kv_k);
         let v = take(&mut s.v, n * kv_v);
+        pass.observe(&[&self.q, &self.k, &self.v], x);
         s.input.prepare(x, n, n_embd, &[self.q.ty, self.k.ty, self.v.ty]);
         pass.matmul(&mut [
             MatJob { w: self.q.view(pass.file), x: s.input.get(self.q.ty), rows: None, out: q },

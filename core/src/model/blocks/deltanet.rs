@@ -148,6 +148,7 @@ impl DeltaNet {
         let n_embd = x.len() / n;
 
         // Input projections: q|k|v (pre-conv), the output gate z, beta and alpha.
+        pass.observe(&[&self.qkv, &self.gate, &self.beta, &self.alpha], x);
         s.input.prepare(x, n, n_embd, &[self.qkv.ty, self.gate.ty, self.beta.ty, self.alpha.ty]);
         let qkv = take(&mut s.qkv, n * cd);
         let z = take(&mut s.z, n * vd);

@@ -70,6 +70,7 @@ impl Dense {
     /// `out = FFN(x)` for the pass's tokens (`[n][n_embd]` each).
     pub fn forward(&self, pass: &Pass, s: &mut FfnScratch, x: &[f32], out: &mut [f32]) {
         let (n, n_ff, n_embd) = (pass.n, self.gate.rows, self.gate.cols);
+        pass.observe(&[&self.gate, &self.up], x);
         s.input.prepare(x, n, n_embd, &[self.gate.ty, self.up.ty]);
         let gate = take(&mut s.gate, n * n_ff);
         let up = take(&mut s.up, n * n_ff);

@@ -333,6 +333,16 @@ impl Moe {
         }
         s.groups.build(&s.chosen, &s.weights, n, self.p.n_expert);
         let n_active = s.groups.active.len();
+        if pass.observer.is_some() {
+            pass.observe(&[&self.router], x);
+            for (i, &e) in s.groups.active.iter().enumerate() {
+                let rows = &s.groups.rows[s.groups.seg[i]..s.groups.seg[i + 1]];
+                pass.observe_expert(&[&self.gate, &self.up], e, x, rows);
+            }
+            if let Some(sh) = &self.shared {
+                pass.observe(&[&sh.ffn.gate, &sh.ffn.up], x);
+            }
+        }
         match pass.experts {
             None => {
                 if let Some(map) = pass.map {
@@ -500,6 +510,15 @@ impl Moe {
         }
 
         // down: one quantisation of the group's expert inputs, then every expert in one pass.
+        if pass.observer.is_some() {
+            let hidden = &g_all[..total * n_ff];
+            for i in group.clone() {
+                pass.observe_expert(&[&self.down], g.active[i], hidden, &g.iota[g.seg[i]..g.seg[i + 1]]);
+            }
+            if let Some(sh) = shared {
+                pass.observe(&[&sh.ffn.down], &g_all[total * n_ff..total * n_ff + n * n_ffs]);
+            }
+        }
         let d_all = take(&mut s.down, total * n_embd);
         s.hidden.quantize(self.down.all.ty, &g_all[rows.start * n_ff..rows.end * n_ff], rows.len(), n_ff);
         if let Some(sh) = shared {
