@@ -16,6 +16,7 @@
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;
 
+mod common;
 mod iq;
 mod kquants;
 mod legacy;
@@ -92,11 +93,7 @@ pub fn quantize_rows(
     };
     let row_bytes = row_bytes as usize;
     if !src.len().is_multiple_of(n_per_row) || dst.len() != src.len() / n_per_row * row_bytes {
-        return bad(format!(
-            "{} values in rows of {n_per_row} do not fill {} bytes of {ty}",
-            src.len(),
-            dst.len()
-        ));
+        return bad(format!("{} values in rows of {n_per_row} do not fill {} bytes of {ty}", src.len(), dst.len()));
     }
     match imatrix {
         None if requires_imatrix(ty) => return bad(format!("{ty} needs an importance matrix (pocket imatrix)")),
