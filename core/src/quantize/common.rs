@@ -23,6 +23,20 @@ pub(super) fn nearest_int(x: f32) -> i32 {
     (bits & 0x007F_FFFF) - 0x0040_0000
 }
 
+/// C's float -> int conversion as compiled for x86 (`cvttss2si`):
+/// truncation toward zero, but the "integer indefinite" `i32::MIN` for NaN
+/// or a value outside i32 (Rust's `as` saturates instead). llama.cpp's
+/// reference Q4_0..Q8_0 reach it on a block of subnormals, where 1/d
+/// overflows to infinity: x86 then stores level 0 (the low byte).
+#[inline(always)]
+pub(super) fn c_float_to_int(x: f32) -> i32 {
+    if x >= -2_147_483_648.0 && x < 2_147_483_648.0 {
+        x as i32
+    } else {
+        i32::MIN
+    }
+}
+
 /// `out` as a slice of blocks to fill in place.
 ///
 /// Panics when `out` is not a whole number of blocks (the dispatch has
@@ -374,6 +388,16 @@ mod tests {
         for (x, want) in cases {
             assert_eq!(nearest_int(x), want, "{x}");
             assert_eq!(nearest_int(x) as f32, x.round_ties_even(), "{x}");
+        }
+    }
+
+    #[test]
+    fn float_to_int_is_x86_truncation() {
+        assert_eq!(c_float_to_int(7.9), 7);
+        assert_eq!(c_float_to_int(-7.9), -7);
+        assert_eq!(c_float_to_int(-2_147_483_648.0), i32::MIN);
+        for x in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 3e9, -3e9] {
+            assert_eq!(c_float_to_int(x), i32::MIN, "{x}");
         }
     }
 

@@ -6,7 +6,9 @@
 //! error weighted by importance · sqrt(σ² + x²), σ² the row's mean square.
 //! Q8_0 has no weighted search: llama.cpp ignores the importance vector.
 
-use super::common::{each_block, importance, make_qkx_quants, make_qx_quants, signed_max, sum_squares, ScaleMinSearch};
+use super::common::{
+    c_float_to_int, each_block, importance, make_qkx_quants, make_qx_quants, signed_max, sum_squares, ScaleMinSearch,
+};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, F16Bytes};
 
 const QK: usize = 32;
@@ -105,21 +107,22 @@ pub(super) fn q8_0(row: &[f32], _: Option<&[f32]>, out: &mut [u8]) {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         b.d = F16Bytes::from_f32(d);
         for (q, &v) in b.qs.iter_mut().zip(x) {
-            *q = (v * id).round() as i8;
+            *q = c_float_to_int((v * id).round()) as i8;
         }
     });
 }
 
 /// Unweighted Q4_0/Q5_0: the value of largest magnitude maps to level 0
 /// (value -half·d), the rest round half up on the grid 0..2·half-1.
-/// Returns d.
+/// Returns d. (As in all the unweighted legacy formats, the float -> int
+/// conversion is C's on x86: see [`c_float_to_int`].)
 fn symmetric_levels(x: &[f32; QK], half: i32, l: &mut [u8; QK]) -> f32 {
     let (max, _) = signed_max(x);
     let d = max / -(half as f32);
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let bias = half as f32 + 0.5;
     for (q, &v) in l.iter_mut().zip(x) {
-        *q = ((v * id + bias) as i32).min(2 * half - 1) as u8;
+        *q = (c_float_to_int(v * id + bias) as i8 as i32).min(2 * half - 1) as u8;
     }
     d
 }
@@ -139,7 +142,7 @@ fn range_levels(x: &[f32; QK], nmax: i32, l: &mut [u8; QK]) -> (f32, f32) {
     let d = (max - min) / nmax as f32;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     for (q, &v) in l.iter_mut().zip(x) {
-        *q = (((v - min) * id + 0.5) as i32).min(nmax) as u8;
+        *q = (c_float_to_int((v - min) * id + 0.5) as u8).min(nmax as u8);
     }
     (d, min)
 }
