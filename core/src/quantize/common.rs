@@ -30,7 +30,7 @@ pub(super) fn nearest_int(x: f32) -> i32 {
 /// overflows to infinity: x86 then stores level 0 (the low byte).
 #[inline(always)]
 pub(super) fn c_float_to_int(x: f32) -> i32 {
-    if x >= -2_147_483_648.0 && x < 2_147_483_648.0 {
+    if (-2_147_483_648.0..2_147_483_648.0).contains(&x) {
         x as i32
     } else {
         i32::MIN

@@ -182,6 +182,28 @@ mod tests {
     }
 
     #[test]
+    fn a_block_of_subnormals_stores_level_zero_as_llama_cpp_does() {
+        // 1/d overflows to infinity; llama.cpp on x86 stores level 0 (the
+        // low byte of the integer indefinite) and d = 0, m = -0 where there
+        // is one: bytes from libggml-base on this input.
+        let x: Vec<f32> = (0..QK).map(|i| (i as f32 - 15.5) * 1e-40).collect();
+        let cases: [(super::super::RowFn, usize, &[u8]); 5] = [
+            (q4_0, 18, &[]),
+            (q5_0, 22, &[]),
+            (q8_0, 34, &[]),
+            (q4_1, 20, &[0, 0, 0, 0x80]),
+            (q5_1, 24, &[0, 0, 0, 0x80]),
+        ];
+        for (quantize, size, head) in cases {
+            let mut out = vec![0xAA; size];
+            quantize(&x, None, &mut out);
+            let mut want = vec![0u8; size];
+            want[..head.len()].copy_from_slice(head);
+            assert_eq!(out, want);
+        }
+    }
+
+    #[test]
     fn q5_packing_splits_the_fifth_bit() {
         let l: [u8; QK] = std::array::from_fn(|j| j as u8);
         let (qh, qs) = five_bits(&l);
