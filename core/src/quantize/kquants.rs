@@ -6,8 +6,8 @@
 //! Without an importance vector these are llama.cpp's reference
 //! quantisers: each sub-block fitted on its own, the sub-block scales
 //! rounded against the largest. With one, the sub-blocks are fitted with
-//! weights importance · sqrt(σ² + x²) (σ² from the super-block's mean
-//! square) and the sub-block scales are themselves searched, weighted by
+//! weights importance · sqrt(σ² + x²) (σ² the super-block's mean square,
+//! doubled for Q3_K..Q5_K) and the sub-block scales are themselves searched, weighted by
 //! each sub-block's total weight. Q6_K's weighted fit uses the importance
 //! vector as the weights directly, as llama.cpp does. Either way the levels
 //! are finally re-rounded against the scales as stored.
