@@ -16,6 +16,7 @@
 use crate::error::{Error, Result};
 use crate::quant::GgmlType;
 
+mod common;
 pub mod file;
 pub mod imatrix;
 mod iq;
