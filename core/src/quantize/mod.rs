@@ -17,6 +17,11 @@ use crate::error::{Error, Result};
 use crate::quant::GgmlType;
 
 mod iq;
+mod iq1;
+mod iq2;
+mod iq3;
+mod iq4;
+mod iq_lattice;
 mod kquants;
 mod legacy;
 mod mxfp4;
@@ -55,15 +60,15 @@ fn row_quantizer(ty: GgmlType) -> Option<RowFn> {
         Q4K => kquants::q4_k,
         Q5K => kquants::q5_k,
         Q6K => kquants::q6_k,
-        IQ1S => iq::iq1_s,
-        IQ1M => iq::iq1_m,
-        IQ2XXS => iq::iq2_xxs,
-        IQ2XS => iq::iq2_xs,
-        IQ2S => iq::iq2_s,
-        IQ3XXS => iq::iq3_xxs,
-        IQ3S => iq::iq3_s,
-        IQ4NL => iq::iq4_nl,
-        IQ4XS => iq::iq4_xs,
+        IQ1S => iq1::iq1_s,
+        IQ1M => iq1::iq1_m,
+        IQ2XXS => iq2::iq2_xxs,
+        IQ2XS => iq2::iq2_xs,
+        IQ2S => iq2::iq2_s,
+        IQ3XXS => iq3::iq3_xxs,
+        IQ3S => iq3::iq3_s,
+        IQ4NL => iq4::iq4_nl,
+        IQ4XS => iq4::iq4_xs,
         MXFP4 => mxfp4::mxfp4,
         _ => return None,
     })
@@ -92,11 +97,7 @@ pub fn quantize_rows(
     };
     let row_bytes = row_bytes as usize;
     if !src.len().is_multiple_of(n_per_row) || dst.len() != src.len() / n_per_row * row_bytes {
-        return bad(format!(
-            "{} values in rows of {n_per_row} do not fill {} bytes of {ty}",
-            src.len(),
-            dst.len()
-        ));
+        return bad(format!("{} values in rows of {n_per_row} do not fill {} bytes of {ty}", src.len(), dst.len()));
     }
     match imatrix {
         None if requires_imatrix(ty) => return bad(format!("{ty} needs an importance matrix (pocket imatrix)")),
