@@ -199,7 +199,7 @@ pub(super) fn iq1_s(row: &[f32], imatrix: Option<&[f32]>, out: &mut [u8]) {
 /// 2 (-, +), 3 (-, -).
 fn iq1_m_values(shift: usize) -> impl Fn(usize) -> &'static [f32; 3] + Copy {
     move |k| {
-        let plus = if k == 0 { shift < 2 } else { shift % 2 == 0 };
+        let plus = if k == 0 { shift < 2 } else { shift.is_multiple_of(2) };
         if plus {
             &PLUS
         } else {

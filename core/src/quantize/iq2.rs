@@ -100,37 +100,47 @@ pub(super) fn iq2_xxs(row: &[f32], imatrix: Option<&[f32]>, out: &mut [u8]) {
     }
 }
 
-/// The shared body of IQ2_XS and IQ2_S: per sub-block of 16, the scale and
-/// the two points' (grid index, sign byte); returns the sub-block scales.
-fn sixteens(
-    xs: &[f32],
-    imatrix: Option<&[f32]>,
-    sigma2: f32,
-    lattice: &Lattice<8>,
-    weigh: impl Fn(f32) -> f32 + Copy,
+/// The shared body of IQ2_XS and IQ2_S, sub-blocks of 16 (two points).
+struct Sixteens<'a, F> {
+    lattice: &'a Lattice<8>,
+    /// Importance of a weight without an importance vector.
+    weigh: F,
+    /// Sub-blocks whose largest magnitude is below this are skipped.
     eps: f32,
+    /// Whether signs are stored as 7 bits (an even count of negatives).
     even: bool,
-    mut store: impl FnMut(usize, [u16; 4], [u8; 4]),
-) -> [f32; QK_K / 16] {
-    let scan = ScaleScan { steps: -9..=9, step: 0.1, refit: Refit::OffLattice };
-    let mut scales = [0.0f32; QK_K / 16];
-    let mut levels = [0u8; 16];
-    for (ib, x) in xs.chunks_exact(16).enumerate() {
-        let sb = SubBlock::<16>::new(x, sub_imatrix(imatrix, 16 * ib, 16), sigma2, weigh, even);
-        let max = max_of(&sb.xval);
-        if max < eps {
-            continue;
+}
+
+impl<F: Fn(f32) -> f32 + Copy> Sixteens<'_, F> {
+    /// Per sub-block: the scale, and `store(sub_block, grid indices, sign
+    /// bytes)` for the two points; returns the scales (0 where skipped).
+    fn place(
+        &self,
+        xs: &[f32],
+        imatrix: Option<&[f32]>,
+        sigma2: f32,
+        mut store: impl FnMut(usize, [u16; 4], [u8; 4]),
+    ) -> [f32; QK_K / 16] {
+        let scan = ScaleScan { steps: -9..=9, step: 0.1, refit: Refit::OffLattice };
+        let mut scales = [0.0f32; QK_K / 16];
+        let mut levels = [0u8; 16];
+        for (ib, x) in xs.chunks_exact(16).enumerate() {
+            let sb = SubBlock::<16>::new(x, sub_imatrix(imatrix, 16 * ib, 16), sigma2, self.weigh, self.even);
+            let max = max_of(&sb.xval);
+            if max < self.eps {
+                continue;
+            }
+            let mut scale = scan.fit(self.lattice, &sb.xval, &sb.weight, &sb.waux, max, max / 5.0, &mut levels);
+            let mut signs = sb.signs;
+            if scale < 0.0 {
+                scale = -scale;
+                signs = signs.map(|s| if self.even { !s & 127 } else { !s });
+            }
+            store(ib, SubBlock::<16>::indices(self.lattice, &levels), signs);
+            scales[ib] = scale;
         }
-        let mut scale = scan.fit(lattice, &sb.xval, &sb.weight, &sb.waux, max, max / 5.0, &mut levels);
-        let mut signs = sb.signs;
-        if scale < 0.0 {
-            scale = -scale;
-            signs = signs.map(|s| if even { !s & 127 } else { !s });
-        }
-        store(ib, SubBlock::<16>::indices(lattice, &levels), signs);
-        scales[ib] = scale;
+        scales
     }
-    scales
 }
 
 /// Scales as nibbles of odd multiples of `d`, two to a byte.
@@ -152,20 +162,12 @@ pub(super) fn iq2_xs(row: &[f32], imatrix: Option<&[f32]>, out: &mut [u8]) {
         // Per point: 9-bit grid index, 7 sign bits above it.
         let mut words = [0u16; QK_K / 8];
         let imatrix = sub_imatrix(imatrix, QK_K * ibl, QK_K);
-        let scales = sixteens(
-            xs,
-            imatrix,
-            sigma2,
-            lattice,
-            |v| v * v,
-            1e-15,
-            true,
-            |ib, idx, signs| {
-                for k in 0..2 {
-                    words[2 * ib + k] = idx[k] | (signs[k] as u16) << 9;
-                }
-            },
-        );
+        let sixteens = Sixteens { lattice, weigh: |v: f32| v * v, eps: 1e-15, even: true };
+        let scales = sixteens.place(xs, imatrix, sigma2, |ib, idx, signs| {
+            for k in 0..2 {
+                words[2 * ib + k] = idx[k] | (signs[k] as u16) << 9;
+            }
+        });
         b.d = F16Bytes::from_f32(0.0);
         b.qs = [0; QK_K / 4];
         b.scales = [0; QK_K / 32];
@@ -193,7 +195,8 @@ pub(super) fn iq2_s(row: &[f32], imatrix: Option<&[f32]>, out: &mut [u8]) {
         let imatrix = sub_imatrix(imatrix, QK_K * ibl, QK_K);
         let weigh = |v: f32| 0.25f32 * sigma2 + v * v;
         // Per point: low index byte, 2 high bits in `qh`, a full sign byte.
-        let scales = sixteens(xs, imatrix, sigma2, lattice, weigh, 1e-8, false, |ib, idx, signs| {
+        let sixteens = Sixteens { lattice, weigh, eps: 1e-8, even: false };
+        let scales = sixteens.place(xs, imatrix, sigma2, |ib, idx, signs| {
             for k in 0..2 {
                 let r = 2 * ib + k;
                 b.qs[r] = idx[k] as u8;

@@ -188,3 +188,63 @@ pub(super) fn iq3_s() -> &'static Lattice<4> {
     static CELL: OnceLock<Lattice<4>> = OnceLock::new();
     lazy(&CELL, || Lattice::new(iq3_s::GRID.iter().map(|g| g.to_le_bytes()), 3, 3))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The keys of the points in order, as llama.cpp's `kgrid_*` tables
+    /// list them: first entries, last entries and a position-weighted sum
+    /// of all (from ggml-quants.c at the pinned commit).
+    fn check<const D: usize>(l: &Lattice<D>, first: [usize; 6], last: [usize; 2], weighted: u64) {
+        let keys: Vec<usize> = l.points.iter().map(|p| l.key(p)).collect();
+        assert_eq!(keys[..6], first);
+        assert_eq!(keys[keys.len() - 2..], last);
+        assert_eq!(keys.iter().enumerate().map(|(i, &k)| (i as u64 + 1) * k as u64).sum::<u64>(), weighted);
+    }
+
+    #[test]
+    fn lattices_are_llama_cpps_kgrids() {
+        check(iq2_xxs(), [0, 2, 5, 8, 10, 17], [43088, 43268], 711230818);
+        check(iq2_xs(), [0, 2, 5, 8, 10, 17], [43665, 43690], 3063311876);
+        check(iq2_s(), [0, 2, 5, 8, 10, 17], [43656, 43690], 12275367849);
+        check(iq1(), [0, 2, 5, 8, 10, 17], [43688, 43690], 61384112667);
+        check(iq3_xxs(), [0, 2, 4, 9, 11, 15], [3924, 3992], 71784388);
+        check(iq3_s(), [0, 1, 2, 5, 7, 8], [3993, 4032], 282122336);
+    }
+
+    fn dist(p: &[u8; 8], q: &[u8; 8]) -> i32 {
+        p.iter().zip(q).map(|(&a, &b)| (a as i32 - b as i32).pow(2)).sum()
+    }
+
+    #[test]
+    fn neighbours_are_the_nearest_rings() {
+        // An off-grid key of IQ2_S lists exactly the points at its smallest
+        // distance, in index order.
+        let l = iq2_s();
+        let levels = [1u8, 1, 1, 1, 1, 1, 1, 0];
+        let near = l.find(&levels).unwrap_err();
+        let best = l.points.iter().map(|p| dist(p, &levels)).min().unwrap();
+        let want: Vec<u16> = (0..l.points.len() as u16).filter(|&i| dist(l.levels(i), &levels) == best).collect();
+        assert_eq!(near, &want[..]);
+        // IQ1's lists reach 3 distances, nearest first, ties by index.
+        let l = iq1();
+        let mut off = 0;
+        for key in (0..1usize << 16).step_by(97) {
+            let levels: [u8; 8] = std::array::from_fn(|i| (key >> (2 * i) & 3) as u8);
+            if levels.iter().any(|&v| v > 2) {
+                continue;
+            }
+            let Err(near) = l.find(&levels) else { continue };
+            off += 1;
+            let d: Vec<(i32, u16)> = near.iter().map(|&i| (dist(l.levels(i), &levels), i)).collect();
+            assert!(d.windows(2).all(|w| w[0] < w[1]));
+            let mut radii: Vec<i32> = d.iter().map(|p| p.0).collect();
+            radii.dedup();
+            assert_eq!(radii.len(), 3);
+            let outside = (0..l.points.len() as u16).filter(|i| !near.contains(i));
+            assert!(outside.map(|i| dist(l.levels(i), &levels)).all(|r| r > radii[2]));
+        }
+        assert!(off > 0);
+    }
+}

@@ -27,6 +27,8 @@ mod legacy;
 mod mxfp4;
 
 #[cfg(test)]
+mod iq_tests;
+#[cfg(test)]
 mod tests;
 
 /// Whether llama.cpp refuses to make `ty` without an importance vector (the
