@@ -108,8 +108,10 @@ impl<const D: usize> Lattice<D> {
 
     /// Of `candidates`, the point whose values `scale * value[level]` are
     /// nearest `x` by the `w`-weighted squared distance (first of equals);
-    /// llama.cpp's `iq*_find_best_neighbour`. If no distance is finite,
-    /// the whole grid is searched.
+    /// llama.cpp's `iq*_find_best_neighbour`. If no distance is below
+    /// `f32::MAX` (overflow), the whole grid is searched, then the first
+    /// candidate taken: there llama.cpp aborts (IQ2/IQ3) or reads past its
+    /// 8 weights (IQ1), so no byte-equal answer exists.
     pub(super) fn closest(&self, candidates: &[u16], x: &[f32], w: &[f32], scale: f32, value: &[f32]) -> u16 {
         let distance = |j: u16| {
             let mut d2 = 0.0f32;
