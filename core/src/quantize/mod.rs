@@ -20,11 +20,18 @@ mod common;
 pub mod file;
 pub mod imatrix;
 mod iq;
+mod iq1;
+mod iq2;
+mod iq3;
+mod iq4;
+mod iq_lattice;
 mod kquants;
 mod legacy;
 pub mod mix;
 mod mxfp4;
 
+#[cfg(test)]
+mod iq_tests;
 #[cfg(test)]
 mod tests;
 
@@ -59,15 +66,15 @@ fn row_quantizer(ty: GgmlType) -> Option<RowFn> {
         Q4K => kquants::q4_k,
         Q5K => kquants::q5_k,
         Q6K => kquants::q6_k,
-        IQ1S => iq::iq1_s,
-        IQ1M => iq::iq1_m,
-        IQ2XXS => iq::iq2_xxs,
-        IQ2XS => iq::iq2_xs,
-        IQ2S => iq::iq2_s,
-        IQ3XXS => iq::iq3_xxs,
-        IQ3S => iq::iq3_s,
-        IQ4NL => iq::iq4_nl,
-        IQ4XS => iq::iq4_xs,
+        IQ1S => iq1::iq1_s,
+        IQ1M => iq1::iq1_m,
+        IQ2XXS => iq2::iq2_xxs,
+        IQ2XS => iq2::iq2_xs,
+        IQ2S => iq2::iq2_s,
+        IQ3XXS => iq3::iq3_xxs,
+        IQ3S => iq3::iq3_s,
+        IQ4NL => iq4::iq4_nl,
+        IQ4XS => iq4::iq4_xs,
         MXFP4 => mxfp4::mxfp4,
         _ => return None,
     })
