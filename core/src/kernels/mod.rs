@@ -254,8 +254,11 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// A row dequantiser: a row's blocks into its f32 values.
+pub type DequantizeRow = fn(&[u8], &mut [f32]);
+
 /// The row dequantiser of `ty`, if there is one.
-pub fn row_dequantizer(ty: GgmlType) -> Option<fn(&[u8], &mut [f32])> {
+pub fn row_dequantizer(ty: GgmlType) -> Option<DequantizeRow> {
     use GgmlType as T;
     Some(match ty {
         T::F32 => quant::float::dequantize_row_f32,

@@ -57,7 +57,7 @@ impl Planned {
     }
 
     fn rows(&self) -> usize {
-        self.dims[1..].iter().product::<u64>() as usize
+        self.dims.get(1..).map_or(1, |d| d.iter().product::<u64>()) as usize
     }
 
     pub fn bytes(&self, ty: GgmlType) -> u64 {
@@ -90,7 +90,7 @@ pub fn model_shape(f: &GgufFile) -> Result<ModelShape> {
     let n_head_kv = first("attention.head_count_kv").unwrap_or(n_head);
     Ok(ModelShape {
         is_70b: arch == "llama" && n_layer == 80,
-        n_gqa: if n_head_kv == 0 { 0 } else { (n_head / n_head_kv) as usize },
+        n_gqa: n_head.checked_div(n_head_kv).unwrap_or(0) as usize,
         n_expert: first("expert_count").unwrap_or(0) as usize,
         n_layer,
         arch,
@@ -110,7 +110,10 @@ pub fn plan(input: &GgufFile, opts: &Options) -> Result<(Vec<Planned>, usize)> {
     let mut planned = Vec::with_capacity(tensors.len());
     let mut any_weighted = false;
     for t in tensors {
-        let dims = t.shape().to_vec();
+        // As ggml counts dimensions: trailing 1s dropped (llama-quantize
+        // writes a [n, 1] vector as [n]).
+        let shape = t.shape();
+        let dims = shape[..shape.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1)].to_vec();
         let to = mixer.choose(&t.name, &dims, t.ty);
         let mut p = Planned { name: t.name.clone(), dims, from: t.ty, to, weighted: false };
         if p.converted() {

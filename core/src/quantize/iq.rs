@@ -5,31 +5,9 @@
 //! Arithmetic follows llama.cpp's source order in f32 throughout (no fused
 //! multiply-adds, no reassociation): the outputs must equal its bytes.
 
+pub(super) use super::common::{blocks_mut, make_qp_quants, nearest_int, sum_squares};
 use super::iq_lattice::Lattice;
-use crate::quant::FileBlock;
 use std::ops::RangeInclusive;
-
-/// View a row's output bytes as blocks to fill.
-pub(super) fn blocks_mut<B: FileBlock>(bytes: &mut [u8]) -> &mut [B] {
-    let size = std::mem::size_of::<B>();
-    assert!(bytes.len().is_multiple_of(size));
-    // SAFETY: `B: FileBlock` has alignment 1, no padding and no invalid bit
-    // patterns; the length is a whole number of blocks inside `bytes`.
-    unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<B>(), bytes.len() / size) }
-}
-
-/// Round to the nearest integer, ties to even, as llama.cpp's `nearest_int`
-/// (adding 1.5 * 2^23 leaves the integer in the low mantissa bits).
-#[inline(always)]
-pub(super) fn nearest_int(x: f32) -> i32 {
-    let bits = (x + 12_582_912.0f32).to_bits() as i32;
-    (bits & 0x007f_ffff) - 0x0040_0000
-}
-
-/// Sum of squares in order (f32).
-pub(super) fn sum_squares(x: &[f32]) -> f32 {
-    x.iter().fold(0.0f32, |s, &v| s + v * v)
-}
 
 /// Each weight's importance: `imatrix * sqrt(sigma2 + x^2)` with an
 /// importance vector, `fallback(x)` without one.
@@ -94,80 +72,6 @@ fn odd_level_sums(xval: &[f32], weight: &[f32], levels: &[u8]) -> (f32, f32) {
         sumq2 += w * q * q;
     }
     (sumqx, sumq2)
-}
-
-/// Unsigned levels `0..=nmax` for `x` (all >= 0) minimising the weighted
-/// error `sum w (x - scale * l)^2` with one scale: llama.cpp's
-/// `make_qp_quants` (a scan of 9 scales around `nmax / max`, then up to 5
-/// rounds of moving single levels while the fit improves). Returns the scale.
-pub(super) fn make_qp_quants(nmax: i32, x: &[f32], levels: &mut [u8], weight: &[f32]) -> f32 {
-    let max = x.iter().fold(0.0f32, |m, &v| if m > v { m } else { v });
-    if max < 1e-15 {
-        levels.fill(0);
-        return 0.0;
-    }
-    let mut iscale = nmax as f32 / max;
-    let scale = 1.0 / iscale;
-    // Levels are bytes, as in llama.cpp: a negative rounding (IQ2_XXS
-    // passes one negative magnitude) wraps, and the wrapped value is what
-    // the first error and the moves below see.
-    let mut best_mse = 0.0f32;
-    for (&v, &w) in x.iter().zip(weight) {
-        let diff = v - scale * (nearest_int(iscale * v) as u8) as f32;
-        best_mse += w * diff * diff;
-    }
-    for is in (-4..=4).filter(|&is| is != 0) {
-        let iscale_is = (0.1f32 * is as f32 + nmax as f32) / max;
-        let scale_is = 1.0 / iscale_is;
-        let mut mse = 0.0f32;
-        for (&v, &w) in x.iter().zip(weight) {
-            let l = nearest_int(iscale_is * v).min(nmax);
-            let diff = v - scale_is * l as f32;
-            mse += w * diff * diff;
-        }
-        if mse < best_mse {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-    for ((&v, &w), l) in x.iter().zip(weight).zip(levels.iter_mut()) {
-        let li = nearest_int(iscale * v).min(nmax);
-        *l = li as u8;
-        let lf = li as f32;
-        sumlx += w * v * lf;
-        suml2 += w * lf * lf;
-    }
-    for _ in 0..5 {
-        let mut changed = false;
-        for ((&v, &w), l) in x.iter().zip(weight).zip(levels.iter_mut()) {
-            let old = *l as f32;
-            let mut slx = sumlx - w * v * old;
-            let mut sl2 = suml2 - w * old * old;
-            if slx > 0.0 && sl2 > 0.0 {
-                let new_l = nearest_int(v * sl2 / slx).min(nmax);
-                if new_l != *l as i32 {
-                    let nl = new_l as f32;
-                    slx += w * v * nl;
-                    sl2 += w * nl * nl;
-                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
-                        *l = new_l as u8;
-                        sumlx = slx;
-                        suml2 = sl2;
-                        changed = true;
-                    }
-                }
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
-    if suml2 > 0.0 {
-        sumlx / suml2
-    } else {
-        0.0
-    }
 }
 
 /// The 4-bit code of a group scale `s` under super-block scale `1 / id`

@@ -66,7 +66,7 @@ pub(super) fn iq2_xxs(row: &[f32], imatrix: Option<&[f32]>, out: &mut [u8]) {
             if max_of(&sb.xval) < 1e-15 {
                 continue;
             }
-            let start = make_qp_quants(4, &sb.xval, &mut levels, &sb.weight);
+            let start = make_qp_quants(4, &sb.xval, &sb.weight, &mut levels);
             let eff_max = start * 3.0;
             if eff_max <= 0.0 {
                 continue;

@@ -429,11 +429,7 @@ impl Mixer {
             let i = layer(self.i_ffn_down);
             match ft {
                 F::Q2K => ty = T::Q3K,
-                F::Q2KS => {
-                    if i < n_layer / 8 {
-                        ty = T::Q4K
-                    }
-                }
+                F::Q2KS if i < n_layer / 8 => ty = T::Q4K,
                 F::IQ3XXS if !self.has_imatrix => ty = if i < n_layer / 8 { T::Q4K } else { T::Q3K },
                 F::Q3KM => {
                     ty = if i < n_layer / 16 {

@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     chunks: Option<usize>,
     /// Where to write the matrix (GGUF)
-    #[arg(long, value_name = "OUT")]
+    #[arg(long, short = 'o', value_name = "OUT")]
     out: String,
     /// Worker threads [default: every core]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]

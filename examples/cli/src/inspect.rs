@@ -27,8 +27,21 @@ pub fn run(args: Args) -> Result<(), String> {
     let s = Summary::of(&g).map_err(|e| format!("{path}: {e}"))?;
     // The budget figures need the model built (a file of an unsupported architecture has none).
     let plan = Model::load(path).ok().map(|m| m.memory_plan(0));
+    // How the file was quantised, when an importance matrix was used:
+    // `quantize.imatrix.{file,dataset,entries_count,chunks_count}`.
+    let imatrix: Map<String, Value> = g
+        .metadata()
+        .filter_map(|(k, v)| {
+            let key = k.strip_prefix("quantize.imatrix.")?;
+            let v = v
+                .as_u64()
+                .map_or_else(|| json!(v.as_str().map_or_else(|| v.to_string(), str::to_string)), |n| json!(n));
+            Some((key.to_string(), v))
+        })
+        .collect();
     if args.json {
         let mut v = summary_json(&s);
+        v["quantize_imatrix"] = if imatrix.is_empty() { Value::Null } else { Value::Object(imatrix) };
         v["open_ms"] = json!(open_ms);
         v["minimum_memory_budget"] = json!(plan.map(|p| p.minimum_budget_bytes));
         v["memory_plan"] = json!(plan.map(|p| json!({
@@ -50,6 +63,13 @@ pub fn run(args: Args) -> Result<(), String> {
         println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_human(&s, open_ms);
+        for (k, v) in &imatrix {
+            println!(
+                "{:<17} {}",
+                format!("imatrix {}", k.trim_end_matches("_count")),
+                v.as_str().map_or_else(|| v.to_string(), str::to_string)
+            );
+        }
         if let Some(p) = plan {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             println!(

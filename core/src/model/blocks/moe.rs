@@ -94,8 +94,8 @@ impl MoeParams {
 /// sigmoid(gate_inp · x).
 pub struct SharedExpert {
     pub ffn: Dense,
-    /// `[n_embd]`.
-    pub gate_inp: Option<Vec<f32>>,
+    /// `[n_embd]`, and its tensor's name.
+    pub gate_inp: Option<(Vec<f32>, String)>,
 }
 
 /// Where the routed experts' slabs come from: the mapped file, or the
@@ -302,6 +302,7 @@ impl Moe {
         };
         let kinds = [TensorKind::FfnGateShexp, TensorKind::FfnUpShexp, TensorKind::FfnDownShexp];
         let ffn = Dense::load_kinds(ld, il, kinds, n_embd, n_ff, Act::Silu)?;
+        let gate_inp = gate_inp.map(|g| (g, gate_name));
         self.shared = Some(SharedExpert { ffn, gate_inp });
         Ok(self)
     }
@@ -341,6 +342,9 @@ impl Moe {
             }
             if let Some(sh) = &self.shared {
                 pass.observe(&[&sh.ffn.gate, &sh.ffn.up], x);
+                if let (Some((_, name)), Some(o)) = (&sh.gate_inp, pass.observer) {
+                    o.input(name, 0, 1, self.router.cols, x, None);
+                }
             }
         }
         match pass.experts {
@@ -555,7 +559,7 @@ impl Moe {
             out.copy_from_slice(sum);
             return;
         };
-        if let Some(gi) = &sh.gate_inp {
+        if let Some((gi, _)) = &sh.gate_inp {
             for (o, xt) in out.chunks_exact_mut(n_embd).zip(x.chunks_exact(n_embd)) {
                 ops::scale(o, ops::sigmoid(ops::dot_f32(xt, gi)));
             }
