@@ -32,11 +32,11 @@ impl TokenListener for Text {
     }
 }
 
-/// Eight greedy tokens after "Hello".
+/// Sixteen greedy tokens after "Hello".
 fn greedy(model: Arc<PocketModel>) -> String {
     let session = PocketSession::new(model, SessionOptions::default()).unwrap();
     let text = Arc::new(Text::default());
-    let options = GenerateOptions { max_tokens: 8, temperature: 0.0, ..GenerateOptions::default() };
+    let options = GenerateOptions { max_tokens: 16, temperature: 0.0, ..GenerateOptions::default() };
     session.generate("Hello".into(), options, text.clone()).unwrap();
     let out = text.0.lock().unwrap().clone();
     out
@@ -60,8 +60,15 @@ fn gpu_runs_on_a_named_adapter_or_is_an_unsupported_model() {
             assert_eq!(info.backend, Backend::Gpu);
             let adapter = info.adapter.expect("a GPU model names its adapter");
             assert!(!adapter.name.is_empty() && ["vulkan", "metal"].contains(&adapter.api.as_str()), "{adapter:?}");
-            // It generates: the same greedy text as the CPU's.
-            assert_eq!(greedy(model), greedy(load(None).unwrap()));
+            // It generates: the same greedy text as the CPU's (on the F32
+            // file, where only f32 rounding differs; the quantised tiny
+            // files' near-ties may flip within a few tokens).
+            drop(model);
+            let f32_model = |backend| {
+                PocketModel::load(fixture("gemma3-tiny-F32.gguf"), LoadOptions { backend, ..LoadOptions::default() })
+                    .unwrap()
+            };
+            assert_eq!(greedy(f32_model(Some(Backend::Gpu))), greedy(f32_model(None)));
         }
         Err(PocketError::UnsupportedModel { reason }) => {
             eprintln!("no GPU here: {reason}");
