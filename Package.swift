@@ -39,7 +39,16 @@ let package = Package(
         .target(
             name: "Pocket",
             dependencies: ["PocketFFI"],
-            path: "ios/Sources/Pocket"
+            path: "ios/Sources/Pocket",
+            // The static library's GPU backend (wgpu on Metal); a static
+            // library does not bring its frameworks along (rustc's
+            // --print native-static-libs lists them).
+            linkerSettings: [
+                .linkedFramework("Metal"),
+                .linkedFramework("QuartzCore"),
+                .linkedFramework("CoreGraphics"),
+                .linkedFramework("Foundation"),
+            ]
         ),
         .testTarget(
             name: "PocketTests",

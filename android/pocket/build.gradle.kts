@@ -67,7 +67,8 @@ val cargoNdk by tasks.registering(Exec::class) {
     val out = layout.projectDirectory.dir("src/main/jniLibs").asFile
     val args = mutableListOf("cargo", "ndk")
     abis.forEach { args += listOf("-t", it) }
-    args += listOf("--platform", "24", "-o", out.path, "build", "-p", "pocket-ffi", "--lib", "--profile", cargoProfile)
+    // `--features gpu`: the Vulkan backend (LoadOptions.backend = Backend.GPU).
+    args += listOf("--platform", "24", "-o", out.path, "build", "-p", "pocket-ffi", "--lib", "--features", "gpu", "--profile", cargoProfile)
     commandLine(args)
     doFirst {
         // cargo-ndk finds the NDK through ANDROID_NDK_HOME; default to the one this module pins.

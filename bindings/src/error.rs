@@ -164,6 +164,12 @@ mod tests {
         assert_eq!(cat(CoreError::Io(missing)), d(PocketError::Io { reason: r() }));
         let enomem = std::io::Error::from_raw_os_error(12);
         assert_eq!(cat(CoreError::Io(enomem)), d(PocketError::OutOfMemory { reason: r() }));
+        // No GPU is a setting the app can change; a GPU failing while it runs is ours.
+        assert_eq!(
+            cat(CoreError::GpuUnavailable("no adapter".into())),
+            d(PocketError::UnsupportedModel { reason: r() })
+        );
+        assert_eq!(cat(CoreError::Gpu("device lost".into())), d(PocketError::Internal { reason: r() }));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! proc-macros (namespace `pocket`) to Swift, Kotlin and Python.
 //!
 //! A thin layer over pocket-core:
-//! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`.
+//! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`, `Backend`.
 //! - [`session`]: `PocketSession` (generate, chat, cancel, reset, save, restore), the option and stats records,
 //!   the foreign `TokenListener`.
 //! - [`error`]: `PocketError`, the one place core errors are folded into what an app can act on,
@@ -16,7 +16,9 @@ pub mod model;
 pub mod session;
 
 pub use error::PocketError;
-pub use model::{plan_memory, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel};
+pub use model::{
+    plan_memory, Backend, GpuAdapter, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel,
+};
 pub use session::{
     ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,
     TokenListener,

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::sync::Arc;
 
 use pocket_core::gguf::GgufFile;
-use pocket_core::model::Model;
+use pocket_core::model::{BackendKind, Model};
 
 use crate::error::{guard, PocketError};
 use crate::session::{PocketSession, SessionOptions};
@@ -34,12 +34,57 @@ pub struct LoadOptions {
     /// (`availMem` less a margin for the app itself).
     #[uniffi(default = 0)]
     pub memory_budget_bytes: u64,
+    /// The device that computes the model's passes; `None` (the default)
+    /// is `Backend.Auto`. (An optional field because UniFFI records cannot
+    /// default to an enum variant.)
+    #[uniffi(default = None)]
+    pub backend: Option<Backend>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 0, use_mmap: true, progress: None, memory_budget_bytes: 0 }
+        LoadOptions { threads: 0, use_mmap: true, progress: None, memory_budget_bytes: 0, backend: None }
     }
+}
+
+/// Which device computes a model's passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
+pub enum Backend {
+    /// Pocket chooses: today always the CPU (the GPU backend is correct but
+    /// not yet faster than the CPU on any device measured); the choice is
+    /// logged, and `ModelInfo.backend` says which it took.
+    Auto,
+    /// The CPU (NEON / AVX2 kernels).
+    Cpu,
+    /// The GPU (Metal on Apple, Vulkan on Android and Linux): matrix
+    /// products run on the device, the rest on the CPU for now. No GPU, a
+    /// driver that refuses a device, or a library built without the GPU
+    /// backend is `PocketError.UnsupportedModel` with the driver's message;
+    /// it does not run under a memory budget yet (`InvalidArgument`).
+    Gpu,
+}
+
+impl From<Backend> for BackendKind {
+    fn from(b: Backend) -> BackendKind {
+        match b {
+            Backend::Auto => BackendKind::Auto,
+            Backend::Cpu => BackendKind::Cpu,
+            Backend::Gpu => BackendKind::Gpu,
+        }
+    }
+}
+
+/// The GPU a model runs on, as its driver names it.
+#[derive(Clone, Debug, PartialEq, Eq, uniffi::Record)]
+pub struct GpuAdapter {
+    /// The device ("Apple A17 Pro", "Adreno (TM) 750", "llvmpipe (LLVM 15.0.6, 256 bits)").
+    pub name: String,
+    /// The driver's name ("llvmpipe", "Qualcomm Technologies Inc. Adreno Vulkan Driver"; may be "").
+    pub driver: String,
+    /// The driver's version text ("Mesa 22.3.6 (LLVM 15.0.6)"; may be "").
+    pub driver_info: String,
+    /// The graphics API: "vulkan" or "metal".
+    pub api: String,
 }
 
 /// How a memory budget divides for a model (all in bytes).
@@ -107,6 +152,10 @@ pub struct ModelInfo {
     /// The file type as llama.cpp names it ("Q4_K_M"), else the dominant tensor type.
     pub quantization: String,
     pub has_chat_template: bool,
+    /// The device the passes run on: `Cpu` or `Gpu`, never `Auto` (resolved at load).
+    pub backend: Backend,
+    /// The GPU, when `backend` is `Gpu`; `None` on the CPU.
+    pub adapter: Option<GpuAdapter>,
 }
 
 /// A loaded model. Immutable and thread-safe: many sessions may share it.
@@ -153,7 +202,8 @@ impl PocketModel {
         })
     }
 
-    /// Architecture, size, experts, quantisation and context of the file.
+    /// Architecture, size, experts, quantisation and context of the file,
+    /// and the device it runs on.
     pub fn info(&self) -> ModelInfo {
         let s = self.model.summary();
         let small = |v: Option<u64>| v.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
@@ -167,6 +217,16 @@ impl PocketModel {
             expert_used_count: small(s.expert_used_count),
             quantization: s.quantization.clone(),
             has_chat_template: s.has_chat_template,
+            backend: match self.model.backend() {
+                BackendKind::Gpu => Backend::Gpu,
+                BackendKind::Auto | BackendKind::Cpu => Backend::Cpu,
+            },
+            adapter: self.model.adapter().map(|a| GpuAdapter {
+                name: a.name.clone(),
+                driver: a.driver.clone(),
+                driver_info: a.driver_info.clone(),
+                api: a.backend.clone(),
+            }),
         }
     }
 
@@ -188,7 +248,10 @@ impl PocketModel {
 
 impl PocketModel {
     fn build(file: GgufFile, options: &LoadOptions, progress: &Progress) -> Result<Arc<Self>, PocketError> {
-        let opts = pocket_core::model::LoadOptions { memory_budget: options.memory_budget_bytes, ..Default::default() };
+        let opts = pocket_core::model::LoadOptions {
+            memory_budget: options.memory_budget_bytes,
+            backend: options.backend.unwrap_or(Backend::Auto).into(),
+        };
         let model = Model::from_gguf_with(file, &opts)?;
         progress.report(1.0);
         Ok(Arc::new(PocketModel { model: Arc::new(model), threads: options.threads }))

@@ -79,13 +79,20 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
     ];
     for name in files {
         let Some(gpu) = load_gpu(name) else { return };
-        assert_eq!(gpu.backend_name(), "gpu");
+        assert_eq!((gpu.backend_name(), gpu.backend()), ("gpu", BackendKind::Gpu));
         assert!(gpu.adapter().is_some());
+        // Weights go up on first use, not at load.
+        assert_eq!(gpu.backend_counters().unwrap().device.weight_bytes_uploaded, 0);
         let cpu = Model::load(path(name)).unwrap();
-        assert_eq!(cpu.backend_name(), "cpu");
+        assert_eq!((cpu.backend_name(), cpu.backend()), ("cpu", BackendKind::Cpu));
+        assert!(cpu.adapter().is_none() && cpu.backend_counters().is_none());
         let (want, got) = (run(&cpu), run(&gpu));
         let counters = gpu.backend_counters().unwrap();
         assert!(counters.gpu_products > 0, "{name}: {counters:?}");
+        // Today each product on the GPU is one submission and one readback.
+        let d = counters.device;
+        assert_eq!((d.submissions, d.readbacks), (counters.gpu_products, counters.gpu_products), "{name}");
+        assert!(d.dispatches >= d.submissions && d.readback_bytes > 0 && d.weight_bytes_uploaded > 0, "{name}");
         // Dense models run every product on the GPU; MoE experts (chosen
         // rows of stacked tensors) still run on the CPU.
         if name.starts_with("gemma3") {
@@ -173,4 +180,13 @@ fn without_the_gpu_feature_the_gpu_backend_is_unavailable() {
         Err(e) => panic!("{e}"),
         Ok(_) => panic!("loaded on a GPU backend that is not built"),
     }
+}
+
+#[test]
+fn auto_is_the_cpu() {
+    let m =
+        Model::load_with(path("gemma3-tiny-Q8_0"), &LoadOptions { backend: BackendKind::Auto, ..Default::default() })
+            .unwrap();
+    assert_eq!(m.backend(), BackendKind::Cpu);
+    assert!(m.adapter().is_none());
 }

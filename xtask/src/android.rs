@@ -56,7 +56,19 @@ struct Build<'a> {
 
 fn staticlib(target: &str, b: &Build) -> Result {
     let mut cmd = cargo();
-    cmd.args(["rustc", "--target", target, "-p", "pocket-ffi", "--lib", "--crate-type", "staticlib"]);
+    // With the GPU backend (Metal on iOS, Vulkan on Android), as the shipped libraries have it.
+    cmd.args([
+        "rustc",
+        "--target",
+        target,
+        "-p",
+        "pocket-ffi",
+        "--lib",
+        "--crate-type",
+        "staticlib",
+        "--features",
+        "gpu",
+    ]);
     match b.profile {
         "release" => cmd.arg("--release"),
         p => cmd.args(["--profile", p]),

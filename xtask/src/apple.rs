@@ -123,7 +123,8 @@ fn release_line(url: &str, checksum: &str) -> String {
 fn staticlib(target: &str, profile: &str, build_std: bool) -> Result<PathBuf> {
     let mut cmd = if build_std { cargo_of("nightly") } else { cargo() };
     cmd.args(["rustc", "--target", target, "-p", "pocket-ffi", "--lib", "--crate-type", "staticlib"]);
-    cmd.args(["--profile", profile]);
+    // The GPU backend (Metal) is part of the shipped library.
+    cmd.args(["--features", "gpu", "--profile", profile]);
     if build_std {
         // No prebuilt standard library for this target: build it (needs `rustup component add rust-src --toolchain nightly`).
         cmd.args(["-Z", "build-std=std,panic_unwind"]);

@@ -72,7 +72,9 @@ pub fn command(args: &[String]) -> Result {
 pub fn generate(lang: Lang, release: bool, out: Option<PathBuf>) -> Result<PathBuf> {
     let profile = if release { "release" } else { "debug" };
     let mut build = cargo();
-    build.args(["build", "-p", "pocket-ffi", "-p", "uniffi-bindgen"]);
+    // The host library with the GPU backend, as the Linux bindings ship it
+    // (the Python and Kotlin tests then load models on lavapipe too).
+    build.args(["build", "-p", "pocket-ffi", "-p", "uniffi-bindgen", "--features", "pocket-ffi/gpu"]);
     if release {
         build.arg("--release");
     }

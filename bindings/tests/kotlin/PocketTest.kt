@@ -86,6 +86,21 @@ fun main() {
         expect(info.quantization == "Q4_K_M") { info.quantization }
         expect(info.fileBytes == File(moePath).length().toULong()) { "fileBytes ${info.fileBytes}" }
         expect(info.parameterCount > 1_000_000uL && info.contextLength > 0u) { "$info" }
+        expect(info.backend == Backend.CPU && info.adapter == null) { "backend ${info.backend}, adapter ${info.adapter}" }
+    }
+
+    test("backend: Auto and Cpu run on the CPU; Gpu names its adapter or is UnsupportedModel") {
+        for (backend in listOf(Backend.AUTO, Backend.CPU)) {
+            val info = PocketModel.load(moePath, LoadOptions(backend = backend)).info()
+            expect(info.backend == Backend.CPU && info.adapter == null) { "$backend: $info" }
+        }
+        try {
+            val info = PocketModel.load(moePath, LoadOptions(backend = Backend.GPU)).info()
+            val adapter = info.adapter
+            expect(info.backend == Backend.GPU && adapter != null && adapter.name.isNotEmpty()) { "$info" }
+        } catch (e: PocketException.UnsupportedModel) {
+            expect(e.reason.contains("GPU unavailable")) { e.reason }
+        }
     }
 
     test("a memory budget: the plan, the refusal below the minimum, the same text") {
@@ -112,7 +127,7 @@ fun main() {
 
     test("defaults") {
         val l = LoadOptions()
-        expect(l.threads == 0u && l.useMmap && l.progress == null) { "$l" }
+        expect(l.threads == 0u && l.useMmap && l.progress == null && l.backend == null) { "$l" }
         val s = SessionOptions()
         expect(s.contextLength == 0u && s.kvCacheType == null && !s.slidingWindow && s.threads == 0u) { "$s" }
         val g = GenerateOptions()

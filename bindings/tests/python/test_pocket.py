@@ -55,6 +55,18 @@ def test_info_of_a_moe_model(moe, moe_path):
     assert info.parameter_count > 1_000_000
     assert info.context_length > 0
     assert isinstance(info.name, str) and isinstance(info.has_chat_template, bool)
+    assert info.backend == pocket.Backend.CPU and info.adapter is None
+
+
+def test_backend_auto_is_the_cpu_and_gpu_names_its_adapter_or_is_unsupported(moe_path):
+    for backend in (pocket.Backend.AUTO, pocket.Backend.CPU):
+        info = pocket.PocketModel.load(moe_path, pocket.LoadOptions(backend=backend)).info()
+        assert info.backend == pocket.Backend.CPU and info.adapter is None
+    try:
+        info = pocket.PocketModel.load(moe_path, pocket.LoadOptions(backend=pocket.Backend.GPU)).info()
+        assert info.backend == pocket.Backend.GPU and info.adapter.name
+    except pocket.PocketError.UnsupportedModel as e:
+        assert "GPU unavailable" in e.reason
 
 
 def test_info_of_a_dense_model(gemma_tiny):
@@ -65,7 +77,7 @@ def test_info_of_a_dense_model(gemma_tiny):
 
 def test_load_options_defaults():
     o = pocket.LoadOptions()
-    assert (o.threads, o.use_mmap, o.progress, o.memory_budget_bytes) == (0, True, None, 0)
+    assert (o.threads, o.use_mmap, o.progress, o.memory_budget_bytes, o.backend) == (0, True, None, 0, None)
     s = pocket.SessionOptions()
     assert (s.context_length, s.kv_cache_type, s.sliding_window, s.threads) == (0, None, False, 0)
     g = pocket.GenerateOptions()

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::counters::{GpuCounters, Tally};
 use super::info::{AdapterInfo, GpuLimits};
 use super::{shaders, GpuOptions};
 use crate::quant::GgmlType;
@@ -29,6 +30,8 @@ struct Inner {
     pipeline_layout: wgpu::PipelineLayout,
     /// Matrix-vector pipelines, compiled on first use per format.
     matvec: Mutex<HashMap<GgmlType, Arc<wgpu::ComputePipeline>>>,
+    /// What the device has been asked to do since it was opened.
+    tally: Tally,
 }
 
 impl Gpu {
@@ -103,8 +106,17 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let inner =
-            Inner { device, queue, info, max_binding, max_groups, layout, pipeline_layout, matvec: Mutex::default() };
+        let inner = Inner {
+            device,
+            queue,
+            info,
+            max_binding,
+            max_groups,
+            layout,
+            pipeline_layout,
+            matvec: Mutex::default(),
+            tally: Tally::default(),
+        };
         Ok(Gpu { inner: Arc::new(inner) })
     }
 
@@ -116,6 +128,16 @@ impl Gpu {
     /// The most bytes one storage binding holds (see [`GpuOptions`]).
     pub fn max_binding_bytes(&self) -> u64 {
         self.inner.max_binding
+    }
+
+    /// Submissions, dispatches, buffers and bytes moved since the device
+    /// was opened.
+    pub fn counters(&self) -> GpuCounters {
+        self.inner.tally.snapshot()
+    }
+
+    pub(super) fn tally(&self) -> &Tally {
+        &self.inner.tally
     }
 
     /// The most workgroups one dispatch may have along each dimension.
@@ -199,6 +221,7 @@ impl Gpu {
             out.extend(view.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
         }
         buffer.unmap();
+        self.inner.tally.read_back(bytes);
         Ok(())
     }
 }

@@ -111,6 +111,8 @@ impl GpuMatrix {
                 let weights = init_buffer(device, "weights", wgpu::BufferUsages::STORAGE, data)?;
                 Ok((weights, init_buffer(device, "params", wgpu::BufferUsages::UNIFORM, &params.bytes())?))
             })??;
+            gpu.tally().created(2);
+            gpu.tally().weights(weights.size() + params.size());
             chunks.push(Chunk { weights, params, groups: (gx as u32, gy as u32) });
         }
         Ok(GpuMatrix { gpu: gpu.clone(), ty, rows, cols, pipeline, chunks, io: Mutex::new(None) })
@@ -172,11 +174,14 @@ impl GpuMatrix {
 
         let (queue, device) = (self.gpu.queue(), self.gpu.device());
         let out_bytes = (self.rows * 4) as u64;
+        let tally = self.gpu.tally();
         self.gpu.scoped("running a matrix product", || {
             for t0 in (0..n).step_by(batch) {
                 let nt = batch.min(n - t0);
                 // Ordered: a write lands before the next submission's commands.
-                queue.write_buffer(&io.x, 0, f32_bytes(&x[t0 * self.cols..(t0 + nt) * self.cols]));
+                let input = f32_bytes(&x[t0 * self.cols..(t0 + nt) * self.cols]);
+                queue.write_buffer(&io.x, 0, input);
+                tally.activations(input.len() as u64);
                 let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("matmul") });
                 {
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -188,6 +193,7 @@ impl GpuMatrix {
                 }
                 enc.copy_buffer_to_buffer(&io.y, 0, &io.readback, t0 as u64 * out_bytes, nt as u64 * out_bytes);
                 queue.submit([enc.finish()]);
+                tally.submitted(self.chunks.len() as u64);
             }
         })?;
         self.gpu.read_f32(&io.readback, n as u64 * out_bytes, out)
@@ -207,6 +213,7 @@ impl GpuMatrix {
         let x = buffer("x", tokens * self.cols * 4, U::STORAGE | U::COPY_DST);
         let y = buffer("y", tokens * self.rows * 4, U::STORAGE | U::COPY_SRC);
         let readback = buffer("readback", readback_tokens * self.rows * 4, U::MAP_READ | U::COPY_DST);
+        self.gpu.tally().created(3);
         let groups = self
             .chunks
             .iter()

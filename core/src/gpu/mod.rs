@@ -3,6 +3,9 @@
 //!
 //! - [`Gpu`]: one headless device and its queue ([`Gpu::new`]); what the
 //!   adapter is and can do ([`AdapterInfo`]).
+//! - [`GpuCounters`]: what the device was asked to do (submissions,
+//!   dispatches, buffers, bytes uploaded and read back), counted where it
+//!   happens, for `pocket bench` and the tests.
 //! - [`GpuMatrix`]: a weight matrix uploaded once, in its GGUF block format
 //!   (the kernels read the file's bytes through `array<u32>`, nothing is
 //!   repacked on the CPU), split over several bindings when it is larger than
@@ -16,10 +19,12 @@
 //! constructors answer [`Error::GpuUnavailable`](crate::Error::GpuUnavailable)
 //! ("not built with the GPU backend"), so call sites carry no `cfg`.
 
+mod counters;
 mod info;
 
 use crate::quant::GgmlType;
 
+pub use counters::GpuCounters;
 pub use info::{AdapterInfo, GpuLimits};
 
 #[cfg(feature = "gpu")]

@@ -2,7 +2,7 @@
 //! signatures, whose constructors answer that the backend is not built, so
 //! callers need no `cfg`.
 
-use super::{AdapterInfo, GpuOptions};
+use super::{AdapterInfo, GpuCounters, GpuOptions};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -26,6 +26,10 @@ impl Gpu {
     }
 
     pub fn max_binding_bytes(&self) -> u64 {
+        match self.never {}
+    }
+
+    pub fn counters(&self) -> GpuCounters {
         match self.never {}
     }
 }

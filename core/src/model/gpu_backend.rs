@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
-use crate::gpu::{AdapterInfo, Gpu, GpuMatrix};
+use crate::gpu::{AdapterInfo, Gpu, GpuCounters, GpuMatrix};
 use crate::kernels::MatJob;
 use crate::threads::ThreadPool;
 
@@ -41,11 +41,40 @@ pub struct GpuBackend {
     on_cpu: AtomicU64,
 }
 
-/// How many matrix products ran where, since load.
+/// How many matrix products ran where since load, and what the device was
+/// asked to do for them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BackendCounters {
     pub gpu_products: u64,
     pub cpu_products: u64,
+    /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
+    pub device: GpuCounters,
+}
+
+/// The work between two readings.
+impl std::ops::Sub for BackendCounters {
+    type Output = BackendCounters;
+
+    fn sub(self, o: BackendCounters) -> BackendCounters {
+        BackendCounters {
+            gpu_products: self.gpu_products.saturating_sub(o.gpu_products),
+            cpu_products: self.cpu_products.saturating_sub(o.cpu_products),
+            device: self.device - o.device,
+        }
+    }
+}
+
+/// The work of two spans together.
+impl std::ops::Add for BackendCounters {
+    type Output = BackendCounters;
+
+    fn add(self, o: BackendCounters) -> BackendCounters {
+        BackendCounters {
+            gpu_products: self.gpu_products.saturating_add(o.gpu_products),
+            cpu_products: self.cpu_products.saturating_add(o.cpu_products),
+            device: self.device + o.device,
+        }
+    }
 }
 
 impl GpuBackend {
@@ -66,7 +95,11 @@ impl GpuBackend {
     }
 
     pub fn counters(&self) -> BackendCounters {
-        BackendCounters { gpu_products: self.on_gpu.load(Relaxed), cpu_products: self.on_cpu.load(Relaxed) }
+        BackendCounters {
+            gpu_products: self.on_gpu.load(Relaxed),
+            cpu_products: self.on_cpu.load(Relaxed),
+            device: self.gpu.counters(),
+        }
     }
 
     /// The device's copy of `job`'s weights, uploading them on first use;

@@ -85,6 +85,15 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// `auto`, `cpu` or `gpu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Cpu => "cpu",
+            BackendKind::Gpu => "gpu",
+        }
+    }
+
+    /// `auto`, `cpu` or `gpu`.
     pub fn from_name(name: &str) -> Option<BackendKind> {
         match name {
             "auto" => Some(BackendKind::Auto),
@@ -233,7 +242,11 @@ impl Model {
             }
         };
         let device = match opts.backend {
-            BackendKind::Auto | BackendKind::Cpu => Device::Cpu,
+            BackendKind::Auto => {
+                log::info!("backend auto: the CPU (no device measurement shows the GPU backend ahead yet)");
+                Device::Cpu
+            }
+            BackendKind::Cpu => Device::Cpu,
             BackendKind::Gpu if budget.is_some() => {
                 return Err(Error::InvalidArgument("the GPU backend does not run under a memory budget yet".into()))
             }
@@ -255,6 +268,15 @@ impl Model {
     /// `cpu` or `gpu`: the backend the passes run on.
     pub fn backend_name(&self) -> &'static str {
         self.device.backend().name()
+    }
+
+    /// The backend the passes run on: [`BackendKind::Cpu`] or
+    /// [`BackendKind::Gpu`], never `Auto` (resolved at load).
+    pub fn backend(&self) -> BackendKind {
+        match &self.device {
+            Device::Cpu => BackendKind::Cpu,
+            Device::Gpu(_) => BackendKind::Gpu,
+        }
     }
 
     /// The GPU adapter, when the model runs on the GPU.

@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use pocket_core::gguf::Summary;
-use pocket_core::model::{ExpertIo, KvType, Logits};
+use pocket_core::model::{BackendCounters, ExpertIo, KvType, Logits};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
@@ -64,6 +64,8 @@ struct Draw {
     io: ExpertIo,
     /// Storage bytes read during decode.
     decode_bytes: u64,
+    /// What the GPU backend did during decode (`None` on the CPU).
+    decode_gpu: Option<BackendCounters>,
 }
 
 impl Draw {
@@ -105,6 +107,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let t_load = Instant::now();
     let model = args.budget.load(path)?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let gpu_at_load = model.backend_counters();
     let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
     let pool = ThreadPool::new(threads);
     let summary: &Summary = model.summary();
@@ -169,6 +172,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         let ttft_ms = t.elapsed().as_secs_f64() * 1e3;
         let after_prefill = state.expert_io();
+        let gpu_before = model.backend_counters();
         let mut tg = 0.0;
         if n_gen > 0 {
             let t = Instant::now();
@@ -179,7 +183,8 @@ pub fn run(args: Args) -> Result<(), String> {
             tg = n_gen as f64 / t.elapsed().as_secs_f64();
         }
         let io = state.expert_io();
-        let draw = Draw { pp, tg, ttft_ms, io, decode_bytes: (io - after_prefill).bytes_read };
+        let decode_gpu = model.backend_counters().zip(gpu_before).map(|(after, before)| after - before);
+        let draw = Draw { pp, tg, ttft_ms, io, decode_bytes: (io - after_prefill).bytes_read, decode_gpu };
         if d == 0 {
             // Warm-up: pages in the weights, spins up the threads; reported apart (a cold start).
             warmup = Some(draw);
@@ -214,6 +219,12 @@ pub fn run(args: Args) -> Result<(), String> {
         n => total_decode_bytes as f64 / (n * samples.len()) as f64,
     };
     let (p, t) = (spread(&pps), spread(&tgs));
+    let gpu = gpu_at_load.zip(model.backend_counters()).map(|(at_load, end)| GpuReport {
+        at_load,
+        after_load: end - at_load,
+        decode: samples.iter().filter_map(|d| d.decode_gpu).fold(BackendCounters::default(), |a, d| a + d),
+        tokens: n_gen * samples.len(),
+    });
     if args.json {
         let sj = |s: &Spread| json!({"mean": s.mean, "sd": s.sd, "min": s.min, "max": s.max});
         let v = json!({
@@ -241,6 +252,7 @@ pub fn run(args: Args) -> Result<(), String> {
             "storage_bytes_per_token": total_per_token,
             "storage_bytes_read": total.bytes_read,
             "experts_read_ahead": total.prefetched,
+            "gpu": gpu.as_ref().map(GpuReport::json),
             "memory": mem.map(|m| json!({
                 "peak_rss_bytes": m.peak_rss,
                 "anon_rss_bytes": m.anon_rss,
@@ -267,6 +279,9 @@ pub fn run(args: Args) -> Result<(), String> {
                 total.prefetched
             );
         }
+        if let Some(g) = &gpu {
+            println!("{}", g.text());
+        }
         if let Some(m) = mem {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
             println!(
@@ -285,6 +300,64 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// What the GPU backend did, from its counters: since load, and in the
+/// decode phase of the counted draws (per decoded token).
+struct GpuReport {
+    /// At the end of the load (weights are uploaded on first use, so
+    /// today nothing is uploaded yet).
+    at_load: BackendCounters,
+    /// From the end of the load to the end of the last draw (the warm-up included).
+    after_load: BackendCounters,
+    /// Summed over the counted draws' decode phases.
+    decode: BackendCounters,
+    /// Tokens decoded in those phases.
+    tokens: usize,
+}
+
+impl GpuReport {
+    /// `v / tokens`, or `None` when nothing was decoded.
+    fn per_token(&self, v: u64) -> Option<f64> {
+        (self.tokens > 0).then(|| v as f64 / self.tokens as f64)
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let (d, after) = (&self.decode.device, &self.after_load.device);
+        json!({
+            "products_on_gpu_per_token": self.per_token(self.decode.gpu_products),
+            "products_on_cpu_per_token": self.per_token(self.decode.cpu_products),
+            "submissions_per_token": self.per_token(d.submissions),
+            "dispatches_per_token": self.per_token(d.dispatches),
+            "readbacks_per_token": self.per_token(d.readbacks),
+            "readback_bytes_per_token": self.per_token(d.readback_bytes),
+            "bytes_uploaded_per_token": self.per_token(d.bytes_uploaded()),
+            "buffers_created_per_token": self.per_token(d.buffers_created),
+            "weight_bytes_uploaded_at_load": self.at_load.device.weight_bytes_uploaded,
+            "bytes_uploaded_after_load": after.bytes_uploaded(),
+            "weight_bytes_uploaded_after_load": after.weight_bytes_uploaded,
+            "activation_bytes_uploaded_after_load": after.activation_bytes_uploaded,
+            "buffers_created_after_load": after.buffers_created,
+        })
+    }
+
+    fn text(&self) -> String {
+        let (d, after) = (&self.decode.device, &self.after_load.device);
+        let t = |v: u64| self.per_token(v).unwrap_or(0.0);
+        format!(
+            "gpu          per decoded token: {:.0} products on the GPU, {:.0} on the CPU, {:.0} submissions, \
+             {:.0} dispatches, {:.1} KB uploaded, {:.1} KB read back; after load: {:.1} MiB of weights uploaded, \
+             {} buffers created",
+            t(self.decode.gpu_products),
+            t(self.decode.cpu_products),
+            t(d.submissions),
+            t(d.dispatches),
+            t(d.bytes_uploaded()) / 1e3,
+            t(d.readback_bytes) / 1e3,
+            after.weight_bytes_uploaded as f64 / (1u64 << 20) as f64,
+            after.buffers_created
+        )
+    }
 }
 
 /// Storage bytes read per decoded token in a draw (per prompt token when it decodes none).

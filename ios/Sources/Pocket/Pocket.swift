@@ -743,7 +743,8 @@ public func FfiConverterTypeLoadProgressListener_lower(_ value: LoadProgressList
 public protocol PocketModelProtocol: AnyObject, Sendable {
     
     /**
-     * Architecture, size, experts, quantisation and context of the file.
+     * Architecture, size, experts, quantisation and context of the file,
+     * and the device it runs on.
      */
     func info()  -> ModelInfo
     
@@ -848,7 +849,8 @@ public static func loadFromFd(fd: Int32, offset: UInt64, length: UInt64, options
 
     
     /**
-     * Architecture, size, experts, quantisation and context of the file.
+     * Architecture, size, experts, quantisation and context of the file,
+     * and the device it runs on.
      */
 open func info() -> ModelInfo  {
     return try!  FfiConverterTypeModelInfo_lift(try! rustCall() {
@@ -1783,6 +1785,119 @@ public func FfiConverterTypeGenerationStats_lower(_ value: GenerationStats) -> R
 
 
 /**
+ * The GPU a model runs on, as its driver names it.
+ */
+public struct GpuAdapter {
+    /**
+     * The device ("Apple A17 Pro", "Adreno (TM) 750", "llvmpipe (LLVM 15.0.6, 256 bits)").
+     */
+    public var name: String
+    /**
+     * The driver's name ("llvmpipe", "Qualcomm Technologies Inc. Adreno Vulkan Driver"; may be "").
+     */
+    public var driver: String
+    /**
+     * The driver's version text ("Mesa 22.3.6 (LLVM 15.0.6)"; may be "").
+     */
+    public var driverInfo: String
+    /**
+     * The graphics API: "vulkan" or "metal".
+     */
+    public var api: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * The device ("Apple A17 Pro", "Adreno (TM) 750", "llvmpipe (LLVM 15.0.6, 256 bits)").
+         */name: String, 
+        /**
+         * The driver's name ("llvmpipe", "Qualcomm Technologies Inc. Adreno Vulkan Driver"; may be "").
+         */driver: String, 
+        /**
+         * The driver's version text ("Mesa 22.3.6 (LLVM 15.0.6)"; may be "").
+         */driverInfo: String, 
+        /**
+         * The graphics API: "vulkan" or "metal".
+         */api: String) {
+        self.name = name
+        self.driver = driver
+        self.driverInfo = driverInfo
+        self.api = api
+    }
+}
+
+#if compiler(>=6)
+extension GpuAdapter: Sendable {}
+#endif
+
+
+extension GpuAdapter: Equatable, Hashable {
+    public static func ==(lhs: GpuAdapter, rhs: GpuAdapter) -> Bool {
+        if lhs.name != rhs.name {
+            return false
+        }
+        if lhs.driver != rhs.driver {
+            return false
+        }
+        if lhs.driverInfo != rhs.driverInfo {
+            return false
+        }
+        if lhs.api != rhs.api {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(driver)
+        hasher.combine(driverInfo)
+        hasher.combine(api)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGpuAdapter: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GpuAdapter {
+        return
+            try GpuAdapter(
+                name: FfiConverterString.read(from: &buf), 
+                driver: FfiConverterString.read(from: &buf), 
+                driverInfo: FfiConverterString.read(from: &buf), 
+                api: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: GpuAdapter, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterString.write(value.driver, into: &buf)
+        FfiConverterString.write(value.driverInfo, into: &buf)
+        FfiConverterString.write(value.api, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGpuAdapter_lift(_ buf: RustBuffer) throws -> GpuAdapter {
+    return try FfiConverterTypeGpuAdapter.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGpuAdapter_lower(_ value: GpuAdapter) -> RustBuffer {
+    return FfiConverterTypeGpuAdapter.lower(value)
+}
+
+
+/**
  * How a model is loaded. Every field has a default.
  */
 public struct LoadOptions {
@@ -1812,6 +1927,12 @@ public struct LoadOptions {
      * (`availMem` less a margin for the app itself).
      */
     public var memoryBudgetBytes: UInt64
+    /**
+     * The device that computes the model's passes; `None` (the default)
+     * is `Backend.Auto`. (An optional field because UniFFI records cannot
+     * default to an enum variant.)
+     */
+    public var backend: Backend?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1837,11 +1958,17 @@ public struct LoadOptions {
          * under a budget. Pick it from what the OS gives the app: on iOS
          * `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
          * (`availMem` less a margin for the app itself).
-         */memoryBudgetBytes: UInt64 = UInt64(0)) {
+         */memoryBudgetBytes: UInt64 = UInt64(0), 
+        /**
+         * The device that computes the model's passes; `None` (the default)
+         * is `Backend.Auto`. (An optional field because UniFFI records cannot
+         * default to an enum variant.)
+         */backend: Backend? = nil) {
         self.threads = threads
         self.useMmap = useMmap
         self.progress = progress
         self.memoryBudgetBytes = memoryBudgetBytes
+        self.backend = backend
     }
 }
 
@@ -1861,7 +1988,8 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
                 threads: FfiConverterUInt32.read(from: &buf), 
                 useMmap: FfiConverterBool.read(from: &buf), 
                 progress: FfiConverterOptionTypeLoadProgressListener.read(from: &buf), 
-                memoryBudgetBytes: FfiConverterUInt64.read(from: &buf)
+                memoryBudgetBytes: FfiConverterUInt64.read(from: &buf), 
+                backend: FfiConverterOptionTypeBackend.read(from: &buf)
         )
     }
 
@@ -1870,6 +1998,7 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
         FfiConverterBool.write(value.useMmap, into: &buf)
         FfiConverterOptionTypeLoadProgressListener.write(value.progress, into: &buf)
         FfiConverterUInt64.write(value.memoryBudgetBytes, into: &buf)
+        FfiConverterOptionTypeBackend.write(value.backend, into: &buf)
     }
 }
 
@@ -2061,6 +2190,14 @@ public struct ModelInfo {
      */
     public var quantization: String
     public var hasChatTemplate: Bool
+    /**
+     * The device the passes run on: `Cpu` or `Gpu`, never `Auto` (resolved at load).
+     */
+    public var backend: Backend
+    /**
+     * The GPU, when `backend` is `Gpu`; `None` on the CPU.
+     */
+    public var adapter: GpuAdapter?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2082,7 +2219,13 @@ public struct ModelInfo {
          */expertUsedCount: UInt32, 
         /**
          * The file type as llama.cpp names it ("Q4_K_M"), else the dominant tensor type.
-         */quantization: String, hasChatTemplate: Bool) {
+         */quantization: String, hasChatTemplate: Bool, 
+        /**
+         * The device the passes run on: `Cpu` or `Gpu`, never `Auto` (resolved at load).
+         */backend: Backend, 
+        /**
+         * The GPU, when `backend` is `Gpu`; `None` on the CPU.
+         */adapter: GpuAdapter?) {
         self.architecture = architecture
         self.name = name
         self.parameterCount = parameterCount
@@ -2092,6 +2235,8 @@ public struct ModelInfo {
         self.expertUsedCount = expertUsedCount
         self.quantization = quantization
         self.hasChatTemplate = hasChatTemplate
+        self.backend = backend
+        self.adapter = adapter
     }
 }
 
@@ -2129,6 +2274,12 @@ extension ModelInfo: Equatable, Hashable {
         if lhs.hasChatTemplate != rhs.hasChatTemplate {
             return false
         }
+        if lhs.backend != rhs.backend {
+            return false
+        }
+        if lhs.adapter != rhs.adapter {
+            return false
+        }
         return true
     }
 
@@ -2142,6 +2293,8 @@ extension ModelInfo: Equatable, Hashable {
         hasher.combine(expertUsedCount)
         hasher.combine(quantization)
         hasher.combine(hasChatTemplate)
+        hasher.combine(backend)
+        hasher.combine(adapter)
     }
 }
 
@@ -2162,7 +2315,9 @@ public struct FfiConverterTypeModelInfo: FfiConverterRustBuffer {
                 expertCount: FfiConverterUInt32.read(from: &buf), 
                 expertUsedCount: FfiConverterUInt32.read(from: &buf), 
                 quantization: FfiConverterString.read(from: &buf), 
-                hasChatTemplate: FfiConverterBool.read(from: &buf)
+                hasChatTemplate: FfiConverterBool.read(from: &buf), 
+                backend: FfiConverterTypeBackend.read(from: &buf), 
+                adapter: FfiConverterOptionTypeGpuAdapter.read(from: &buf)
         )
     }
 
@@ -2176,6 +2331,8 @@ public struct FfiConverterTypeModelInfo: FfiConverterRustBuffer {
         FfiConverterUInt32.write(value.expertUsedCount, into: &buf)
         FfiConverterString.write(value.quantization, into: &buf)
         FfiConverterBool.write(value.hasChatTemplate, into: &buf)
+        FfiConverterTypeBackend.write(value.backend, into: &buf)
+        FfiConverterOptionTypeGpuAdapter.write(value.adapter, into: &buf)
     }
 }
 
@@ -2322,6 +2479,101 @@ public func FfiConverterTypeSessionOptions_lift(_ buf: RustBuffer) throws -> Ses
 public func FfiConverterTypeSessionOptions_lower(_ value: SessionOptions) -> RustBuffer {
     return FfiConverterTypeSessionOptions.lower(value)
 }
+
+// Note that we don't yet support `indirect` for enums.
+// See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
+/**
+ * Which device computes a model's passes.
+ */
+
+public enum Backend {
+    
+    /**
+     * Pocket chooses: today always the CPU (the GPU backend is correct but
+     * not yet faster than the CPU on any device measured); the choice is
+     * logged, and `ModelInfo.backend` says which it took.
+     */
+    case auto
+    /**
+     * The CPU (NEON / AVX2 kernels).
+     */
+    case cpu
+    /**
+     * The GPU (Metal on Apple, Vulkan on Android and Linux): matrix
+     * products run on the device, the rest on the CPU for now. No GPU, a
+     * driver that refuses a device, or a library built without the GPU
+     * backend is `PocketError.UnsupportedModel` with the driver's message;
+     * it does not run under a memory budget yet (`InvalidArgument`).
+     */
+    case gpu
+}
+
+
+#if compiler(>=6)
+extension Backend: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeBackend: FfiConverterRustBuffer {
+    typealias SwiftType = Backend
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Backend {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .auto
+        
+        case 2: return .cpu
+        
+        case 3: return .gpu
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Backend, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .auto:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .cpu:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .gpu:
+            writeInt(&buf, Int32(3))
+        
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeBackend_lift(_ buf: RustBuffer) throws -> Backend {
+    return try FfiConverterTypeBackend.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeBackend_lower(_ value: Backend) -> RustBuffer {
+    return FfiConverterTypeBackend.lower(value)
+}
+
+
+extension Backend: Equatable, Hashable {}
+
+
+
+
+
 
 // Note that we don't yet support `indirect` for enums.
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
@@ -2733,6 +2985,54 @@ fileprivate struct FfiConverterOptionTypeLoadProgressListener: FfiConverterRustB
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeGpuAdapter: FfiConverterRustBuffer {
+    typealias SwiftType = GpuAdapter?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeGpuAdapter.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeGpuAdapter.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeBackend: FfiConverterRustBuffer {
+    typealias SwiftType = Backend?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeBackend.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeBackend.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterOptionTypeKvCacheType: FfiConverterRustBuffer {
     typealias SwiftType = KvCacheType?
 
@@ -2840,7 +3140,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 12125) {
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 21169) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437) {

@@ -1074,7 +1074,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 12125.toShort()) {
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 21169.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437.toShort()) {
@@ -1878,7 +1878,8 @@ public object FfiConverterTypeLoadProgressListener: FfiConverter<LoadProgressLis
 public interface PocketModelInterface {
     
     /**
-     * Architecture, size, experts, quantisation and context of the file.
+     * Architecture, size, experts, quantisation and context of the file,
+     * and the device it runs on.
      */
     fun `info`(): ModelInfo
     
@@ -1987,7 +1988,8 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
 
     
     /**
-     * Architecture, size, experts, quantisation and context of the file.
+     * Architecture, size, experts, quantisation and context of the file,
+     * and the device it runs on.
      */override fun `info`(): ModelInfo {
             return FfiConverterTypeModelInfo.lift(
     callWithPointer {
@@ -2982,6 +2984,61 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
 
 
 /**
+ * The GPU a model runs on, as its driver names it.
+ */
+data class GpuAdapter (
+    /**
+     * The device ("Apple A17 Pro", "Adreno (TM) 750", "llvmpipe (LLVM 15.0.6, 256 bits)").
+     */
+    var `name`: kotlin.String, 
+    /**
+     * The driver's name ("llvmpipe", "Qualcomm Technologies Inc. Adreno Vulkan Driver"; may be "").
+     */
+    var `driver`: kotlin.String, 
+    /**
+     * The driver's version text ("Mesa 22.3.6 (LLVM 15.0.6)"; may be "").
+     */
+    var `driverInfo`: kotlin.String, 
+    /**
+     * The graphics API: "vulkan" or "metal".
+     */
+    var `api`: kotlin.String
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter> {
+    override fun read(buf: ByteBuffer): GpuAdapter {
+        return GpuAdapter(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: GpuAdapter) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterString.allocationSize(value.`driver`) +
+            FfiConverterString.allocationSize(value.`driverInfo`) +
+            FfiConverterString.allocationSize(value.`api`)
+    )
+
+    override fun write(value: GpuAdapter, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterString.write(value.`driver`, buf)
+            FfiConverterString.write(value.`driverInfo`, buf)
+            FfiConverterString.write(value.`api`, buf)
+    }
+}
+
+
+
+/**
  * How a model is loaded. Every field has a default.
  */
 data class LoadOptions (
@@ -3010,7 +3067,13 @@ data class LoadOptions (
      * `os_proc_available_memory()`, on Android `ActivityManager.MemoryInfo`
      * (`availMem` less a margin for the app itself).
      */
-    var `memoryBudgetBytes`: kotlin.ULong = 0uL
+    var `memoryBudgetBytes`: kotlin.ULong = 0uL, 
+    /**
+     * The device that computes the model's passes; `None` (the default)
+     * is `Backend.Auto`. (An optional field because UniFFI records cannot
+     * default to an enum variant.)
+     */
+    var `backend`: Backend? = null
 ) : Disposable {
     
     @Suppress("UNNECESSARY_SAFE_CALL") // codegen is much simpler if we unconditionally emit safe calls here
@@ -3020,7 +3083,8 @@ data class LoadOptions (
         this.`threads`,
         this.`useMmap`,
         this.`progress`,
-        this.`memoryBudgetBytes`
+        this.`memoryBudgetBytes`,
+        this.`backend`
     )
     }
     
@@ -3037,6 +3101,7 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterBoolean.read(buf),
             FfiConverterOptionalTypeLoadProgressListener.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterOptionalTypeBackend.read(buf),
         )
     }
 
@@ -3044,7 +3109,8 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterUInt.allocationSize(value.`threads`) +
             FfiConverterBoolean.allocationSize(value.`useMmap`) +
             FfiConverterOptionalTypeLoadProgressListener.allocationSize(value.`progress`) +
-            FfiConverterULong.allocationSize(value.`memoryBudgetBytes`)
+            FfiConverterULong.allocationSize(value.`memoryBudgetBytes`) +
+            FfiConverterOptionalTypeBackend.allocationSize(value.`backend`)
     )
 
     override fun write(value: LoadOptions, buf: ByteBuffer) {
@@ -3052,6 +3118,7 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterBoolean.write(value.`useMmap`, buf)
             FfiConverterOptionalTypeLoadProgressListener.write(value.`progress`, buf)
             FfiConverterULong.write(value.`memoryBudgetBytes`, buf)
+            FfiConverterOptionalTypeBackend.write(value.`backend`, buf)
     }
 }
 
@@ -3156,7 +3223,15 @@ data class ModelInfo (
      * The file type as llama.cpp names it ("Q4_K_M"), else the dominant tensor type.
      */
     var `quantization`: kotlin.String, 
-    var `hasChatTemplate`: kotlin.Boolean
+    var `hasChatTemplate`: kotlin.Boolean, 
+    /**
+     * The device the passes run on: `Cpu` or `Gpu`, never `Auto` (resolved at load).
+     */
+    var `backend`: Backend, 
+    /**
+     * The GPU, when `backend` is `Gpu`; `None` on the CPU.
+     */
+    var `adapter`: GpuAdapter?
 ) {
     
     companion object
@@ -3177,6 +3252,8 @@ public object FfiConverterTypeModelInfo: FfiConverterRustBuffer<ModelInfo> {
             FfiConverterUInt.read(buf),
             FfiConverterString.read(buf),
             FfiConverterBoolean.read(buf),
+            FfiConverterTypeBackend.read(buf),
+            FfiConverterOptionalTypeGpuAdapter.read(buf),
         )
     }
 
@@ -3189,7 +3266,9 @@ public object FfiConverterTypeModelInfo: FfiConverterRustBuffer<ModelInfo> {
             FfiConverterUInt.allocationSize(value.`expertCount`) +
             FfiConverterUInt.allocationSize(value.`expertUsedCount`) +
             FfiConverterString.allocationSize(value.`quantization`) +
-            FfiConverterBoolean.allocationSize(value.`hasChatTemplate`)
+            FfiConverterBoolean.allocationSize(value.`hasChatTemplate`) +
+            FfiConverterTypeBackend.allocationSize(value.`backend`) +
+            FfiConverterOptionalTypeGpuAdapter.allocationSize(value.`adapter`)
     )
 
     override fun write(value: ModelInfo, buf: ByteBuffer) {
@@ -3202,6 +3281,8 @@ public object FfiConverterTypeModelInfo: FfiConverterRustBuffer<ModelInfo> {
             FfiConverterUInt.write(value.`expertUsedCount`, buf)
             FfiConverterString.write(value.`quantization`, buf)
             FfiConverterBoolean.write(value.`hasChatTemplate`, buf)
+            FfiConverterTypeBackend.write(value.`backend`, buf)
+            FfiConverterOptionalTypeGpuAdapter.write(value.`adapter`, buf)
     }
 }
 
@@ -3267,6 +3348,55 @@ public object FfiConverterTypeSessionOptions: FfiConverterRustBuffer<SessionOpti
             FfiConverterULong.write(value.`seed`, buf)
     }
 }
+
+
+
+/**
+ * Which device computes a model's passes.
+ */
+
+enum class Backend {
+    
+    /**
+     * Pocket chooses: today always the CPU (the GPU backend is correct but
+     * not yet faster than the CPU on any device measured); the choice is
+     * logged, and `ModelInfo.backend` says which it took.
+     */
+    AUTO,
+    /**
+     * The CPU (NEON / AVX2 kernels).
+     */
+    CPU,
+    /**
+     * The GPU (Metal on Apple, Vulkan on Android and Linux): matrix
+     * products run on the device, the rest on the CPU for now. No GPU, a
+     * driver that refuses a device, or a library built without the GPU
+     * backend is `PocketError.UnsupportedModel` with the driver's message;
+     * it does not run under a memory budget yet (`InvalidArgument`).
+     */
+    GPU;
+    companion object
+}
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeBackend: FfiConverterRustBuffer<Backend> {
+    override fun read(buf: ByteBuffer) = try {
+        Backend.values()[buf.getInt() - 1]
+    } catch (e: IndexOutOfBoundsException) {
+        throw RuntimeException("invalid enum value, something is very wrong!!", e)
+    }
+
+    override fun allocationSize(value: Backend) = 4UL
+
+    override fun write(value: Backend, buf: ByteBuffer) {
+        buf.putInt(value.ordinal + 1)
+    }
+}
+
+
 
 
 
@@ -3643,6 +3773,70 @@ public object FfiConverterOptionalTypeLoadProgressListener: FfiConverterRustBuff
         } else {
             buf.put(1)
             FfiConverterTypeLoadProgressListener.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter?> {
+    override fun read(buf: ByteBuffer): GpuAdapter? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeGpuAdapter.read(buf)
+    }
+
+    override fun allocationSize(value: GpuAdapter?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeGpuAdapter.allocationSize(value)
+        }
+    }
+
+    override fun write(value: GpuAdapter?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeGpuAdapter.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeBackend: FfiConverterRustBuffer<Backend?> {
+    override fun read(buf: ByteBuffer): Backend? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeBackend.read(buf)
+    }
+
+    override fun allocationSize(value: Backend?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeBackend.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Backend?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeBackend.write(value, buf)
         }
     }
 }
