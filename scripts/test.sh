@@ -101,7 +101,13 @@ if [ "${POCKET_SDK_TESTS:-1}" != 0 ]; then
     cargo xtask test-bindings kotlin
 
     step "SDK: pocket-ffi static libraries for iOS and Android (cargo rustc --release --crate-type staticlib)"
-    cargo xtask staticlibs --quick --target-dir "${POCKET_CACHE:-$HOME/.cache/pocket}/cross-target"
+    cross="${POCKET_CACHE:-$HOME/.cache/pocket}/cross-target"
+    cargo xtask staticlibs --quick --no-gpu --target-dir "$cross"
+    # The shipped arm64 libraries carry the GPU backend: wgpu is checked for
+    # them (a full build of it per target would double this step's time).
+    for t in aarch64-apple-ios aarch64-linux-android; do
+        cargo check --release -p pocket-ffi --lib --features gpu --target "$t" --target-dir "$cross"
+    done
 fi
 
 step "all tests passed"

@@ -28,20 +28,24 @@ pub const ABIS: [(&str, &str); 3] = [
 pub const MOBILE_TARGETS: [&str; 4] =
     ["aarch64-apple-ios", "aarch64-linux-android", "armv7-linux-androideabi", "x86_64-linux-android"];
 
-/// `cargo xtask staticlibs [--profile P] [--quick] [--target-dir DIR] [TARGET...]`
+/// `cargo xtask staticlibs [--profile P] [--quick] [--no-gpu] [--target-dir DIR] [TARGET...]`
 ///
 /// `--quick` keeps the profile but turns off LTO and allows 16 codegen units
 /// (`CARGO_PROFILE_<P>_LTO=off`, `..._CODEGEN_UNITS=16`): the same code is
 /// compiled for each target, about four times faster; the test suite uses it.
+/// `--no-gpu` leaves the GPU backend out (wgpu's compile is most of the time
+/// of a build: the test suite builds every target without it and only
+/// checks the GPU build for the arm64 targets).
 pub fn staticlibs_command(args: &[String]) -> Result {
     let mut args = Args::new(args);
     let profile = args.value("--profile")?.unwrap_or_else(|| "release".into());
     let quick = args.flag("--quick");
+    let gpu = !args.flag("--no-gpu");
     let target_dir = args.value("--target-dir")?.map(PathBuf::from);
     let targets = args.rest()?;
     let targets: Vec<String> =
         if targets.is_empty() { MOBILE_TARGETS.iter().map(|t| t.to_string()).collect() } else { targets };
-    let opts = Build { profile: &profile, quick, target_dir: target_dir.as_deref() };
+    let opts = Build { profile: &profile, quick, gpu, target_dir: target_dir.as_deref() };
     for target in &targets {
         staticlib(target, &opts)?;
     }
@@ -51,24 +55,17 @@ pub fn staticlibs_command(args: &[String]) -> Result {
 struct Build<'a> {
     profile: &'a str,
     quick: bool,
+    /// With the GPU backend (Metal on iOS, Vulkan on Android), as the shipped libraries have it.
+    gpu: bool,
     target_dir: Option<&'a Path>,
 }
 
 fn staticlib(target: &str, b: &Build) -> Result {
     let mut cmd = cargo();
-    // With the GPU backend (Metal on iOS, Vulkan on Android), as the shipped libraries have it.
-    cmd.args([
-        "rustc",
-        "--target",
-        target,
-        "-p",
-        "pocket-ffi",
-        "--lib",
-        "--crate-type",
-        "staticlib",
-        "--features",
-        "gpu",
-    ]);
+    cmd.args(["rustc", "--target", target, "-p", "pocket-ffi", "--lib", "--crate-type", "staticlib"]);
+    if b.gpu {
+        cmd.args(["--features", "gpu"]);
+    }
     match b.profile {
         "release" => cmd.arg("--release"),
         p => cmd.args(["--profile", p]),
@@ -126,7 +123,7 @@ pub fn aar_command(args: &[String]) -> Result {
     eprintln!("the static libraries for the three ABIs to check the code compiles; the shared");
     eprintln!("libraries the AAR ships are linked by the NDK's clang.");
     for (_, target) in ABIS {
-        staticlib(target, &Build { profile: &profile, quick: false, target_dir: None })?;
+        staticlib(target, &Build { profile: &profile, quick: false, gpu: true, target_dir: None })?;
     }
     eprintln!("\nOn a machine with the NDK and cargo-ndk:");
     eprintln!("  export ANDROID_NDK_HOME=$ANDROID_HOME/ndk/<version>");

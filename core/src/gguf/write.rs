@@ -115,10 +115,10 @@ impl GgufWriter {
             buf.resize(n, 0);
             fill(i, &mut buf);
             w.write_all(&buf)?;
+            // Every tensor padded, the last too: ggml's reader (gguf_init_from_file
+            // with data) expects the data section in whole aligned units.
             let pad = (n as u64).div_ceil(self.alignment) * self.alignment - n as u64;
-            if i + 1 < self.tensors.len() {
-                w.write_all(&vec![0u8; pad as usize])?;
-            }
+            w.write_all(&vec![0u8; pad as usize])?;
         }
         w.flush()
     }

@@ -260,10 +260,9 @@ fn write_tensors(
         report.bytes_in += data.len() as u64;
         report.bytes_out += n;
         written += n;
+        // Every tensor padded, the last too, as llama-quantize writes.
         let padded = written.div_ceil(w.alignment) * w.alignment;
-        if i + 1 < planned.len() {
-            out.write_all(&vec![0u8; (padded - written) as usize])?;
-        }
+        out.write_all(&vec![0u8; (padded - written) as usize])?;
         written = padded;
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
