@@ -418,15 +418,20 @@ mod tests {
         }
     }
 
+    /// A few presets (with `POCKET_SYNTH_ALL_PRESETS` set: every one, ~1 min).
     #[test]
-    fn small_iq_files_load_and_decode() {
-        for preset in ["iq2_xxs", "iq4_xs"] {
+    fn small_files_load_and_decode() {
+        let all: Vec<String> = match std::env::var("POCKET_SYNTH_ALL_PRESETS") {
+            Ok(_) => FileType::all().map(|f| f.name().to_string()).collect(),
+            Err(_) => ["iq2_xxs", "iq4_xs", "iq1_m", "mxfp4_moe"].map(String::from).to_vec(),
+        };
+        for preset in &all {
             synthesise_and_decode(&qwen35moe_small(), preset);
         }
     }
 
     #[test]
-    #[ignore = "writes and reads two ~0.3 GB files: run by hand (cargo test -p xtask -- --ignored mid_iq)"]
+    #[ignore = "writes and reads 0.3 and 0.5 GB files: run by hand (cargo test -p xtask -- --ignored mid_iq)"]
     fn mid_iq_files_load_and_decode() {
         for preset in ["iq2_xxs", "iq4_xs"] {
             synthesise_and_decode(&Geometry::qwen35moe_mid(), preset);
