@@ -21,8 +21,9 @@ commands:
   llama-source
       download and unpack llama.cpp's source tree (the llama-cpp-python sdist) into the
       cache if needed, and print its path (tests read its vocabulary corpora)
-  synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant q2_k|q4_k_m --out FILE
-      a GGUF with a real model's exact geometry, random valid weights
+  synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant PRESET --out FILE
+      a GGUF with a real model's exact geometry, random valid weights in the type mix of
+      PRESET, any of pocket quantize's (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...)
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN]
       llama.cpp and pocket alternately on one file, with the roofline
   bench-budget --model FILE --limit 6G [--threads 2] [-p 16] [-n 32] [--draws 3] [--budget SIZE]
