@@ -138,6 +138,18 @@ fn the_collector_agrees_with_llama_imatrix() {
     }
 }
 
+/// A legacy `.dat` matrix (`llama-imatrix --output-format dat`): the file
+/// llama-quantize makes with it (its SHA-256 from the run that made the
+/// `.dat`, which recorded the path `/tmp/q35.imatrix.dat`).
+#[test]
+fn a_legacy_dat_matrix_gives_llama_quantize_s_file() {
+    let m = Imatrix::read(data("qwen35moe-tiny.llama.imatrix.dat")).unwrap();
+    assert!(m.legacy && m.chunk_count == 16 && m.entries.len() > 40);
+    let o = opts(FileType::IQ2XXS, Some((&m, "/tmp/q35.imatrix.dat".into())));
+    let bytes = quantize(&model("qwen35moe-tiny-F32"), &scratch("dat.gguf"), &o).unwrap();
+    assert_eq!(sha256::hex(&bytes), "7a25b286308b2545c7d9a33ea921cfb88ec86b857cc7e0cb59c5ba2c41483a64");
+}
+
 #[test]
 fn bad_input_is_one_error_and_no_file() {
     let out = scratch("bad.gguf");
