@@ -13,7 +13,7 @@ use std::path::Path;
 
 use common::arrays::{argmax, median};
 use pocket_core::gguf::GgufFile;
-use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::model::Model;
 use pocket_core::quant::GgmlType;
 use pocket_core::quantize::file::{quantize_file, Options};
 use pocket_core::quantize::imatrix::Imatrix;
@@ -81,15 +81,7 @@ fn iq_presets_give_llama_cpp_s_logits() {
             .collect();
         assert_eq!(saved.len(), tokens.len() * TOP, "{preset}: saved logits");
         let v = model.n_vocab();
-        let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
-        model.forward(&pool, &mut st, &tokens, Logits::All).unwrap();
-        let batch = st.logits().to_vec();
-        let mut st = model.new_state(tokens.len(), KvType::F32).unwrap();
-        let mut decode = Vec::with_capacity(batch.len());
-        for &t in &tokens {
-            model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
-            decode.extend_from_slice(st.logits());
-        }
+        let (batch, decode) = common::batch_and_decode_logits(&model, &pool, &tokens);
         for (how, ours) in [("batch", &batch), ("decode", &decode)] {
             let (mut kls, mut top1) = (Vec::new(), 0);
             for (s, o) in saved.chunks_exact(TOP).zip(ours.chunks_exact(v)) {

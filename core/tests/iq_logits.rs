@@ -11,7 +11,7 @@
 mod common;
 
 use common::arrays::{argmax, kl, max_abs_diff, median};
-use pocket_core::model::{KvType, Logits, Model};
+use pocket_core::model::Model;
 use pocket_core::threads::ThreadPool;
 
 const TYPES: [&str; 10] =
@@ -40,16 +40,7 @@ fn iq_files_match_llama_cpp() {
             .collect();
         let v = model.n_vocab();
         assert_eq!(reference.len(), tokens.len() * v, "{ty}: logits shape");
-        // Prefill (multi-token kernels) and decode (rows kernels) both.
-        let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
-        model.forward(&pool, &mut st, &tokens, Logits::All).unwrap();
-        let batch = st.logits().to_vec();
-        let mut st = model.new_state(tokens.len(), KvType::F32).unwrap();
-        let mut decode = Vec::with_capacity(batch.len());
-        for &t in &tokens {
-            model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
-            decode.extend_from_slice(st.logits());
-        }
+        let (batch, decode) = common::batch_and_decode_logits(&model, &pool, &tokens);
         for (how, ours) in [("batch", &batch), ("decode", &decode)] {
             let (mut kls, mut top1) = (Vec::new(), 0);
             for (a, b) in reference.chunks_exact(v).zip(ours.chunks_exact(v)) {

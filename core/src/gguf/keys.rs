@@ -398,6 +398,11 @@ impl TensorKind {
     }
 }
 
+/// `N` of a layer tensor's name `blk.N.*`; `None` for tensors outside the layers.
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 /// A tensor name split into its kind, layer and suffix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorName<'a> {

@@ -17,7 +17,7 @@ mod write;
 use std::collections::HashMap;
 use std::path::Path;
 
-pub use keys::{Arch, Key, TensorKind, TensorName};
+pub use keys::{layer_of, Arch, Key, TensorKind, TensorName};
 pub use parse::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NESTING};
 pub use source::Source;
 pub use summary::{Summary, TypeTotals};

@@ -104,9 +104,7 @@ impl Summary {
             params += t.n_elements();
             all_bytes += t.size;
             let name = TensorName::parse(&t.name);
-            let layer =
-                t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|l| l.parse::<u64>().ok());
-            if layer.is_some_and(|l| l >= trunk) {
+            if super::keys::layer_of(&t.name).is_some_and(|l| l as u64 >= trunk) {
                 unread += t.size;
                 continue;
             }

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::imatrix::Imatrix;
-use super::mix::{tensor_order, tensor_requires_imatrix, Category, FileType, Mixer, ModelShape};
+use super::mix::{ggml_dims, tensor_order, tensor_requires_imatrix, Category, FileType, Mixer, ModelShape};
 use super::{can_quantize, quantize_rows};
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
@@ -72,8 +72,24 @@ pub struct Report {
     pub converted: usize,
     pub bytes_in: u64,
     pub bytes_out: u64,
+    /// Values in all tensors (bits per weight = 8 bytes_out / weights).
+    pub weights: u64,
     /// Tensors whose rows did not fit the preset's blocks (given a wider-block type).
     pub fallbacks: usize,
+}
+
+impl Report {
+    /// What carrying out `planned` does (with the plan's fallback count).
+    pub fn of(planned: &[Planned], fallbacks: usize) -> Report {
+        Report {
+            tensors: planned.len(),
+            converted: planned.iter().filter(|p| p.converted()).count(),
+            bytes_in: planned.iter().map(|p| p.bytes(p.from)).sum(),
+            bytes_out: planned.iter().map(|p| p.bytes(p.to)).sum(),
+            weights: planned.iter().map(|p| p.dims.iter().product::<u64>()).sum(),
+            fallbacks,
+        }
+    }
 }
 
 /// The facts of the model that the mix depends on.
@@ -110,10 +126,8 @@ pub fn plan(input: &GgufFile, opts: &Options) -> Result<(Vec<Planned>, usize)> {
     let mut planned = Vec::with_capacity(tensors.len());
     let mut any_weighted = false;
     for t in tensors {
-        // As ggml counts dimensions: trailing 1s dropped (llama-quantize
-        // writes a [n, 1] vector as [n]).
-        let shape = t.shape();
-        let dims = shape[..shape.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1)].to_vec();
+        // llama-quantize writes a [n, 1] vector as [n].
+        let dims = ggml_dims(t.shape()).to_vec();
         let to = mixer.choose(&t.name, &dims, t.ty);
         let mut p = Planned { name: t.name.clone(), dims, from: t.ty, to, weighted: false };
         if p.converted() {
@@ -216,12 +230,10 @@ pub fn quantize_file(
         s.push(".part");
         std::path::PathBuf::from(s)
     };
-    let result = write_tensors(&src, &w, &planned, opts, &part, progress);
-    match result {
-        Ok(mut report) => {
+    match write_tensors(&src, &w, &planned, opts, &part, progress) {
+        Ok(()) => {
             std::fs::rename(&part, output)?;
-            report.fallbacks = fallbacks;
-            Ok(report)
+            Ok(Report::of(&planned, fallbacks))
         }
         Err(e) => {
             let _ = std::fs::remove_file(&part);
@@ -237,11 +249,9 @@ fn write_tensors(
     opts: &Options,
     part: &Path,
     progress: &mut dyn FnMut(usize, usize, &Planned),
-) -> Result<Report> {
+) -> Result<()> {
     let mut out = BufWriter::with_capacity(1 << 20, File::create(part)?);
     out.write_all(&w.header())?;
-    let mut report = Report { tensors: planned.len(), ..Report::default() };
-    let mut written = 0u64;
     for (i, p) in planned.iter().enumerate() {
         progress(i, planned.len(), p);
         let t = src.tensor(&p.name).ok_or_else(|| Error::MissingTensor(p.name.clone()))?;
@@ -251,22 +261,16 @@ fn write_tensors(
             _ => None,
         };
         let n = if p.converted() {
-            report.converted += 1;
             convert(data, p, weights.as_deref(), opts.threads.max(1), &mut out)?
         } else {
             out.write_all(data)?;
             data.len() as u64
         };
-        report.bytes_in += data.len() as u64;
-        report.bytes_out += n;
-        written += n;
-        // Every tensor padded, the last too, as llama-quantize writes.
-        let padded = written.div_ceil(w.alignment) * w.alignment;
-        out.write_all(&vec![0u8; (padded - written) as usize])?;
-        written = padded;
+        // Every tensor padded to the alignment, the last too, as llama-quantize writes.
+        out.write_all(&vec![0u8; (n.div_ceil(w.alignment) * w.alignment - n) as usize])?;
     }
     out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    Ok(report)
+    Ok(())
 }
 
 /// Convert one tensor, slab by slab; returns the bytes written.

@@ -286,15 +286,6 @@ impl Collector {
         Collector::default()
     }
 
-    /// Tensors seen so far.
-    pub fn len(&self) -> usize {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The statistics so far, as a file would hold them.
     pub fn imatrix(&self, datasets: Vec<String>, chunk_count: u32, chunk_size: u32) -> Imatrix {
         let stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());

@@ -6,6 +6,7 @@
 //! bits; which ones depends on the architecture's shape (grouped-query
 //! attention, expert count) and on whether an importance matrix is given.
 
+use crate::gguf::layer_of;
 use crate::quant::GgmlType;
 
 /// A file type: the preset a whole file is quantised to.
@@ -184,12 +185,17 @@ impl Category {
     }
 }
 
+/// A shape as ggml counts its dimensions: trailing 1s dropped (at least one
+/// left), so `[n, 1]` is a vector.
+pub fn ggml_dims(shape: &[u64]) -> &[u64] {
+    &shape[..shape.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1)]
+}
+
 /// Whether a tensor is quantised at all: matrices (two or more dimensions
 /// above 1) named `*weight`, except norms, routers, convolutions and the
 /// small or positional tables llama.cpp keeps as they are.
 pub fn allows_quantization(name: &str, dims: &[u64]) -> bool {
-    let n_dims = dims.iter().rposition(|&d| d > 1).map_or(1, |i| i + 1);
-    if n_dims < 2 || !name.ends_with("weight") {
+    if ggml_dims(dims).len() < 2 || !name.ends_with("weight") {
         return false;
     }
     const KEEP: &[&str] = &[
@@ -483,14 +489,6 @@ impl Mixer {
             } else if ft == F::Q3KL {
                 ty = T::Q4K;
             }
-        } else if category == C::AttnQkv {
-            // (Reached only by names that are not attention-V-like: none today.)
-            match ft {
-                F::Q3KM | F::Q3KL | F::IQ3M => ty = T::Q4K,
-                F::Q4KM => ty = T::Q5K,
-                F::Q5KM => ty = T::Q6K,
-                _ => {}
-            }
         } else if category == C::FfnGate || category == C::FfnUp {
             let count = if category == C::FfnGate { &mut self.i_ffn_gate } else { &mut self.i_ffn_up };
             let i = if n_expert > 1 { layer_of(name).map_or(*count as i64, |l| l as i64) } else { *count as i64 };
@@ -501,11 +499,6 @@ impl Mixer {
         }
         ty
     }
-}
-
-/// `N` of a `blk.N.` tensor name.
-pub fn layer_of(name: &str) -> Option<usize> {
-    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 /// llama.cpp's tensor order: by layer (tensors outside the layers first), then by name.

@@ -63,3 +63,23 @@ pub fn llama_src(test: &str) -> Option<PathBuf> {
     eprintln!("{test}: skipped, llama.cpp source tree absent at {} (run `cargo xtask llama-source`)", src.display());
     None
 }
+
+/// Teacher-forced logits of `tokens` (f32 KV cache), evaluated as one batch
+/// (the multi-token kernels) and token by token (the rows kernels).
+pub fn batch_and_decode_logits(
+    model: &pocket_core::model::Model,
+    pool: &pocket_core::threads::ThreadPool,
+    tokens: &[u32],
+) -> (Vec<f32>, Vec<f32>) {
+    use pocket_core::model::{KvType, Logits};
+    let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
+    model.forward(pool, &mut st, tokens, Logits::All).unwrap();
+    let batch = st.logits().to_vec();
+    let mut st = model.new_state(tokens.len(), KvType::F32).unwrap();
+    let mut decode = Vec::with_capacity(batch.len());
+    for &t in tokens {
+        model.forward(pool, &mut st, &[t], Logits::Last).unwrap();
+        decode.extend_from_slice(st.logits());
+    }
+    (batch, decode)
+}

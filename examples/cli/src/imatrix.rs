@@ -11,7 +11,7 @@
 
 use std::time::Instant;
 
-use pocket_core::model::{KvType, Logits};
+use pocket_core::model::KvType;
 use pocket_core::quantize::imatrix::Collector;
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
@@ -65,13 +65,8 @@ pub fn run(args: Args) -> Result<(), String> {
     let (mut nll, mut count) = (0f64, 0usize);
     let t0 = Instant::now();
     for c in 0..n_chunks {
-        let mut chunk = tokens[c * n_ctx..(c + 1) * n_ctx].to_vec();
-        if let (true, Some(b)) = (tok.add_bos(), tok.bos()) {
-            chunk[0] = b;
-        }
-        let mut state = model.new_state(n_ctx, KvType::default()).map_err(|e| e.to_string())?;
-        model
-            .forward_observed(&pool, &mut state, &chunk, Logits::All, Some(&collector))
+        let chunk = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        let state = crate::perplexity::eval_chunk(&model, &pool, chunk, KvType::default(), Some(&collector))
             .map_err(|e| format!("chunk {}: {e}", c + 1))?;
         let logits = state.logits();
         for p in n_ctx / 2..n_ctx - 1 {

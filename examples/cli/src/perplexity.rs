@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 
-use pocket_core::model::{KvType, Logits};
+use pocket_core::model::{KvType, Logits, Model, Observer, State};
 use pocket_core::threads::ThreadPool;
 use serde_json::json;
 
@@ -95,14 +95,7 @@ pub fn run(args: Args) -> Result<(), String> {
     let (mut kl_sum, mut kl_n, mut same_top) = (0f64, 0usize, 0usize);
     let t0 = std::time::Instant::now();
     for c in 0..n_chunks {
-        let mut chunk = tokens[c * n_ctx..(c + 1) * n_ctx].to_vec();
-        if tok.add_bos() {
-            if let Some(b) = tok.bos() {
-                chunk[0] = b;
-            }
-        }
-        let mut state = model.new_state(n_ctx, kv).map_err(|e| e.to_string())?;
-        model.forward(&pool, &mut state, &chunk, Logits::All).map_err(|e| e.to_string())?;
+        let state = eval_chunk(&model, &pool, &tokens[c * n_ctx..(c + 1) * n_ctx], kv, None)?;
         let logits = state.logits();
         for p in first..n_ctx - 1 {
             let row = &logits[p * n_vocab..(p + 1) * n_vocab];
@@ -162,6 +155,26 @@ pub fn run(args: Args) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// One chunk as llama.cpp's perplexity and imatrix tools evaluate it: its
+/// first token replaced by BOS (when the model adds one), evaluated from an
+/// empty context with every position's logits kept; `observer` sees the
+/// weights' inputs.
+pub fn eval_chunk(
+    model: &Model,
+    pool: &ThreadPool,
+    chunk: &[u32],
+    kv: KvType,
+    observer: Option<&dyn Observer>,
+) -> Result<State, String> {
+    let mut chunk = chunk.to_vec();
+    if let (true, Some(b)) = (model.tokenizer().add_bos(), model.tokenizer().bos()) {
+        chunk[0] = b;
+    }
+    let mut state = model.new_state(chunk.len(), kv).map_err(|e| e.to_string())?;
+    model.forward_observed(pool, &mut state, &chunk, Logits::All, observer).map_err(|e| e.to_string())?;
+    Ok(state)
 }
 
 pub fn log_sum_exp(row: &[f32]) -> f64 {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use pocket_core::gguf::GgufFile;
-use pocket_core::quantize::file::{plan, quantize_file, Options, Planned};
+use pocket_core::quantize::file::{plan, quantize_file, Options, Planned, Report};
 use pocket_core::quantize::imatrix::Imatrix;
 use pocket_core::quantize::mix::FileType;
 use serde_json::json;
@@ -81,32 +81,19 @@ pub fn run(a: Args) -> Result<(), String> {
         threads,
     };
     let t0 = Instant::now();
-    let (planned, report) = if a.dry_run {
+    let report = if a.dry_run {
         let src = GgufFile::open(&a.input).map_err(|e| format!("{}: {e}", a.input))?;
         let (planned, fallbacks) = plan(&src, &opts).map_err(|e| format!("{}: {e}", a.input))?;
         for (i, p) in planned.iter().enumerate() {
             eprintln!("{}", line(i, planned.len(), p));
         }
-        let report = pocket_core::quantize::file::Report {
-            tensors: planned.len(),
-            converted: planned.iter().filter(|p| p.converted()).count(),
-            bytes_in: planned.iter().map(|p| p.bytes(p.from)).sum(),
-            bytes_out: planned.iter().map(|p| p.bytes(p.to)).sum(),
-            fallbacks,
-        };
-        (planned, report)
+        Report::of(&planned, fallbacks)
     } else {
-        let mut seen = Vec::new();
-        let report = quantize_file(Path::new(&a.input), Path::new(&a.output), &opts, &mut |i, n, p| {
-            eprintln!("{}", line(i, n, p));
-            seen.push(p.clone());
-        })
-        .map_err(|e| format!("{}: {e}", a.input))?;
-        (seen, report)
+        quantize_file(Path::new(&a.input), Path::new(&a.output), &opts, &mut |i, n, p| eprintln!("{}", line(i, n, p)))
+            .map_err(|e| format!("{}: {e}", a.input))?
     };
     let secs = t0.elapsed().as_secs_f64();
-    let weights: u64 = planned.iter().map(|p| p.dims.iter().product::<u64>()).sum();
-    let bpw = report.bytes_out as f64 * 8.0 / weights.max(1) as f64;
+    let bpw = report.bytes_out as f64 * 8.0 / report.weights.max(1) as f64;
     if a.json {
         println!(
             "{}",
