@@ -313,7 +313,7 @@ fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: 
 mod tests {
     use super::*;
     use pocket_core::model::{KvType, Logits, Model};
-    use pocket_core::quantize::mix::layer_of;
+    use pocket_core::gguf::layer_of;
     use pocket_core::threads::ThreadPool;
 
     fn geometries() -> [Geometry; 4] {
