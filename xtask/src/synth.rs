@@ -312,8 +312,8 @@ fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pocket_core::model::{KvType, Logits, Model};
     use pocket_core::gguf::layer_of;
+    use pocket_core::model::{KvType, Logits, Model};
     use pocket_core::threads::ThreadPool;
 
     fn geometries() -> [Geometry; 4] {
