@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::table::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, RowDot, Rows};
+use super::table::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, Panels, RowDot, Rows};
 use super::{ActFormat, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
@@ -192,6 +192,11 @@ impl<B: 'static> Job<'_, B> {
 
     /// Weight rows `r0..r1` times activation rows `j0..j1`.
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
+        if let Some(p) = self.dot.panels {
+            if j1 - j0 >= p.min_acts && r1 - r0 >= p.height {
+                return self.panels_tile(p, r0, r1, j0, j1);
+            }
+        }
         match self.dot.multi {
             Multi::Acts(Acts { decoded: Some(dec), .. }) if j1 - j0 >= dec.min_acts => {
                 DECODED.with_borrow_mut(|buf| {
@@ -213,6 +218,45 @@ impl<B: 'static> Job<'_, B> {
                 _ => self.tile_with(r0, r1, j0, j1, None),
             },
             _ => self.tile_with(r0, r1, j0, j1, None),
+        }
+    }
+
+    /// Weight rows `r0..r1` (at least a panel) times activation rows
+    /// `j0..j1`: the rows decoded a panel at a time, once, then every panel
+    /// with a few activation rows per call; rows left over (less than a
+    /// panel) by the rows kernel.
+    fn panels_tile(&self, p: Panels<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
+        const MAX_ROWS: usize = 16;
+        const MAX_ACTS: usize = 8;
+        assert!(p.height <= MAX_ROWS && p.acts <= MAX_ACTS, "panels of {}x{}", p.height, p.acts);
+        let (h, n_panels) = (p.height, (r1 - r0) / p.height);
+        let panel_bytes = self.per_row * p.block_bytes;
+        DECODED.with_borrow_mut(|buf| {
+            let dec = decoded_buffer(buf, n_panels * panel_bytes);
+            for (i, d) in dec.chunks_exact_mut(panel_bytes).enumerate() {
+                let rows: [&[u8]; MAX_ROWS] = std::array::from_fn(|k| self.wrow(r0 + h * i + k.min(h - 1)));
+                // SAFETY: a kernel of this CPU's path; whole blocks in, one
+                // decoded block out per `h` weight blocks.
+                unsafe { (p.decode)(&rows[..h], d) };
+            }
+            for j in (j0..j1).step_by(p.acts) {
+                let je = (j + p.acts).min(j1);
+                let acts: [&[B]; MAX_ACTS] = std::array::from_fn(|t| self.act((j + t).min(je - 1)));
+                for (i, d) in dec.chunks_exact(panel_bytes).enumerate() {
+                    let mut out = [0f32; MAX_ROWS * MAX_ACTS];
+                    // SAFETY: as above; activation rows match the weights (checked in `run`).
+                    unsafe { (p.dot)(d, &acts[..je - j], &mut out) };
+                    for (t, o) in out.chunks_exact(h).take(je - j).enumerate() {
+                        for (k, &v) in o.iter().enumerate() {
+                            self.store(j + t, r0 + h * i + k, v);
+                        }
+                    }
+                }
+            }
+        });
+        let rest = r0 + h * n_panels;
+        if rest < r1 {
+            self.tile_with(rest, r1, j0, j1, None);
         }
     }
 

@@ -70,6 +70,9 @@ pub(crate) struct Dot<B: 'static> {
     /// Consecutive weight rows with one activation row in one call (no call
     /// and setup per row: rows of 512 values are only two K-quant blocks).
     pub(crate) rows: Option<Rows<B>>,
+    /// Prefill as a GEMM over decoded panels of weight rows, if the path has
+    /// it: taken over `multi` for tiles of enough activation rows.
+    pub(crate) panels: Option<Panels<B>>,
 }
 
 impl<B> Clone for Dot<B> {
@@ -81,7 +84,7 @@ impl<B> Copy for Dot<B> {}
 
 impl<B> Dot<B> {
     pub(crate) const fn one(f: unsafe fn(&[u8], &[B]) -> f32) -> Dot<B> {
-        Dot { one: f, multi: Multi::None, rows: None }
+        Dot { one: f, multi: Multi::None, rows: None, panels: None }
     }
 }
 
@@ -185,6 +188,37 @@ impl<B> Clone for Decoded<B> {
     }
 }
 impl<B> Copy for Decoded<B> {}
+
+/// Weight rows decoded a panel at a time (`height` rows), once per tile,
+/// into a layout every token of the tile multiplies directly: a GEMM
+/// microkernel's packed operand (see `simd/neon/gemm.rs`,
+/// `simd/avx2/gemm.rs`).
+pub(crate) struct Panels<B: 'static> {
+    /// Weight rows per panel.
+    pub(crate) height: usize,
+    /// Bytes of one decoded block of a panel (`height` weight blocks).
+    pub(crate) block_bytes: usize,
+    /// Decode from this many activation rows on (below, the rows kernels).
+    pub(crate) min_acts: usize,
+    /// Activation rows per call of `dot` (at most).
+    pub(crate) acts: usize,
+    /// `height` weight rows (whole blocks each) into `out` (`block_bytes`
+    /// per block).
+    pub(crate) decode: unsafe fn(&[&[u8]], &mut [u8]),
+    /// One decoded panel with one to `acts` activation rows: `out[t *
+    /// height + r]` is row `r` of the panel with activation row `t`.
+    pub(crate) dot: PanelDot<B>,
+}
+
+/// See [`Panels::dot`].
+pub(crate) type PanelDot<B> = unsafe fn(&[u8], &[&[B]], &mut [f32]);
+
+impl<B> Clone for Panels<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Panels<B> {}
 
 /// Kernels that compute several dot products per pass over the weights.
 pub(crate) enum Multi<B: 'static> {

@@ -6,7 +6,7 @@
 //! the magnitudes of the terms (`mag`), which is the relative tolerance that
 //! stays meaningful when a dot product cancels to near zero.
 
-use super::table::{Kernels, Multi, RowDot};
+use super::table::{Dot, Kernels, Multi, Panels, RowDot};
 use super::testing::{make_valid, random_weights, Rng};
 use super::*;
 use crate::threads::ThreadPool;
@@ -117,7 +117,39 @@ fn simd_dots_equal_scalar_twins() {
 /// The products of a multi-row kernel on weight rows 0..2 and activation rows
 /// 0..4 (for several-activation kernels: by fours, threes and twos), as
 /// `(weight row, activation row, value)`; empty if the path has none.
-fn multi_products<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
+fn multi_products<B>(dot: Dot<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
+    let mut out = multi_only(dot.multi, m, acts, per_row);
+    if let Some(p) = dot.panels {
+        out.extend(panel_products(p, m, acts, per_row));
+    }
+    out
+}
+
+/// The products of a path's panel GEMM: rows 0 and 1 alternating as one
+/// panel, with one to `p.acts` of activation rows 0..4.
+fn panel_products<B>(p: Panels<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
+    let a = |j: usize| &acts[j * per_row..(j + 1) * per_row];
+    let rows: Vec<usize> = (0..p.height).map(|k| (k / 2 + k) % 2).collect();
+    let mut buf = Vec::new();
+    let d = crate::kernels::table::decoded_buffer(&mut buf, per_row * p.block_bytes);
+    let w: Vec<&[u8]> = rows.iter().map(|&r| m.row(r)).collect();
+    let mut out = vec![];
+    // SAFETY: the kernels come from a path this CPU has; whole blocks.
+    unsafe {
+        (p.decode)(&w, d);
+        for n in 1..=p.acts {
+            let acts: Vec<&[B]> = (0..n).map(|t| a((t + n) % 4)).collect();
+            let mut v = vec![f32::NAN; n * p.height];
+            (p.dot)(d, &acts, &mut v);
+            for (t, o) in v.chunks_exact(p.height).enumerate() {
+                out.extend(rows.iter().zip(o).map(|(&r, &x)| (r, (t + n) % 4, x)));
+            }
+        }
+    }
+    out
+}
+
+fn multi_only<B>(multi: Multi<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
     let a = |j: usize| &acts[j * per_row..(j + 1) * per_row];
     // SAFETY: the kernels come from a path this CPU has.
     unsafe {
@@ -167,10 +199,10 @@ fn multi_row_kernels_equal_scalar_twins() {
                 let mut acts = QActs::new();
                 acts.quantize(ty, &x, 4, cols);
                 let got = match k.row_dot(ty).expect("supported") {
-                    RowDot::Q8_0(d) => multi_products(d.multi, &m, &acts.q8_0, cols / 32),
-                    RowDot::Q8_1(d) => multi_products(d.multi, &m, &acts.q8_1, cols / 32),
-                    RowDot::Q8K(d) => multi_products(d.multi, &m, &acts.q8k, cols / 256),
-                    RowDot::F32(d) => multi_products(d.multi, &m, &acts.f32, cols),
+                    RowDot::Q8_0(d) => multi_products(d, &m, &acts.q8_0, cols / 32),
+                    RowDot::Q8_1(d) => multi_products(d, &m, &acts.q8_1, cols / 32),
+                    RowDot::Q8K(d) => multi_products(d, &m, &acts.q8k, cols / 256),
+                    RowDot::F32(d) => multi_products(d, &m, &acts.f32, cols),
                 };
                 for (r, j, g) in got {
                     let want = dot_on(scalar(), ty, m.row(r), &acts, j);
@@ -219,18 +251,15 @@ fn kernels_at_the_extremes_equal_scalar_twins() {
                 let mut acts = QActs::new();
                 acts.quantize(ty, &x, 4, cols);
                 let (multi, rows) = match k.row_dot(ty).expect("supported") {
-                    RowDot::Q8_0(d) => (
-                        multi_products(d.multi, &m, &acts.q8_0, cols / 32),
-                        rows_products(d, &m, &acts.q8_0, cols / 32),
-                    ),
-                    RowDot::Q8_1(d) => (
-                        multi_products(d.multi, &m, &acts.q8_1, cols / 32),
-                        rows_products(d, &m, &acts.q8_1, cols / 32),
-                    ),
-                    RowDot::Q8K(d) => (
-                        multi_products(d.multi, &m, &acts.q8k, cols / 256),
-                        rows_products(d, &m, &acts.q8k, cols / 256),
-                    ),
+                    RowDot::Q8_0(d) => {
+                        (multi_products(d, &m, &acts.q8_0, cols / 32), rows_products(d, &m, &acts.q8_0, cols / 32))
+                    }
+                    RowDot::Q8_1(d) => {
+                        (multi_products(d, &m, &acts.q8_1, cols / 32), rows_products(d, &m, &acts.q8_1, cols / 32))
+                    }
+                    RowDot::Q8K(d) => {
+                        (multi_products(d, &m, &acts.q8k, cols / 256), rows_products(d, &m, &acts.q8k, cols / 256))
+                    }
                     RowDot::F32(_) => unreachable!("quantised types only"),
                 };
                 let rows = rows.into_iter().flatten().enumerate().map(|(r, g)| (r, 0, g));

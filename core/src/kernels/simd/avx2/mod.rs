@@ -13,6 +13,7 @@
 //! path computes exactly the scalar twin's integers.
 
 mod float;
+mod gemm;
 mod iq12;
 mod iq34;
 mod kquants;
@@ -48,6 +49,7 @@ pub(crate) fn detected() -> Vec<Kernels> {
     if zmm {
         let mut k = table!(avx512vnni, Isa::Avx512Vnni);
         kquants::zmm::install(&mut k);
+        gemm::install(&mut k);
         out.push(k);
     }
     out
@@ -78,6 +80,7 @@ macro_rules! dot {
                 decoded: $decoded,
             }),
             rows: Some($($p)::+::rows),
+            panels: None,
         }
     };
 }
@@ -96,6 +99,7 @@ macro_rules! float_dot {
                 decoded: None,
             }),
             rows: None,
+            panels: None,
         }
     };
 }

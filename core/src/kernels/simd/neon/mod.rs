@@ -10,6 +10,7 @@
 //! instruction its CPU lacks.
 
 mod float;
+mod gemm;
 mod i8mm;
 mod iq12;
 mod iq34;
@@ -28,45 +29,98 @@ pub(crate) fn detected() -> Vec<Kernels> {
     if !is_aarch64_feature_detected!("neon") {
         return out;
     }
-    out.push(table!(neon, Isa::Neon, Multi::None));
+    out.push(table!(neon, Isa::Neon, Multi::None, none));
     if !is_aarch64_feature_detected!("dotprod") {
         return out;
     }
-    out.push(table!(dotprod, Isa::Dotprod, Multi::None));
+    out.push(table!(dotprod, Isa::Dotprod, Multi::None, quads));
     if is_aarch64_feature_detected!("i8mm") {
         // Only Q4_0 prefill gains from 2x2 `smmla` tiles; for the other
         // formats the rows kernels, once per token, cost fewer instructions
         // (see i8mm.rs).
-        out.push(table!(dotprod, Isa::I8mm, Multi::Tile2x2(i8mm::tile_q4_0)));
+        out.push(table!(dotprod, Isa::I8mm, Multi::Tile2x2(i8mm::tile_q4_0), quads));
     }
     out
 }
 
+/// The prefill GEMM of a K-quant where the path has `sdot` (`quads`), else none.
+macro_rules! quads {
+    (none, $f:ident, $decode:ident) => {
+        None
+    };
+    (quads, $f:ident, $decode:ident) => {
+        Some(crate::kernels::table::Panels {
+            height: 4,
+            block_bytes: gemm::QUAD_BLOCK_BYTES,
+            min_acts: gemm::MIN_ACTS,
+            acts: 4,
+            decode: gemm::$decode,
+            dot: gemm::$f,
+        })
+    };
+}
+use quads;
+
 /// A kernel table from the wrappers in module `$m` of every kernel file.
 macro_rules! table {
-    ($m:ident, $isa:expr, $t40:expr) => {
+    ($m:ident, $isa:expr, $t40:expr, $q:ident) => {
         Kernels {
             isa: $isa,
-            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40, rows: Some(legacy::$m::q4_0_rows) },
-            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::None, rows: Some(legacy::$m::q5_0_rows) },
-            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::None, rows: Some(legacy::$m::q8_0_rows) },
-            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::None, rows: Some(legacy::$m::q4_1_rows) },
-            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::None, rows: Some(legacy::$m::q5_1_rows) },
-            q2_k: Dot { one: kquants::$m::q2_k, multi: Multi::None, rows: Some(kquants::$m::q2_k_rows) },
-            q3_k: Dot { one: kquants::$m::q3_k, multi: Multi::None, rows: Some(kquants::$m::q3_k_rows) },
-            q4_k: Dot { one: kquants::$m::q4_k, multi: Multi::None, rows: Some(kquants::$m::q4_k_rows) },
-            q5_k: Dot { one: kquants::$m::q5_k, multi: Multi::None, rows: Some(kquants::$m::q5_k_rows) },
-            q6_k: Dot { one: kquants::$m::q6_k, multi: Multi::None, rows: Some(kquants::$m::q6_k_rows) },
-            iq2_xxs: Dot { one: iq12::$m::iq2_xxs, multi: Multi::None, rows: Some(iq12::$m::iq2_xxs_rows) },
-            iq2_xs: Dot { one: iq12::$m::iq2_xs, multi: Multi::None, rows: Some(iq12::$m::iq2_xs_rows) },
-            iq2_s: Dot { one: iq12::$m::iq2_s, multi: Multi::None, rows: Some(iq12::$m::iq2_s_rows) },
-            iq1_s: Dot { one: iq12::$m::iq1_s, multi: Multi::None, rows: Some(iq12::$m::iq1_s_rows) },
-            iq1_m: Dot { one: iq12::$m::iq1_m, multi: Multi::None, rows: Some(iq12::$m::iq1_m_rows) },
-            iq4_nl: Dot { one: iq34::$m::iq4_nl, multi: Multi::None, rows: Some(iq34::$m::iq4_nl_rows) },
-            mxfp4: Dot { one: iq34::$m::mxfp4, multi: Multi::None, rows: Some(iq34::$m::mxfp4_rows) },
-            iq4_xs: Dot { one: iq34::$m::iq4_xs, multi: Multi::None, rows: Some(iq34::$m::iq4_xs_rows) },
-            iq3_xxs: Dot { one: iq34::$m::iq3_xxs, multi: Multi::None, rows: Some(iq34::$m::iq3_xxs_rows) },
-            iq3_s: Dot { one: iq34::$m::iq3_s, multi: Multi::None, rows: Some(iq34::$m::iq3_s_rows) },
+            q4_0: Dot { one: legacy::$m::q4_0, multi: $t40, rows: Some(legacy::$m::q4_0_rows), panels: None },
+            q5_0: Dot { one: legacy::$m::q5_0, multi: Multi::None, rows: Some(legacy::$m::q5_0_rows), panels: None },
+            q8_0: Dot { one: legacy::$m::q8_0, multi: Multi::None, rows: Some(legacy::$m::q8_0_rows), panels: None },
+            q4_1: Dot { one: legacy::$m::q4_1, multi: Multi::None, rows: Some(legacy::$m::q4_1_rows), panels: None },
+            q5_1: Dot { one: legacy::$m::q5_1, multi: Multi::None, rows: Some(legacy::$m::q5_1_rows), panels: None },
+            q2_k: Dot {
+                one: kquants::$m::q2_k,
+                multi: Multi::None,
+                rows: Some(kquants::$m::q2_k_rows),
+                panels: quads!($q, q2_k, decode_q2_k),
+            },
+            q3_k: Dot {
+                one: kquants::$m::q3_k,
+                multi: Multi::None,
+                rows: Some(kquants::$m::q3_k_rows),
+                panels: quads!($q, q3_k, decode_q3_k),
+            },
+            q4_k: Dot {
+                one: kquants::$m::q4_k,
+                multi: Multi::None,
+                rows: Some(kquants::$m::q4_k_rows),
+                panels: quads!($q, q4_k, decode_q4_k),
+            },
+            q5_k: Dot {
+                one: kquants::$m::q5_k,
+                multi: Multi::None,
+                rows: Some(kquants::$m::q5_k_rows),
+                panels: quads!($q, q5_k, decode_q5_k),
+            },
+            q6_k: Dot {
+                one: kquants::$m::q6_k,
+                multi: Multi::None,
+                rows: Some(kquants::$m::q6_k_rows),
+                panels: quads!($q, q6_k, decode_q6_k),
+            },
+            iq2_xxs: Dot {
+                one: iq12::$m::iq2_xxs,
+                multi: Multi::None,
+                rows: Some(iq12::$m::iq2_xxs_rows),
+                panels: None,
+            },
+            iq2_xs: Dot { one: iq12::$m::iq2_xs, multi: Multi::None, rows: Some(iq12::$m::iq2_xs_rows), panels: None },
+            iq2_s: Dot { one: iq12::$m::iq2_s, multi: Multi::None, rows: Some(iq12::$m::iq2_s_rows), panels: None },
+            iq1_s: Dot { one: iq12::$m::iq1_s, multi: Multi::None, rows: Some(iq12::$m::iq1_s_rows), panels: None },
+            iq1_m: Dot { one: iq12::$m::iq1_m, multi: Multi::None, rows: Some(iq12::$m::iq1_m_rows), panels: None },
+            iq4_nl: Dot { one: iq34::$m::iq4_nl, multi: Multi::None, rows: Some(iq34::$m::iq4_nl_rows), panels: None },
+            mxfp4: Dot { one: iq34::$m::mxfp4, multi: Multi::None, rows: Some(iq34::$m::mxfp4_rows), panels: None },
+            iq4_xs: Dot { one: iq34::$m::iq4_xs, multi: Multi::None, rows: Some(iq34::$m::iq4_xs_rows), panels: None },
+            iq3_xxs: Dot {
+                one: iq34::$m::iq3_xxs,
+                multi: Multi::None,
+                rows: Some(iq34::$m::iq3_xxs_rows),
+                panels: None,
+            },
+            iq3_s: Dot { one: iq34::$m::iq3_s, multi: Multi::None, rows: Some(iq34::$m::iq3_s_rows), panels: None },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
@@ -148,6 +202,19 @@ pub(super) unsafe fn sdot(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int
     asm!(
         "sdot {acc:v}.4s, {a:v}.16b, {b:v}.16b",
         acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b,
+        options(pure, nomem, nostack)
+    );
+    acc
+}
+
+/// `sdot` by element: each i32 lane `i` += the dot product of bytes
+/// `4i..4i + 4` of `a` with bytes `4L..4L + 4` of `b`.
+#[target_feature(enable = "neon,dotprod")]
+#[inline]
+pub(super) unsafe fn sdot_lane<const L: usize>(mut acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t {
+    asm!(
+        "sdot {acc:v}.4s, {a:v}.16b, {b:v}.4b[{l}]",
+        acc = inout(vreg) acc, a = in(vreg) a, b = in(vreg) b, l = const L,
         options(pure, nomem, nostack)
     );
     acc
