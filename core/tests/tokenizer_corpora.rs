@@ -73,6 +73,7 @@ fn vocab_corpus(name: &str) {
 /// `models/ggml-vocab-*.gguf` that has an `.inp`/`.out` pair, but those of
 /// [`NOT_YET`].
 const LLAMA_CORPORA: &[&str] = &[
+    "bert-bge",
     "command-r",
     "deepseek-coder",
     "deepseek-llm",
@@ -89,9 +90,8 @@ const LLAMA_CORPORA: &[&str] = &[
     "starcoder",
 ];
 
-/// Corpora of tokenizer models this engine does not implement yet: WordPiece
-/// (`bert`).
-const NOT_YET: &[&str] = &["bert-bge"];
+/// Corpora of tokenizer models this engine does not implement yet.
+const NOT_YET: &[&str] = &[];
 
 /// One corpus of the llama.cpp source tree (skipped, or failed under
 /// `POCKET_REQUIRE_LLAMA_SRC=1`, when the tree is absent).
@@ -130,6 +130,7 @@ macro_rules! llama_corpora {
 }
 
 llama_corpora! {
+    llama_bert_bge => "bert-bge",
     llama_command_r => "command-r",
     llama_deepseek_coder => "deepseek-coder",
     llama_deepseek_llm => "deepseek-llm",

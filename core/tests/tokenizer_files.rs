@@ -42,9 +42,9 @@ fn bpe_file(pre: &str) -> GgufFile {
 
 #[test]
 fn unknown_models_are_named_in_typed_errors() {
-    let g = file(&[("tokenizer.ggml.model", Value::String("bert".into())), ("tokenizer.ggml.tokens", strings(&["a"]))]);
+    let g = file(&[("tokenizer.ggml.model", Value::String("rwkv".into())), ("tokenizer.ggml.tokens", strings(&["a"]))]);
     match Tokenizer::from_gguf(&g) {
-        Err(Error::UnknownTokenizer(name)) => assert_eq!(name, "bert"),
+        Err(Error::UnknownTokenizer(name)) => assert_eq!(name, "rwkv"),
         other => panic!("{other:?}"),
     }
     match Tokenizer::from_gguf(&bpe_file("mystery-pre")) {
@@ -65,6 +65,28 @@ fn a_vocab_only_file_tokenizes() {
     assert_eq!(tok.decode(&[ab, end], false), "ab");
     // Without special-token parsing the control token's text is plain text.
     assert_ne!(tok.encode("<|end|>", false, false).unwrap(), [end]);
+}
+
+#[test]
+fn wordpiece_follows_the_normalizer_keys_and_needs_unk_only_when_used() {
+    let bert = |extra: &[(&str, Value)]| {
+        let mut kvs = vec![
+            ("tokenizer.ggml.model", Value::String("bert".into())),
+            ("tokenizer.ggml.tokens", strings(&["▁a", "▁A", "b", "▁é"])),
+        ];
+        kvs.extend(extra.iter().cloned());
+        Tokenizer::from_gguf(&file(&kvs)).unwrap()
+    };
+    // Default: lowercase and strip accents; the default [UNK] (100) is out of
+    // range, so a word no token covers is a typed error, not a panic.
+    let tok = bert(&[]);
+    assert_eq!(tok.unk(), None);
+    assert_eq!(tok.encode("Ab ÁB", false, false).unwrap(), [0, 2, 0, 2]);
+    assert!(matches!(tok.encode("c", false, false), Err(Error::Tokenizer(_))));
+    let cased = bert(&[("tokenizer.ggml.normalizer.lowercase", Value::Bool(false))]);
+    assert_eq!(cased.encode("Ab é", false, false).unwrap(), [1, 2, 3]);
+    let unk = bert(&[("tokenizer.ggml.unknown_token_id", Value::U32(2))]);
+    assert_eq!(unk.encode("a c ab", false, false).unwrap(), [0, 2, 0, 2]);
 }
 
 #[test]

@@ -194,6 +194,8 @@ pub enum Key {
     TokenizerAddEos,
     TokenizerAddSpacePrefix,
     TokenizerRemoveExtraWhitespaces,
+    TokenizerNormalizerLowercase,
+    TokenizerNormalizerStripAccents,
     TokenizerChatTemplate,
 }
 
@@ -278,6 +280,8 @@ impl Key {
             TokenizerAddEos => "tokenizer.ggml.add_eos_token",
             TokenizerAddSpacePrefix => "tokenizer.ggml.add_space_prefix",
             TokenizerRemoveExtraWhitespaces => "tokenizer.ggml.remove_extra_whitespaces",
+            TokenizerNormalizerLowercase => "tokenizer.ggml.normalizer.lowercase",
+            TokenizerNormalizerStripAccents => "tokenizer.ggml.normalizer.strip_accents",
             TokenizerChatTemplate => "tokenizer.chat_template",
         }
     }
