@@ -25,7 +25,7 @@ fn trit(x: f32, id: f32) -> u8 {
 /// A base-3 number of up to five digits (`q`, at most 242) as the byte
 /// `ceil(256 q / 243)`.
 fn fraction(q: u8) -> u8 {
-    ((q as u16 * 256 + (243 - 1)) / 243) as u8
+    (q as u16 * 256).div_ceil(243) as u8
 }
 
 /// Digits `x[step * n]` (n = 0..count) as a base-3 number, first digit most
