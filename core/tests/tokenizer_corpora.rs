@@ -147,6 +147,23 @@ llama_corpora! {
     llama_starcoder => "starcoder",
 }
 
+/// A vocabulary of the llama.cpp tree for which the tree has no corpus:
+/// llama.cpp's ids on our strings (`data/tokenizer/`, made by
+/// `scripts/tokenizer-reference.sh` with llama.cpp's own tokenizer).
+fn llama_vocab_own_corpus(vocab: &str, corpus: &str) {
+    let Some(src) = common::llama_src(corpus) else { return };
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer");
+    let gguf = src.join("models").join(format!("ggml-vocab-{vocab}.gguf"));
+    check(&gguf, &data.join(format!("{corpus}.inp")), &data.join(format!("{corpus}.out")));
+}
+
+/// Unigram (`t5`): nomic-embed-text-v2-moe's XLM-RoBERTa vocabulary, with its
+/// precompiled character map.
+#[test]
+fn llama_nomic_bert_moe_unigram() {
+    llama_vocab_own_corpus("nomic-bert-moe", "nomic-bert-moe");
+}
+
 fn model_corpus(corpus: &str, gguf: &str) {
     let dir = common::fixtures();
     let t = dir.join("tokenizer");

@@ -153,3 +153,25 @@ fn wordpiece_frames_cls_sep_and_decodes_words() {
     assert_eq!(tok.encode("[SEP]", false, false).unwrap(), [word("▁["), word("▁sep"), word("▁]")]);
     assert_eq!(tok.encode("[SEP]", false, true).unwrap(), [102]);
 }
+
+#[test]
+fn unigram_normalises_frames_and_decodes() {
+    let Some(src) = common::llama_src("unigram_normalises_frames_and_decodes") else { return };
+    let tok = load(&src.join("models/ggml-vocab-nomic-bert-moe.gguf"));
+    // The file asks for <s> ... </s> and a prefix space.
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.add_bos(), tok.add_eos(), tok.add_space_prefix()),
+        (Some(0), Some(2), true, true, true)
+    );
+    let ids = tok.encode("Ｈｅｌｌｏ，  ｗｏｒｌｄ！ ﬁne", true, false).unwrap();
+    assert_eq!((ids[0], *ids.last().unwrap()), (0, 2));
+    // The character map folds full-width forms and ligatures; runs of spaces
+    // collapse (remove_extra_whitespaces). The prefix space goes at the start
+    // of the text only (after a BOS it stays, as in llama.cpp).
+    let text = &ids[1..ids.len() - 1];
+    assert_eq!(tok.decode(text, false), "Hello, world! fine");
+    assert_eq!(stream_all(&tok, text, false), "Hello, world! fine");
+    assert_eq!(tok.decode(&ids, false), " Hello, world! fine");
+    assert_eq!(tok.decode(&ids, true), "<s> Hello, world! fine</s>");
+    assert_eq!(tok.encode("", true, false).unwrap(), [0, 2]);
+}

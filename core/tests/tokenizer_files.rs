@@ -90,6 +90,33 @@ fn wordpiece_follows_the_normalizer_keys_and_needs_unk_only_when_used() {
 }
 
 #[test]
+fn unigram_checks_its_character_map() {
+    let t5 = |charsmap: Option<Value>| {
+        let mut kvs = vec![
+            ("tokenizer.ggml.model", Value::String("t5".into())),
+            ("tokenizer.ggml.tokens", strings(&["<pad>", "</s>", "<unk>", "▁a", "b"])),
+            ("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![3, 3, 2, 1, 1]))),
+            ("tokenizer.ggml.scores", Value::Array(Array::F32(vec![0.0, 0.0, 0.0, -1.0, -2.0]))),
+            ("tokenizer.ggml.add_space_prefix", Value::Bool(true)),
+        ];
+        kvs.extend(charsmap.map(|c| ("tokenizer.ggml.precompiled_charsmap", c)));
+        Tokenizer::from_gguf(&file(&kvs))
+    };
+    // No map: "▁ab▁c"; "▁" and "c" have no token and merge into one [UNK].
+    let tok = t5(None).unwrap();
+    assert_eq!((tok.eos(), tok.unk(), tok.add_bos()), (Some(1), Some(2), false));
+    assert_eq!(tok.encode("ab c", false, false).unwrap(), [3, 4, 2]);
+    // A map shorter than its header, or whose array runs past its end.
+    let bytes = |b: Vec<u8>| Some(Value::Array(Array::U8(b)));
+    assert!(matches!(t5(bytes(vec![1, 2])), Err(Error::Tokenizer(_))));
+    assert!(matches!(t5(bytes(vec![8, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8])), Err(Error::Tokenizer(_))));
+    assert!(matches!(t5(Some(Value::Array(Array::F32(vec![0.0; 8])))), Err(Error::WrongValueType { .. })));
+    // A map whose root points outside its array fails the encode, typed.
+    let tok = t5(bytes(vec![4, 0, 0, 0, 0x00, 0x04, 0, 0, b'x', 0])).unwrap();
+    assert!(matches!(tok.encode("a", false, false), Err(Error::Tokenizer(_))));
+}
+
+#[test]
 fn tokenizer_and_template_are_shareable_between_threads() {
     fn shareable<T: Send + Sync>() {}
     shareable::<Tokenizer>();

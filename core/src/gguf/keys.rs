@@ -196,6 +196,7 @@ pub enum Key {
     TokenizerRemoveExtraWhitespaces,
     TokenizerNormalizerLowercase,
     TokenizerNormalizerStripAccents,
+    TokenizerPrecompiledCharsmap,
     TokenizerChatTemplate,
 }
 
@@ -282,6 +283,7 @@ impl Key {
             TokenizerRemoveExtraWhitespaces => "tokenizer.ggml.remove_extra_whitespaces",
             TokenizerNormalizerLowercase => "tokenizer.ggml.normalizer.lowercase",
             TokenizerNormalizerStripAccents => "tokenizer.ggml.normalizer.strip_accents",
+            TokenizerPrecompiledCharsmap => "tokenizer.ggml.precompiled_charsmap",
             TokenizerChatTemplate => "tokenizer.chat_template",
         }
     }

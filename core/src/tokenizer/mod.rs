@@ -7,6 +7,7 @@
 //! - `llama`: SentencePiece-style BPE with byte fallback ([`spm`]): Llama 2,
 //!   Mistral/Mixtral, Gemma.
 //! - `bert`: WordPiece ([`wpm`]): BERT-family embedding models.
+//! - `t5`: Unigram ([`ugm`]): T5, XLM-RoBERTa and their embedding models.
 //!
 //! Encoding first splits special tokens out of the text ([`special`]), then
 //! runs the model on each text fragment. Decoding and streaming live in
@@ -19,6 +20,7 @@ mod eog;
 mod pretokenize;
 mod special;
 mod spm;
+mod ugm;
 mod unicode;
 mod vocab;
 mod wpm;
@@ -29,7 +31,7 @@ use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
 pub use decode::StreamDecoder;
 
-use crate::gguf::{GgufFile, Key};
+use crate::gguf::{Array, GgufFile, Key};
 use crate::{Error, Result};
 use bpe::BpeModel;
 use decode::FirstSpace;
@@ -48,6 +50,11 @@ enum Model {
     },
     Spm(Box<spm::SpmModel>),
     Wpm(wpm::WpmModel),
+    /// `merge`: runs of spaces collapse (`remove_extra_whitespaces`).
+    Ugm {
+        ugm: Box<ugm::UgmModel>,
+        merge: bool,
+    },
 }
 
 /// A tokenizer loaded from a GGUF file. Immutable and `Send + Sync`: share
@@ -93,6 +100,7 @@ impl std::fmt::Debug for Tokenizer {
             Model::Bpe { pre, .. } => format!("BPE ({pre:?})"),
             Model::Spm(_) => "SPM".to_string(),
             Model::Wpm(_) => "WPM".to_string(),
+            Model::Ugm { .. } => "UGM".to_string(),
         };
         f.debug_struct("Tokenizer").field("model", &kind).field("n_vocab", &self.n_vocab()).finish()
     }
@@ -147,6 +155,25 @@ impl Tokenizer {
                 let ids = SpecialIds { bos: Some(101), unk: Some(100), sep: Some(102), ..SpecialIds::default() };
                 force_bos = true;
                 (Model::Wpm(wpm::WpmModel::new(&vocab, lowercase, strip_accents)), ids, true, false, true)
+            }
+            "t5" => {
+                let key = Key::TokenizerPrecompiledCharsmap.name();
+                let charsmap = match g.get_array(key)? {
+                    None => None,
+                    Some(Array::U8(v)) => Some(v.clone()),
+                    Some(Array::I8(v)) => Some(v.iter().map(|&b| b as u8).collect()),
+                    Some(other) => {
+                        return Err(Error::WrongValueType {
+                            key: key.to_string(),
+                            expected: "array of bytes",
+                            found: other.element_type().name(),
+                        })
+                    }
+                };
+                let ugm = Box::new(ugm::UgmModel::new(&vocab, charsmap.as_deref())?);
+                let merge = g.get_bool(Key::TokenizerRemoveExtraWhitespaces.name())?.unwrap_or(false);
+                let ids = SpecialIds { eos: Some(1), unk: Some(2), ..SpecialIds::default() };
+                (Model::Ugm { ugm, merge }, ids, false, false, false)
             }
             other => return Err(Error::UnknownTokenizer(other.to_string())),
         };
@@ -306,6 +333,15 @@ impl Tokenizer {
                     match f {
                         Fragment::Token(id) => out.push(id),
                         Fragment::Text(a, b) => wpm.encode(&self.vocab, &text[a..b], self.ids.unk, &mut out)?,
+                    }
+                }
+            }
+            Model::Ugm { ugm, merge } => {
+                let spaces = (self.add_space_prefix, *merge);
+                for f in fragments {
+                    match f {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(a, b) => ugm.encode(&self.vocab, &text[a..b], spaces, self.ids.unk, &mut out)?,
                     }
                 }
             }
