@@ -261,9 +261,11 @@ impl Tokenizer {
     }
 
     /// Tokenize `text`. `add_special` adds BOS/EOS where the model asks for
-    /// them (`tokenizer.ggml.add_bos_token`/`add_eos_token`); `parse_special`
-    /// turns the text of control tokens (`<|im_start|>`, `<start_of_turn>`)
-    /// into those tokens instead of tokenizing it as plain text.
+    /// them (`tokenizer.ggml.add_bos_token`/`add_eos_token`; WordPiece
+    /// always frames the text as `[CLS] ... [SEP]`, as llama.cpp);
+    /// `parse_special` turns the text of control tokens (`<|im_start|>`,
+    /// `<start_of_turn>`) into those tokens instead of tokenizing it as plain
+    /// text.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         let mut fragments = Vec::new();
