@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# IQ-format and MXFP4 files made by llama.cpp's quantiser from the fixture
+# IQ-format, MXFP4 and ternary (TQ1_0, TQ2_0) files made by llama.cpp's quantiser from the fixture
 # qwen3moe-tiny-F32.gguf (each mixed with K-quants, as llama-quantize mixes
 # them), against llama.cpp's own logits (core/tests/iq_logits.rs).
 #
@@ -43,6 +43,8 @@ quantize IQ4_XS
 quantize IQ4_NL
 quantize IQ3_S
 quantize MXFP4_MOE
+quantize TQ1_0
+quantize TQ2_0
 # attn_q as IQ3_XXS too (the mix would make it IQ2_S otherwise).
 quantize IQ3_XXS --imatrix "$OUT/imatrix.gguf" --tensor-type attn_q=iq3_xxs
 # The token embedding as Q2_K: IQ2_S/IQ2_M would make it IQ3_S. (The IQ2_S

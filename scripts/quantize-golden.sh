@@ -18,7 +18,7 @@ gcc -O1 -o "$TMP/gen" scripts/quantize-golden/gen.c -I"$SRC/ggml/include" \
     -L"$BUILD/bin" -lggml-base -Wl,-rpath,"$BUILD/bin"
 python3 scripts/quantize-golden/inputs.py "$OUT/input.f32" "$OUT/imatrix.f32"
 for ty in f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2_K q3_K q4_K q5_K q6_K \
-    iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m iq4_nl iq4_xs mxfp4; do
+    iq2_xxs iq2_xs iq2_s iq3_xxs iq3_s iq1_s iq1_m iq4_nl iq4_xs mxfp4 tq1_0 tq2_0; do
     case $ty in
         iq2_xxs | iq2_xs | iq1_s) ;; # llama.cpp refuses these without an imatrix
         *) "$TMP/gen" "$ty" 8 512 "$OUT/input.f32" - "$OUT/$ty.bin" ;;

@@ -1,5 +1,6 @@
-//! The IQ formats and MXFP4 end to end, without llama.cpp at hand: Pocket
-//! quantises the fixture `qwen3moe-tiny-F32.gguf` to each IQ preset with
+//! The IQ formats, MXFP4 and the ternary TQ1_0/TQ2_0 end to end, without
+//! llama.cpp at hand: Pocket quantises the fixture `qwen3moe-tiny-F32.gguf`
+//! to each of their presets with
 //! llama-imatrix's matrix (the files are byte for byte llama-quantize's:
 //! `quantize_files.rs`), runs them, and compares its logits of the
 //! manifest's prompt (as one batch and token by token) with llama.cpp's on
@@ -12,7 +13,7 @@ mod common;
 use std::path::Path;
 
 use common::arrays::{argmax, median};
-use pocket_core::gguf::GgufFile;
+use pocket_core::gguf::{GgufFile, Summary};
 use pocket_core::model::Model;
 use pocket_core::quant::GgmlType;
 use pocket_core::quantize::file::{quantize_file, Options};
@@ -20,8 +21,8 @@ use pocket_core::quantize::imatrix::Imatrix;
 use pocket_core::quantize::mix::FileType;
 use pocket_core::threads::ThreadPool;
 
-/// Each preset and the IQ (or MXFP4) type it must contain.
-const PRESETS: [(&str, GgmlType); 10] = [
+/// Each preset and the IQ (MXFP4, ternary) type it must contain.
+const PRESETS: [(&str, GgmlType); 12] = [
     ("IQ4_XS", GgmlType::IQ4XS),
     ("IQ4_NL", GgmlType::IQ4NL),
     ("IQ3_S", GgmlType::IQ3S),
@@ -32,6 +33,8 @@ const PRESETS: [(&str, GgmlType); 10] = [
     ("IQ2_M", GgmlType::IQ2S),
     ("IQ1_S", GgmlType::IQ1S),
     ("IQ1_M", GgmlType::IQ1M),
+    ("TQ1_0", GgmlType::TQ1_0),
+    ("TQ2_0", GgmlType::TQ2_0),
 ];
 const TOP: usize = 32;
 
@@ -71,6 +74,10 @@ fn iq_presets_give_llama_cpp_s_logits() {
         quantize_file(&input, &file, &opts, &mut |_, _, _| {}).unwrap();
         let g = GgufFile::open(&file).unwrap();
         assert!(g.tensors().iter().any(|t| t.ty == ty), "{preset}: no {ty} tensor");
+        // What `pocket inspect` and `PocketModel.info()` print.
+        let summary = Summary::of(&g).unwrap();
+        assert_eq!(summary.quantization, preset, "{preset}: the file type's name");
+        assert!(summary.tensor_types.contains_key(&ty), "{preset}: {ty} among the tensor types");
         let model = Model::load(&file).unwrap();
         std::fs::remove_file(&file).unwrap();
 

@@ -1,4 +1,4 @@
-//! Files in the IQ formats and MXFP4, as llama.cpp's quantiser writes them
+//! Files in the IQ formats, MXFP4 and TQ1_0/TQ2_0, as llama.cpp's quantiser writes them
 //! (mixed with K-quants and Q8_0 in one file), against llama.cpp's logits.
 //!
 //! The files are not in the fixture store: `scripts/iq-logits.sh` makes
@@ -14,8 +14,20 @@ use common::arrays::{argmax, kl, max_abs_diff, median};
 use pocket_core::model::Model;
 use pocket_core::threads::ThreadPool;
 
-const TYPES: [&str; 10] =
-    ["IQ4_XS", "IQ4_NL", "IQ3_S", "IQ3_XXS", "MXFP4_MOE", "IQ2_XXS", "IQ2_XS", "IQ2_M", "IQ1_S", "IQ1_M"];
+const TYPES: [&str; 12] = [
+    "IQ4_XS",
+    "IQ4_NL",
+    "IQ3_S",
+    "IQ3_XXS",
+    "MXFP4_MOE",
+    "IQ2_XXS",
+    "IQ2_XS",
+    "IQ2_M",
+    "IQ1_S",
+    "IQ1_M",
+    "TQ1_0",
+    "TQ2_0",
+];
 
 #[test]
 #[ignore = "needs POCKET_IQ_DIR: files made by scripts/iq-logits.sh"]

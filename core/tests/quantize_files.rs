@@ -69,10 +69,11 @@ fn the_fixture_files_are_remade_byte_for_byte() {
 }
 
 /// Every preset with llama-imatrix's matrix on the qwen35moe fixture, the
-/// refusals without one, and the presets with the most distinct mixes on
-/// the other two, against the SHA-256 of llama-quantize's output.
-/// `POCKET_QUANTIZE_FULL=1` checks all 180 golden files (every preset of
-/// every fixture model, with and without a matrix: 3 minutes on two cores).
+/// refusals without one, the presets with the most distinct mixes on the
+/// other two, and the ternary presets everywhere, against the SHA-256 of
+/// llama-quantize's output. `POCKET_QUANTIZE_FULL=1` checks all 192 golden
+/// files (every preset of every fixture model, with and without a matrix:
+/// 3 minutes on two cores).
 #[test]
 fn every_preset_gives_llama_quantize_s_file() {
     let golden = std::fs::read_to_string(data("llama-quantize.txt")).unwrap();
@@ -83,8 +84,9 @@ fn every_preset_gives_llama_quantize_s_file() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let [name, preset, with, expect] = f[..] else { panic!("bad golden line {line}") };
         let distinct = ["Q2_K", "Q3_K_M", "Q4_K_M", "IQ2_M", "IQ3_XXS", "IQ4_XS"].contains(&preset);
-        let sample =
-            (name == "qwen35moe-tiny" && (with == "with" || expect == "refused")) || (distinct && with == "with");
+        let sample = (name == "qwen35moe-tiny" && (with == "with" || expect == "refused"))
+            || (distinct && with == "with")
+            || preset.starts_with("TQ");
         if !(full || sample) {
             continue;
         }
@@ -104,7 +106,7 @@ fn every_preset_gives_llama_quantize_s_file() {
         assert!(!out.exists() && !Path::new(&format!("{}.part", out.display())).exists());
         checked += 1;
     }
-    assert!(checked >= if full { 180 } else { 40 }, "only {checked} golden lines");
+    assert!(checked >= if full { 192 } else { 50 }, "only {checked} golden lines");
 }
 
 /// The collector over the fixture text, as `pocket imatrix --ctx 128

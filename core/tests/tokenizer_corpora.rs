@@ -73,6 +73,7 @@ fn vocab_corpus(name: &str) {
 /// `models/ggml-vocab-*.gguf` that has an `.inp`/`.out` pair, but those of
 /// [`NOT_YET`].
 const LLAMA_CORPORA: &[&str] = &[
+    "bert-bge",
     "command-r",
     "deepseek-coder",
     "deepseek-llm",
@@ -89,9 +90,8 @@ const LLAMA_CORPORA: &[&str] = &[
     "starcoder",
 ];
 
-/// Corpora of tokenizer models this engine does not implement yet: WordPiece
-/// (`bert`).
-const NOT_YET: &[&str] = &["bert-bge"];
+/// Corpora of tokenizer models this engine does not implement yet.
+const NOT_YET: &[&str] = &[];
 
 /// One corpus of the llama.cpp source tree (skipped, or failed under
 /// `POCKET_REQUIRE_LLAMA_SRC=1`, when the tree is absent).
@@ -130,6 +130,7 @@ macro_rules! llama_corpora {
 }
 
 llama_corpora! {
+    llama_bert_bge => "bert-bge",
     llama_command_r => "command-r",
     llama_deepseek_coder => "deepseek-coder",
     llama_deepseek_llm => "deepseek-llm",
@@ -144,6 +145,23 @@ llama_corpora! {
     llama_qwen35 => "qwen35",
     llama_refact => "refact",
     llama_starcoder => "starcoder",
+}
+
+/// A vocabulary of the llama.cpp tree for which the tree has no corpus:
+/// llama.cpp's ids on our strings (`data/tokenizer/`, made by
+/// `scripts/tokenizer-reference.sh` with llama.cpp's own tokenizer).
+fn llama_vocab_own_corpus(vocab: &str, corpus: &str) {
+    let Some(src) = common::llama_src(corpus) else { return };
+    let data = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizer");
+    let gguf = src.join("models").join(format!("ggml-vocab-{vocab}.gguf"));
+    check(&gguf, &data.join(format!("{corpus}.inp")), &data.join(format!("{corpus}.out")));
+}
+
+/// Unigram (`t5`): nomic-embed-text-v2-moe's XLM-RoBERTa vocabulary, with its
+/// precompiled character map.
+#[test]
+fn llama_nomic_bert_moe_unigram() {
+    llama_vocab_own_corpus("nomic-bert-moe", "nomic-bert-moe");
 }
 
 fn model_corpus(corpus: &str, gguf: &str) {

@@ -131,3 +131,47 @@ fn special_ids_and_flags_come_from_metadata() {
     assert_eq!(q.token_piece(9707), b"Hello");
     assert_eq!(q.token_text(21927), Some("ĠHello"));
 }
+
+#[test]
+fn wordpiece_frames_cls_sep_and_decodes_words() {
+    let Some(src) = common::llama_src("wordpiece_frames_cls_sep_and_decodes_words") else { return };
+    let tok = load(&src.join("models/ggml-vocab-bert-bge.gguf"));
+    assert_eq!((tok.bos(), tok.unk(), tok.add_bos()), (Some(101), Some(100), true));
+    let ids = tok.encode("Héllo, World! It's unaffable 🦙.", true, false).unwrap();
+    // [CLS] hello , world ! it ' s un ##aff ##able [UNK] . [SEP]
+    let word = |t: &str| tok.token_id(t).unwrap();
+    assert_eq!(ids[..6], [101, word("▁hello"), word("▁,"), word("▁world"), word("▁!"), word("▁it")]);
+    assert!(ids.len() > 12 && ids.contains(&100), "{ids:?}");
+    assert_eq!(ids[ids.len() - 2..], [word("▁."), 102]);
+    // Words joined by spaces, the spaces before punctuation cleaned up.
+    assert_eq!(tok.decode(&ids, false), "hello, world! it's unaffable.");
+    // Special tokens' pieces are their text, no word marker (llama.cpp's).
+    assert_eq!(tok.decode(&ids, true), "[CLS] hello, world! it's unaffable[UNK].[SEP]");
+    // The stream has no clean-up, but loses the first word's space too.
+    assert_eq!(stream_all(&tok, &ids, false), "hello , world ! it ' s unaffable .");
+    // Without special tokens' framing, special text stays text.
+    assert_eq!(tok.encode("[SEP]", false, false).unwrap(), [word("▁["), word("▁sep"), word("▁]")]);
+    assert_eq!(tok.encode("[SEP]", false, true).unwrap(), [102]);
+}
+
+#[test]
+fn unigram_normalises_frames_and_decodes() {
+    let Some(src) = common::llama_src("unigram_normalises_frames_and_decodes") else { return };
+    let tok = load(&src.join("models/ggml-vocab-nomic-bert-moe.gguf"));
+    // The file asks for <s> ... </s> and a prefix space.
+    assert_eq!(
+        (tok.bos(), tok.eos(), tok.add_bos(), tok.add_eos(), tok.add_space_prefix()),
+        (Some(0), Some(2), true, true, true)
+    );
+    let ids = tok.encode("Ｈｅｌｌｏ，  ｗｏｒｌｄ！ ﬁne", true, false).unwrap();
+    assert_eq!((ids[0], *ids.last().unwrap()), (0, 2));
+    // The character map folds full-width forms and ligatures; runs of spaces
+    // collapse (remove_extra_whitespaces). The prefix space goes at the start
+    // of the text only (after a BOS it stays, as in llama.cpp).
+    let text = &ids[1..ids.len() - 1];
+    assert_eq!(tok.decode(text, false), "Hello, world! fine");
+    assert_eq!(stream_all(&tok, text, false), "Hello, world! fine");
+    assert_eq!(tok.decode(&ids, false), " Hello, world! fine");
+    assert_eq!(tok.decode(&ids, true), "<s> Hello, world! fine</s>");
+    assert_eq!(tok.encode("", true, false).unwrap(), [0, 2]);
+}

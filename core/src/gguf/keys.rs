@@ -194,6 +194,9 @@ pub enum Key {
     TokenizerAddEos,
     TokenizerAddSpacePrefix,
     TokenizerRemoveExtraWhitespaces,
+    TokenizerNormalizerLowercase,
+    TokenizerNormalizerStripAccents,
+    TokenizerPrecompiledCharsmap,
     TokenizerChatTemplate,
 }
 
@@ -278,6 +281,9 @@ impl Key {
             TokenizerAddEos => "tokenizer.ggml.add_eos_token",
             TokenizerAddSpacePrefix => "tokenizer.ggml.add_space_prefix",
             TokenizerRemoveExtraWhitespaces => "tokenizer.ggml.remove_extra_whitespaces",
+            TokenizerNormalizerLowercase => "tokenizer.ggml.normalizer.lowercase",
+            TokenizerNormalizerStripAccents => "tokenizer.ggml.normalizer.strip_accents",
+            TokenizerPrecompiledCharsmap => "tokenizer.ggml.precompiled_charsmap",
             TokenizerChatTemplate => "tokenizer.chat_template",
         }
     }

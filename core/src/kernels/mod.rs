@@ -95,6 +95,7 @@ impl ActFormat {
             T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K => Some(ActFormat::Q8K),
             T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S | T::IQ1M => Some(ActFormat::Q8K),
             T::IQ4XS | T::IQ3XXS | T::IQ3S => Some(ActFormat::Q8K),
+            T::TQ1_0 | T::TQ2_0 => Some(ActFormat::Q8K),
             T::F32 | T::F16 | T::BF16 => Some(ActFormat::F32),
             _ => None,
         }
@@ -284,6 +285,8 @@ pub fn row_dequantizer(ty: GgmlType) -> Option<DequantizeRow> {
         T::MXFP4 => quant::mxfp4::dequantize_row,
         T::IQ3XXS => quant::iq3_xxs::dequantize_row,
         T::IQ3S => quant::iq3_s::dequantize_row,
+        T::TQ1_0 => quant::tq::dequantize_row_tq1_0,
+        T::TQ2_0 => quant::tq::dequantize_row_tq2_0,
         _ => return None,
     })
 }

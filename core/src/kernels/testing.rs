@@ -60,6 +60,8 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q6K => &[208],
         T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ1S => &[0],
         T::IQ4NL | T::IQ4XS | T::IQ3XXS | T::IQ3S => &[0],
+        T::TQ1_0 => &[52],
+        T::TQ2_0 => &[64],
         _ => &[],
     }
 }

@@ -12,7 +12,7 @@ use super::*;
 use crate::threads::ThreadPool;
 use half::f16;
 
-const TYPES: [GgmlType; 23] = [
+const TYPES: [GgmlType; 25] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -33,6 +33,8 @@ const TYPES: [GgmlType; 23] = [
     GgmlType::IQ4XS,
     GgmlType::IQ3XXS,
     GgmlType::IQ3S,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -424,7 +426,8 @@ fn matrix_shapes_are_checked() {
     assert!(QMatrix::new(GgmlType::Q4K, &data, 2, 256).is_ok());
     assert!(QMatrix::new(GgmlType::Q4K, &data, 2, 200).is_err());
     assert!(QMatrix::new(GgmlType::Q4K, &data, 3, 256).is_err());
-    assert!(QMatrix::new(GgmlType::TQ1_0, &data[..54], 1, 256).is_err());
+    assert!(QMatrix::new(GgmlType::TQ1_0, &data[..54], 1, 256).is_ok());
+    assert!(QMatrix::new(GgmlType::NVFP4, &data[..36], 1, 64).is_err());
     assert!(supports(GgmlType::Q6K) && !supports(GgmlType::Q8K) && !supports(GgmlType::NVFP4));
 }
 

@@ -30,6 +30,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_k;
+pub mod tq;
 
 pub use iq1_m::BlockIQ1M;
 pub use iq1_s::BlockIQ1S;
@@ -51,6 +52,7 @@ pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 pub use q8_0::{BlockQ8_0, BlockQ8_0F, BlockQ8_1};
 pub use q8_k::BlockQ8K;
+pub use tq::{BlockTQ1_0, BlockTQ2_0};
 
 /// Elements in a K-quant super-block.
 pub const QK_K: usize = 256;
@@ -297,6 +299,8 @@ impl fmt::Display for GgmlType {
 mod iq_tests;
 #[cfg(test)]
 mod reference_tests;
+#[cfg(test)]
+mod tq_tests;
 
 #[cfg(test)]
 mod tests {

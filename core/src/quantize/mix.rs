@@ -43,6 +43,8 @@ pub enum FileType {
     IQ4XS,
     IQ4NL,
     MXFP4Moe,
+    TQ1_0,
+    TQ2_0,
 }
 
 /// (file type, name, `general.file_type` id, the type most tensors get)
@@ -79,6 +81,8 @@ const FILE_TYPES: &[(FileType, &str, u32, GgmlType)] = &[
     (FileType::IQ4XS, "IQ4_XS", 30, GgmlType::IQ4XS),
     (FileType::IQ4NL, "IQ4_NL", 25, GgmlType::IQ4NL),
     (FileType::MXFP4Moe, "MXFP4_MOE", 38, GgmlType::MXFP4),
+    (FileType::TQ1_0, "TQ1_0", 36, GgmlType::TQ1_0),
+    (FileType::TQ2_0, "TQ2_0", 37, GgmlType::TQ2_0),
 ];
 
 impl FileType {
@@ -359,6 +363,8 @@ impl Mixer {
                 ty = T::Q2K;
             } else if matches!(ft, F::IQ2S | F::IQ2M | F::IQ3XXS) {
                 ty = T::IQ3S;
+            } else if matches!(ft, F::TQ1_0 | F::TQ2_0) {
+                ty = T::Q4K;
             }
         } else if ft.is_iq1_or_iq2() {
             let iq2_sm = matches!(ft, F::IQ2S | F::IQ2M);

@@ -29,6 +29,7 @@ mod kquants;
 mod legacy;
 pub mod mix;
 mod mxfp4;
+mod ternary;
 
 #[cfg(test)]
 mod iq_tests;
@@ -76,6 +77,8 @@ fn row_quantizer(ty: GgmlType) -> Option<RowFn> {
         IQ4NL => iq4::iq4_nl,
         IQ4XS => iq4::iq4_xs,
         MXFP4 => mxfp4::mxfp4,
+        TQ1_0 => ternary::tq1_0,
+        TQ2_0 => ternary::tq2_0,
         _ => return None,
     })
 }

@@ -76,6 +76,8 @@ golden!(iq3_s_equals_llama_cpp, GgmlType::IQ3S, "iq3_s");
 golden!(iq4_nl_equals_llama_cpp, GgmlType::IQ4NL, "iq4_nl");
 golden!(iq4_xs_equals_llama_cpp, GgmlType::IQ4XS, "iq4_xs");
 golden!(mxfp4_equals_llama_cpp, GgmlType::MXFP4, "mxfp4");
+golden!(tq1_0_equals_llama_cpp, GgmlType::TQ1_0, "tq1_0");
+golden!(tq2_0_equals_llama_cpp, GgmlType::TQ2_0, "tq2_0");
 
 #[test]
 fn bad_calls_are_errors() {
@@ -172,5 +174,40 @@ fn dequantised_error_is_bounded() {
             errors[k] = werr as f32;
         }
         assert!(errors[1] <= errors[0] * 1.001, "{ty}: the importance vector made the weighted error worse");
+    }
+}
+
+/// Weights that are ternary already (each block `{-a, 0, a}`, `a` exact in
+/// f16) come back exactly from both ternary formats.
+#[test]
+fn ternary_weights_round_trip_exactly() {
+    use crate::quant::tq;
+    let cols = 1024;
+    let x: Vec<f32> = noise(4 * cols, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let a = 0.5f32.powi((i / 256 % 4) as i32 + 3);
+            if v > 0.3 {
+                a
+            } else if v < -0.3 {
+                -a
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    for (ty, dequantize) in [
+        (GgmlType::TQ1_0, tq::dequantize_row_tq1_0 as fn(&[u8], &mut [f32])),
+        (GgmlType::TQ2_0, tq::dequantize_row_tq2_0),
+    ] {
+        let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
+        let mut q = vec![0u8; 4 * row_bytes];
+        quantize_rows(ty, &x, cols, None, &mut q).unwrap();
+        let mut back = vec![f32::NAN; x.len()];
+        for (q, y) in q.chunks_exact(row_bytes).zip(back.chunks_exact_mut(cols)) {
+            dequantize(q, y);
+        }
+        assert!(x.iter().zip(&back).all(|(a, b)| a.to_bits() == b.to_bits()), "{ty}");
     }
 }

@@ -8,6 +8,31 @@ use super::Tokenizer;
 /// Control and unknown tokens print nothing unless special tokens are shown.
 const HIDDEN: u16 = attr::CONTROL | attr::UNKNOWN;
 
+/// Which leading space decoding removes at the start of a text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FirstSpace {
+    /// None (byte-level BPE, SentencePiece without a prefix space).
+    Keep,
+    /// The first token's: the space SentencePiece's prefix added (as
+    /// llama.cpp: a BOS in front uses the rule up).
+    FirstToken,
+    /// The first visible piece's: WordPiece's word-start marker (llama.cpp
+    /// keeps it; Hugging Face's decoder, which joins words with spaces, does
+    /// not).
+    FirstVisible,
+}
+
+impl FirstSpace {
+    /// `piece` with the rule applied; `pending` stays true until it is spent.
+    fn apply<'p>(self, pending: &mut bool, piece: &'p [u8]) -> &'p [u8] {
+        if !*pending || (self == FirstSpace::FirstVisible && piece.is_empty()) {
+            return piece;
+        }
+        *pending = false;
+        piece.strip_prefix(b" ").unwrap_or(piece)
+    }
+}
+
 /// Every token's piece (llama.cpp's `token_to_piece` with special tokens
 /// shown), in one arena.
 pub(crate) struct Pieces {
@@ -93,15 +118,10 @@ impl Tokenizer {
 /// llama.cpp's `llama_detokenize` (special tokens not removed).
 pub(crate) fn detokenize(tok: &Tokenizer, ids: &[u32], show_special: bool) -> Vec<u8> {
     let mut text = Vec::new();
-    // The first token loses the space the model's prefix added.
-    let mut remove_space = tok.add_space_prefix;
+    let mut pending = tok.first_space != FirstSpace::Keep;
     for &id in ids {
-        let mut piece = tok.visible_piece(id, show_special);
-        if remove_space && piece.first() == Some(&b' ') {
-            piece = &piece[1..];
-        }
-        remove_space = false;
-        text.extend_from_slice(piece);
+        let piece = tok.visible_piece(id, show_special);
+        text.extend_from_slice(tok.first_space.apply(&mut pending, piece));
     }
     if tok.clean_spaces {
         clean_up_spaces(&mut text);
@@ -182,19 +202,17 @@ impl<'t> StreamDecoder<'t> {
     }
 
     /// For a sequence that starts the text: the first token loses the space
-    /// a SentencePiece prefix added, so the stream reads exactly as
-    /// [`Tokenizer::decode`] (less GPT-2's space clean-up).
+    /// a SentencePiece prefix added (the first word WordPiece's marker), so
+    /// the stream reads exactly as [`Tokenizer::decode`] (less the space
+    /// clean-up of GPT-2 and BERT).
     pub fn at_text_start(tok: &'t Tokenizer, show_special: bool) -> Self {
-        StreamDecoder { strip_space: tok.add_space_prefix, ..Self::new(tok, show_special) }
+        StreamDecoder { strip_space: tok.first_space != FirstSpace::Keep, ..Self::new(tok, show_special) }
     }
 
     /// Add one token; returns the text it completes (often empty or one piece).
     pub fn push(&mut self, id: u32) -> String {
-        let mut piece = self.tok.visible_piece(id, self.show_special);
-        if self.strip_space && piece.first() == Some(&b' ') {
-            piece = &piece[1..];
-        }
-        self.strip_space = false;
+        let piece = self.tok.visible_piece(id, self.show_special);
+        let piece = self.tok.first_space.apply(&mut self.strip_space, piece);
         self.pending.extend_from_slice(piece);
         self.take_complete()
     }

@@ -6,6 +6,8 @@
 //!   `gemma4` is the same BPE on raw UTF-8 with SentencePiece's spaces.
 //! - `llama`: SentencePiece-style BPE with byte fallback ([`spm`]): Llama 2,
 //!   Mistral/Mixtral, Gemma.
+//! - `bert`: WordPiece ([`wpm`]): BERT-family embedding models.
+//! - `t5`: Unigram ([`ugm`]): T5, XLM-RoBERTa and their embedding models.
 //!
 //! Encoding first splits special tokens out of the text ([`special`]), then
 //! runs the model on each text fragment. Decoding and streaming live in
@@ -18,8 +20,10 @@ mod eog;
 mod pretokenize;
 mod special;
 mod spm;
+mod ugm;
 mod unicode;
 mod vocab;
+mod wpm;
 
 use std::collections::BTreeSet;
 
@@ -27,9 +31,10 @@ use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
 pub use decode::StreamDecoder;
 
-use crate::gguf::{GgufFile, Key};
+use crate::gguf::{Array, GgufFile, Key};
 use crate::{Error, Result};
 use bpe::BpeModel;
+use decode::FirstSpace;
 use pretokenize::{PreConfig, PreTokenizer};
 use special::{Fragment, SpecialTokens};
 use vocab::{attr, Vocab};
@@ -44,6 +49,12 @@ enum Model {
         escape: bool,
     },
     Spm(Box<spm::SpmModel>),
+    Wpm(wpm::WpmModel),
+    /// `merge`: runs of spaces collapse (`remove_extra_whitespaces`).
+    Ugm {
+        ugm: Box<ugm::UgmModel>,
+        merge: bool,
+    },
 }
 
 /// A tokenizer loaded from a GGUF file. Immutable and `Send + Sync`: share
@@ -57,7 +68,11 @@ pub struct Tokenizer {
     ids: SpecialIds,
     add_bos: bool,
     add_eos: bool,
+    /// WordPiece ends an input with `[SEP]`.
+    add_sep: bool,
     add_space_prefix: bool,
+    /// The leading space decoding drops at the start of a text.
+    first_space: FirstSpace,
     clean_spaces: bool,
     /// Tokens that end generation (EOS, EOT, EOM, end-of-turn markers).
     eog: BTreeSet<u32>,
@@ -70,6 +85,7 @@ pub(crate) struct SpecialIds {
     pub eot: Option<u32>,
     pub eom: Option<u32>,
     pub unk: Option<u32>,
+    pub sep: Option<u32>,
     pub fim_pre: Option<u32>,
     pub fim_suf: Option<u32>,
     pub fim_mid: Option<u32>,
@@ -83,6 +99,8 @@ impl std::fmt::Debug for Tokenizer {
         let kind = match &self.model {
             Model::Bpe { pre, .. } => format!("BPE ({pre:?})"),
             Model::Spm(_) => "SPM".to_string(),
+            Model::Wpm(_) => "WPM".to_string(),
+            Model::Ugm { .. } => "UGM".to_string(),
         };
         f.debug_struct("Tokenizer").field("model", &kind).field("n_vocab", &self.n_vocab()).finish()
     }
@@ -129,15 +147,44 @@ impl Tokenizer {
                 let model = Model::Bpe { pre: cfg.pre, bpe, nfc: cfg.nfc, escape: cfg.escape_whitespaces };
                 (model, ids, cfg.add_bos, false, cfg.clean_spaces)
             }
+            "bert" => {
+                // llama.cpp: lowercase unless the file says otherwise, strip
+                // accents when lowercasing unless the file says otherwise.
+                let lowercase = g.get_bool(Key::TokenizerNormalizerLowercase.name())?.unwrap_or(true);
+                let strip_accents = g.get_bool(Key::TokenizerNormalizerStripAccents.name())?.unwrap_or(lowercase);
+                let ids = SpecialIds { bos: Some(101), unk: Some(100), sep: Some(102), ..SpecialIds::default() };
+                force_bos = true;
+                (Model::Wpm(wpm::WpmModel::new(&vocab, lowercase, strip_accents)), ids, true, false, true)
+            }
+            "t5" => {
+                let key = Key::TokenizerPrecompiledCharsmap.name();
+                let charsmap = match g.get_array(key)? {
+                    None => None,
+                    Some(Array::U8(v)) => Some(v.clone()),
+                    Some(Array::I8(v)) => Some(v.iter().map(|&b| b as u8).collect()),
+                    Some(other) => {
+                        return Err(Error::WrongValueType {
+                            key: key.to_string(),
+                            expected: "array of bytes",
+                            found: other.element_type().name(),
+                        })
+                    }
+                };
+                let ugm = Box::new(ugm::UgmModel::new(&vocab, charsmap.as_deref())?);
+                let merge = g.get_bool(Key::TokenizerRemoveExtraWhitespaces.name())?.unwrap_or(false);
+                let ids = SpecialIds { eos: Some(1), unk: Some(2), ..SpecialIds::default() };
+                (Model::Ugm { ugm, merge }, ids, false, false, false)
+            }
             other => return Err(Error::UnknownTokenizer(other.to_string())),
         };
         let space_prefix_key = g.get_bool(Key::TokenizerAddSpacePrefix.name())?;
-        let mut id_keys: [(Key, &mut Option<u32>); 11] = [
+        let mut id_keys: [(Key, &mut Option<u32>); 12] = [
             (Key::TokenizerBosId, &mut ids.bos),
             (Key::TokenizerEosId, &mut ids.eos),
             (Key::TokenizerEotId, &mut ids.eot),
             (Key::TokenizerEomId, &mut ids.eom),
             (Key::TokenizerUnkId, &mut ids.unk),
+            (Key::TokenizerSepId, &mut ids.sep),
             (Key::TokenizerFimPreId, &mut ids.fim_pre),
             (Key::TokenizerFimSufId, &mut ids.fim_suf),
             (Key::TokenizerFimMidId, &mut ids.fim_mid),
@@ -171,6 +218,15 @@ impl Tokenizer {
         }
         add_bos |= force_bos;
         let add_eos = g.get_bool(Key::TokenizerAddEos.name())?.unwrap_or(false);
+        // llama.cpp frames WordPiece input as [CLS] ... [SEP] whatever the
+        // file's flags say.
+        let wpm = matches!(model, Model::Wpm(_));
+        let add_sep = wpm;
+        let first_space = match (wpm, add_space_prefix) {
+            (true, _) => FirstSpace::FirstVisible,
+            (false, true) => FirstSpace::FirstToken,
+            (false, false) => FirstSpace::Keep,
+        };
 
         let mut vocab = vocab;
         let eog = eog::mark_end_of_generation(&mut vocab, &mut ids);
@@ -188,13 +244,28 @@ impl Tokenizer {
         // Raw-UTF-8 BPE spells its pieces as SentencePiece does ('▁', <0xXX>).
         let is_bpe = matches!(model, Model::Bpe { .. });
         let pieces = decode::Pieces::new(&vocab, is_bpe && !raw_bpe);
-        Ok(Tokenizer { vocab, model, special, pieces, ids, add_bos, add_eos, add_space_prefix, clean_spaces, eog })
+        Ok(Tokenizer {
+            vocab,
+            model,
+            special,
+            pieces,
+            ids,
+            add_bos,
+            add_eos,
+            add_sep,
+            add_space_prefix,
+            first_space,
+            clean_spaces,
+            eog,
+        })
     }
 
     /// Tokenize `text`. `add_special` adds BOS/EOS where the model asks for
-    /// them (`tokenizer.ggml.add_bos_token`/`add_eos_token`); `parse_special`
-    /// turns the text of control tokens (`<|im_start|>`, `<start_of_turn>`)
-    /// into those tokens instead of tokenizing it as plain text.
+    /// them (`tokenizer.ggml.add_bos_token`/`add_eos_token`; WordPiece
+    /// always frames the text as `[CLS] ... [SEP]`, as llama.cpp);
+    /// `parse_special` turns the text of control tokens (`<|im_start|>`,
+    /// `<start_of_turn>`) into those tokens instead of tokenizing it as plain
+    /// text.
     pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         let mut fragments = Vec::new();
@@ -259,9 +330,29 @@ impl Tokenizer {
                     }
                 }
             }
+            Model::Wpm(wpm) => {
+                for f in fragments {
+                    match f {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(a, b) => wpm.encode(&self.vocab, &text[a..b], self.ids.unk, &mut out)?,
+                    }
+                }
+            }
+            Model::Ugm { ugm, merge } => {
+                let spaces = (self.add_space_prefix, *merge);
+                for f in fragments {
+                    match f {
+                        Fragment::Token(id) => out.push(id),
+                        Fragment::Text(a, b) => ugm.encode(&self.vocab, &text[a..b], spaces, self.ids.unk, &mut out)?,
+                    }
+                }
+            }
         }
         if add_special && self.add_eos {
             out.extend(self.ids.eos);
+        }
+        if add_special && self.add_sep {
+            out.extend(self.ids.sep);
         }
         Ok(out)
     }

@@ -87,6 +87,9 @@ fn scale_of(ty: GgmlType) -> Scale {
         T::IQ1S | T::IQ2XXS | T::IQ2XS | T::IQ2S | T::IQ3XXS | T::IQ3S | T::IQ4XS => f16(false, None),
         T::IQ1M => Scale::Iq1M,
         T::MXFP4 => Scale::E8M0,
+        // Random trits: -1 as often as 1 (see `random_bytes` for TQ2_0).
+        T::TQ1_0 => Scale::F16 { d_at: 52, signed: false, min: None },
+        T::TQ2_0 => Scale::F16 { d_at: 64, signed: false, min: None },
         other => panic!("synth-model has no block recipe for {other}"),
     }
 }
@@ -115,7 +118,7 @@ pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
                 Scale::Fixed { d, .. } => d,
                 _ => calibrate(ty, scale),
             };
-            rng.fill(buf);
+            random_bytes(ty, buf, rng);
             for b in buf.chunks_exact_mut(ty.type_size()) {
                 let jitter = 0.5 + rng.unit();
                 let sign = match scale {
@@ -124,6 +127,19 @@ pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
                 };
                 set_scale(scale, b, unit, sign * jitter);
             }
+        }
+    }
+}
+
+/// Random block bytes (scales set afterwards). TQ2_0's 2-bit values lose
+/// the stored 3 (+2, which no quantiser writes): it becomes 1 (zero weight),
+/// leaving -1 and +1 equally likely.
+fn random_bytes(ty: GgmlType, buf: &mut [u8], rng: &mut Rng) {
+    rng.fill(buf);
+    if ty == GgmlType::TQ2_0 {
+        for b in buf.iter_mut() {
+            // the high bit of every pair whose two bits are set
+            *b ^= *b & (*b << 1) & 0xAA;
         }
     }
 }
@@ -173,7 +189,7 @@ fn calibrate(ty: GgmlType, scale: Scale) -> f32 {
     const BLOCKS: usize = 64;
     let mut rng = Rng(0x5EED_CA11_B8A7_E001);
     let mut buf = vec![0u8; BLOCKS * ty.type_size()];
-    rng.fill(&mut buf);
+    random_bytes(ty, &mut buf, &mut rng);
     for b in buf.chunks_exact_mut(ty.type_size()) {
         set_scale(scale, b, 1.0, 1.0);
     }
@@ -201,7 +217,7 @@ mod tests {
     use super::*;
 
     /// Every type a preset makes, quantised ones first.
-    const TYPES: [GgmlType; 22] = {
+    const TYPES: [GgmlType; 24] = {
         use GgmlType as T;
         [
             T::Q2K,
@@ -224,6 +240,8 @@ mod tests {
             T::IQ4NL,
             T::IQ4XS,
             T::MXFP4,
+            T::TQ1_0,
+            T::TQ2_0,
             T::F16,
             T::BF16,
         ]

@@ -19,6 +19,7 @@ mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
+mod ternary;
 
 use crate::kernels::table::{Acts, Decoded, Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
@@ -130,6 +131,8 @@ macro_rules! table {
             iq4_xs: dot!(iq34::$m::iq4_xs),
             iq3_xxs: dot!(iq34::$m::iq3_xxs),
             iq3_s: dot!(iq34::$m::iq3_s),
+            tq1_0: dot!(ternary::$m::tq1_0),
+            tq2_0: dot!(ternary::$m::tq2_0),
             f32: float_dot!(f32, f32s),
             f16: float_dot!(f16, f16s),
             bf16: float_dot!(bf16, bf16s),

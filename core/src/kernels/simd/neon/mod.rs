@@ -17,6 +17,7 @@ mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
+mod ternary;
 
 use crate::kernels::table::{Dot, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
@@ -121,6 +122,8 @@ macro_rules! table {
                 panels: None,
             },
             iq3_s: Dot { one: iq34::$m::iq3_s, multi: Multi::None, rows: Some(iq34::$m::iq3_s_rows), panels: None },
+            tq1_0: Dot { one: ternary::$m::tq1_0, multi: Multi::None, rows: Some(ternary::$m::tq1_0_rows), panels: None },
+            tq2_0: Dot { one: ternary::$m::tq2_0, multi: Multi::None, rows: Some(ternary::$m::tq2_0_rows), panels: None },
             f32: Dot::one(float::f32),
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
