@@ -11,6 +11,9 @@
 //!   repacked on the CPU), split over several bindings when it is larger than
 //!   the device allows one binding to be; `matvec` and `matmul` against f32
 //!   activations, accumulating in f32.
+//! - [`GpuBatch`]: several matrices' products over chosen rows of shared
+//!   activations (a MoE layer's routed experts over their tokens) in one
+//!   submission and one readback.
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -28,11 +31,15 @@ pub use counters::GpuCounters;
 pub use info::{AdapterInfo, GpuLimits};
 
 #[cfg(feature = "gpu")]
+mod batch;
+#[cfg(feature = "gpu")]
 mod context;
 #[cfg(feature = "gpu")]
 mod matrix;
 #[cfg(feature = "gpu")]
 mod shaders;
+#[cfg(feature = "gpu")]
+pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
@@ -41,7 +48,7 @@ pub use matrix::GpuMatrix;
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuMatrix};
+pub use stand_in::{Gpu, GpuBatch, GpuMatrix, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;

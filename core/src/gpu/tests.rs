@@ -6,7 +6,7 @@
 //! Without an adapter the tests print why and pass; `POCKET_REQUIRE_GPU=1`
 //! (set by `scripts/test.sh`, which installs lavapipe) makes that a failure.
 
-use super::{Gpu, GpuMatrix, GpuOptions, FORMATS};
+use super::{Gpu, GpuBatch, GpuMatrix, GpuOptions, RowsJob, FORMATS};
 use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{self};
 use crate::quant::GgmlType;
@@ -82,6 +82,81 @@ fn every_format_matches_the_cpu_reference() {
         let (want, scale) = reference(ty, rows, cols, &w, &x, 1);
         assert_close(&format!("{ty} matvec"), &m.matvec(&x).unwrap(), &want, &scale);
     }
+}
+
+/// Products over chosen rows (a MoE layer's experts over their tokens): for
+/// every format, two matrices of odd sizes over shared inputs, rows repeated
+/// and out of order, an empty job among them, all in one submission.
+#[test]
+fn products_over_chosen_rows_match_the_cpu_reference() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let mut rng = Rng::new(25);
+    let batch = GpuBatch::new(&gpu);
+    for ty in FORMATS {
+        let cols = test_cols(ty);
+        let (n, rows_a, rows_b) = (5, 37, 11);
+        let wa = random_weights(ty, rows_a, cols, &mut rng);
+        let wb = random_weights(ty, rows_b, cols, &mut rng);
+        let a = GpuMatrix::upload(&gpu, ty, rows_a, cols, &wa).unwrap();
+        let b = GpuMatrix::upload(&gpu, ty, rows_b, cols, &wb).unwrap();
+        let x0 = rng.vec(n * cols, 1.0);
+        let x1 = rng.vec(3 * cols, 1.0);
+        let picks: [(&GpuMatrix, &[u8], usize, usize, &[usize]); 4] = [
+            (&a, &wa, rows_a, 0, &[4, 0, 2]),
+            (&b, &wb, rows_b, 0, &[]),
+            (&b, &wb, rows_b, 1, &[2, 2, 0, 1]),
+            (&a, &wa, rows_a, 1, &[1]),
+        ];
+        let inputs = [(&x0[..], cols), (&x1[..], cols)];
+        let jobs: Vec<RowsJob> =
+            picks.iter().map(|&(m, _, _, input, rows)| RowsJob { matrix: m, input, rows }).collect();
+        let before = gpu.counters();
+        let mut got = Vec::new();
+        batch.run(&inputs, &jobs, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        let d = gpu.counters() - before;
+        assert_eq!((d.submissions, d.readbacks, d.dispatches), (1, 1, 3), "{ty}");
+        let mut at = 0;
+        for (j, &(_, w, rows, input, picked)) in picks.iter().enumerate() {
+            let x: Vec<f32> = picked.iter().flat_map(|&r| inputs[input].0[r * cols..(r + 1) * cols].to_vec()).collect();
+            let (want, scale) = reference(ty, rows, cols, w, &x, picked.len());
+            let len = picked.len() * rows;
+            assert_close(&format!("{ty} job {j}"), &got[at..at + len], &want, &scale);
+            at += len;
+        }
+        assert_eq!(at, got.len(), "{ty}");
+    }
+}
+
+#[test]
+fn products_over_chosen_rows_split_over_bindings_and_refuse_bad_jobs() {
+    let Some(split) = device(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else { return };
+    let mut rng = Rng::new(26);
+    let (ty, rows) = (GgmlType::Q6K, 37);
+    let cols = test_cols(ty);
+    let w = random_weights(ty, rows, cols, &mut rng);
+    let m = GpuMatrix::upload(&split, ty, rows, cols, &w).unwrap();
+    assert!(m.bindings() > 1);
+    // One row of activations (3 KiB: more would not fit a binding).
+    let x = rng.vec(cols, 1.0);
+    let batch = GpuBatch::new(&split);
+    let mut got = Vec::new();
+    let picked = [0, 0, 0];
+    batch.run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &picked }], &mut got).unwrap();
+    let xs: Vec<f32> = picked.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].to_vec()).collect();
+    let (want, scale) = reference(ty, rows, cols, &w, &xs, 3);
+    assert_close("Q6_K over chosen rows, split", &got, &want, &scale);
+    // A row past the input, a missing input, a matrix of the wrong width or
+    // of another device: refused before anything runs.
+    let bad = |input, rows: &[usize], x: &[f32], cols| {
+        let r = batch.run(&[(x, cols)], &[RowsJob { matrix: &m, input, rows }], &mut Vec::new());
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    };
+    bad(0, &[1], &x, cols);
+    bad(1, &[0], &x, cols);
+    bad(0, &[0], &x[..cols - 32], cols - 32);
+    let Some(other) = device(&GpuOptions::default()) else { return };
+    let r = GpuBatch::new(&other).run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &[0] }], &mut got);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
 }
 
 #[test]

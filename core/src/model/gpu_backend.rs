@@ -2,13 +2,16 @@
 //! ([`crate::gpu`]), attention and the delta rule on the CPU for now.
 //!
 //! What runs where, today:
-//! - every whole-matrix product over weights that lie in the model file
-//!   runs on the GPU; each matrix is uploaded once, the first time a pass
-//!   uses it (the first pass is the warm-up: after it no weights move and
-//!   no buffers are made unless a larger batch arrives);
-//! - products over chosen rows, or over weights outside the file (none
-//!   today: a memory budget is refused with this backend), and any product
-//!   the device fails, run on the CPU ([`Cpu`]) and are counted;
+//! - every matrix product over weights that lie in the model file runs on
+//!   the GPU; each matrix is uploaded once, the first time a pass uses it
+//!   (the first pass is the warm-up: after it no weights move and no
+//!   buffers are made unless a larger batch arrives). A whole-matrix
+//!   product is one submission; the products over chosen rows of a call
+//!   (a MoE layer's routed experts, each over its tokens) are one
+//!   submission together ([`GpuBatch`]), their activations uploaded once;
+//! - products over weights outside the file (none today: a memory budget
+//!   is refused with this backend), and any product the device fails, run
+//!   on the CPU ([`Cpu`]) and are counted;
 //! - the activations are the ones the CPU kernels would use (quantised to
 //!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
 //!   f32), so the GPU computes the CPU's products up to f32 rounding.
@@ -20,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
-use crate::gpu::{AdapterInfo, Gpu, GpuCounters, GpuMatrix};
-use crate::kernels::MatJob;
+use crate::gpu::{AdapterInfo, Gpu, GpuBatch, GpuCounters, GpuMatrix, RowsJob};
+use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
 
 /// Uploaded matrices by the address and length of their bytes; `None` for
@@ -37,6 +40,10 @@ pub struct GpuBackend {
     matrices: Mutex<Uploads>,
     /// Reused buffers: activations as f32, and the device's output.
     io: Mutex<(Vec<f32>, Vec<f32>)>,
+    /// Products over chosen rows, and their inputs as f32 (one per distinct
+    /// activations of a call).
+    batch: GpuBatch,
+    inputs: Mutex<Vec<Vec<f32>>>,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
 }
@@ -81,10 +88,12 @@ impl GpuBackend {
     /// A backend on `gpu` for the model whose file bytes are `file`.
     pub fn new(gpu: Gpu, file: &[u8]) -> GpuBackend {
         GpuBackend {
+            batch: GpuBatch::new(&gpu),
             gpu,
             file: (file.as_ptr() as usize, file.len()),
             matrices: Mutex::default(),
             io: Mutex::default(),
+            inputs: Mutex::default(),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
         }
@@ -107,7 +116,7 @@ impl GpuBackend {
     fn matrix(&self, job: &MatJob<'_>) -> Option<Arc<GpuMatrix>> {
         let (addr, len) = (job.w.data.as_ptr() as usize, job.w.data.len());
         let (start, file_len) = self.file;
-        if job.rows.is_some() || addr < start || addr + len > start + file_len {
+        if addr < start || addr + len > start + file_len {
             return None;
         }
         let mut map = self.matrices.lock().ok()?;
@@ -146,14 +155,73 @@ impl GpuBackend {
     }
 }
 
+impl GpuBackend {
+    /// The jobs over chosen rows on the device, in one batch; per job
+    /// whether it ran there (none did when the batch failed: they all run
+    /// on the CPU).
+    fn try_rows(&self, jobs: &mut [MatJob<'_>]) -> Vec<bool> {
+        let mut done = vec![false; jobs.len()];
+        if jobs.iter().all(|j| j.rows.is_none()) {
+            return done;
+        }
+        let Ok(mut inputs) = self.inputs.lock() else { return done };
+        // Each distinct activation buffer once.
+        let mut acts: Vec<&QActs> = Vec::new();
+        let mut picked = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let Some(rows) = job.rows else { continue };
+            let Some(m) = self.matrix(job) else { continue };
+            if job.out.len() < rows.len() * m.rows() {
+                continue;
+            }
+            let x: &QActs = job.x;
+            let input = acts.iter().position(|&a| std::ptr::eq(a, x)).unwrap_or_else(|| {
+                acts.push(x);
+                acts.len() - 1
+            });
+            picked.push((i, m, input, rows));
+        }
+        if picked.is_empty() {
+            return done;
+        }
+        if inputs.len() < acts.len() {
+            inputs.resize_with(acts.len(), Vec::new);
+        }
+        for (x, f) in acts.iter().zip(inputs.iter_mut()) {
+            x.dequantize(f);
+        }
+        let views: Vec<(&[f32], usize)> = acts.iter().zip(inputs.iter()).map(|(x, f)| (f.as_slice(), x.k())).collect();
+        let batch: Vec<RowsJob<'_>> =
+            picked.iter().map(|(_, m, input, rows)| RowsJob { matrix: m, input: *input, rows }).collect();
+        let mut out = Vec::new();
+        if let Err(e) = self.batch.run(&views, &batch, &mut out) {
+            log::warn!("gpu: {} products over chosen rows fell back to the CPU: {e}", batch.len());
+            return done;
+        }
+        let mut at = 0;
+        for (i, m, _, rows) in &picked {
+            let len = rows.len() * m.rows();
+            jobs[*i].out[..len].copy_from_slice(&out[at..at + len]);
+            at += len;
+            done[*i] = true;
+        }
+        done
+    }
+}
+
 impl Backend for GpuBackend {
     fn name(&self) -> &'static str {
         "gpu"
     }
 
     fn matmul(&self, pool: &ThreadPool, jobs: &mut [MatJob<'_>]) {
-        for job in jobs.iter_mut() {
-            if self.try_gpu(job) {
+        let on_device = self.try_rows(jobs);
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let done = match job.rows {
+                Some(_) => on_device.get(i).copied().unwrap_or(false),
+                None => self.try_gpu(job),
+            };
+            if done {
                 self.on_gpu.fetch_add(1, Relaxed);
             } else {
                 self.on_cpu.fetch_add(1, Relaxed);
@@ -168,5 +236,78 @@ impl Backend for GpuBackend {
 
     fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
         Cpu.delta_rule(pass, d, state, out, scratch)
+    }
+}
+
+#[cfg(all(test, feature = "gpu"))]
+mod tests {
+    use super::{Backend, Cpu, GpuBackend};
+    use crate::gpu::{Gpu, GpuOptions, FORMATS};
+    use crate::kernels::testing::{random_weights, Rng};
+    use crate::kernels::{MatJob, QActs, QMatrix};
+    use crate::threads::ThreadPool;
+
+    pub(super) fn device() -> Option<Gpu> {
+        match Gpu::new(&GpuOptions::default()) {
+            Ok(gpu) => Some(gpu),
+            Err(e) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+                panic!("POCKET_REQUIRE_GPU=1 but {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping the GPU test: {e}");
+                None
+            }
+        }
+    }
+
+    /// A MoE layer's shape of call: three experts of one stacked tensor in
+    /// the "file", each over its chosen rows of shared activations (rows
+    /// repeated and out of order), beside a whole-matrix product, for every
+    /// format the GPU computes with: the same outputs as the CPU's kernels
+    /// on the same quantised activations, none on the CPU.
+    #[test]
+    fn products_over_chosen_rows_match_the_cpu() {
+        let Some(gpu) = device() else { return };
+        let pool = ThreadPool::new(1);
+        let mut rng = Rng::new(31);
+        for ty in FORMATS {
+            let cols = match ty.block_size() {
+                1 => 67,
+                32 => 7 * 32,
+                b => 2 * b,
+            };
+            let (rows, n) = (19, 6);
+            let file: Vec<u8> = (0..3).flat_map(|_| random_weights(ty, rows, cols, &mut rng)).collect();
+            let slab = file.len() / 3;
+            let expert = |e: usize| QMatrix::new(ty, &file[e * slab..(e + 1) * slab], rows, cols).unwrap();
+            let backend = GpuBackend::new(gpu.clone(), &file);
+            let mut acts = QActs::new();
+            acts.quantize(ty, &rng.vec(n * cols, 1.0), n, cols);
+            let picks: [Option<&[usize]>; 4] = [Some(&[0, 3, 5]), Some(&[1]), Some(&[2, 4, 0, 5, 5]), None];
+            let run = |b: &dyn Backend| {
+                let mut outs: Vec<Vec<f32>> =
+                    picks.iter().map(|p| vec![0.0; p.map_or(n, |r| r.len()) * rows]).collect();
+                let mut jobs: Vec<MatJob> = outs
+                    .iter_mut()
+                    .zip(picks)
+                    .enumerate()
+                    .map(|(e, (out, rows))| MatJob { w: expert(e % 3), x: &acts, rows, out })
+                    .collect();
+                b.matmul(&pool, &mut jobs);
+                outs
+            };
+            let before = backend.counters();
+            let (want, got) = (run(&Cpu), run(&backend));
+            let c = backend.counters() - before;
+            assert_eq!((c.gpu_products, c.cpu_products), (4, 0), "{ty}");
+            // The three over chosen rows in one submission, the whole product in another.
+            assert_eq!((c.device.submissions, c.device.readbacks), (2, 2), "{ty}");
+            for (j, (w, g)) in want.iter().zip(&got).enumerate() {
+                let range = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in w.iter().zip(g).enumerate() {
+                    assert!((a - b).abs() <= 1e-4 * range + 1e-5, "{ty} job {j} output {i}: cpu {a} vs gpu {b}");
+                }
+            }
+        }
     }
 }
