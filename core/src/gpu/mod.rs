@@ -14,6 +14,9 @@
 //! - [`GpuBatch`]: several matrices' products over chosen rows of shared
 //!   activations (a MoE layer's routed experts over their tokens) in one
 //!   submission and one readback.
+//! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
+//!   on the device (written only the positions that changed) and causal
+//!   attention over it (GQA, sliding windows, output gates; f16 or f32).
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -31,6 +34,8 @@ pub use counters::GpuCounters;
 pub use info::{AdapterInfo, GpuLimits};
 
 #[cfg(feature = "gpu")]
+mod attention;
+#[cfg(feature = "gpu")]
 mod batch;
 #[cfg(feature = "gpu")]
 mod context;
@@ -38,6 +43,8 @@ mod context;
 mod matrix;
 #[cfg(feature = "gpu")]
 mod shaders;
+#[cfg(feature = "gpu")]
+pub use attention::{GpuAttention, KvMirror};
 #[cfg(feature = "gpu")]
 pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
@@ -48,7 +55,7 @@ pub use matrix::GpuMatrix;
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuBatch, GpuMatrix, RowsJob};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuMatrix, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
@@ -69,6 +76,30 @@ pub const FORMATS: [GgmlType; 13] = [
     GgmlType::Q6K,
     GgmlType::BF16,
 ];
+
+/// The largest head the kernel takes (its query buffer in workgroup memory).
+pub const MAX_HEAD_DIM: usize = 512;
+
+/// One attention call: the layer's shape and the pass's positions.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    /// Values per token in the queries, and from one head's query to the
+    /// next (`head_dim`, or twice that when each head carries its gate).
+    pub q_rows: usize,
+    pub q_stride: usize,
+    /// Multiply each head's output by sigmoid of its gate.
+    pub gated: bool,
+    pub scale: f32,
+    /// Attend only to the last `window` positions (the token's own included).
+    pub window: Option<usize>,
+    /// Position of the first token, and tokens.
+    pub pos0: usize,
+    pub n: usize,
+}
 
 /// Whether this build has the GPU backend (the cargo feature `gpu`).
 pub const BUILT: bool = cfg!(feature = "gpu");

@@ -2,7 +2,7 @@
 //! signatures, whose constructors answer that the backend is not built, so
 //! callers need no `cfg`.
 
-use super::{AdapterInfo, GpuCounters, GpuOptions};
+use super::{AdapterInfo, AttnShape, GpuCounters, GpuOptions};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -87,6 +87,36 @@ impl GpuBatch {
     }
 
     pub fn run(&self, _inputs: &[(&[f32], usize)], _jobs: &[RowsJob<'_>], _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for a KV cache on the device: no value of it can exist.
+pub struct KvMirror {
+    never: std::convert::Infallible,
+}
+
+impl KvMirror {
+    pub fn new(gpu: &Gpu, _f16: bool, _heads: usize, _hd: usize, _hdv: usize, _capacity: usize) -> Result<KvMirror> {
+        match gpu.never {}
+    }
+
+    pub fn write(&self, _k: &[u8], _v: &[u8], _pos: std::ops::Range<usize>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for the attention kernel: no value of it can exist.
+pub struct GpuAttention {
+    never: std::convert::Infallible,
+}
+
+impl GpuAttention {
+    pub fn new(gpu: &Gpu) -> Result<GpuAttention> {
+        match gpu.never {}
+    }
+
+    pub fn attend(&self, _kv: &KvMirror, _s: &AttnShape, _q: &[f32], _out: &mut Vec<f32>) -> Result<()> {
         match self.never {}
     }
 }

@@ -229,8 +229,10 @@ fn every_f16_value_decodes_exactly() {
 #[test]
 fn every_module_translates_to_msl_and_spirv() {
     use naga::valid::{Capabilities, ValidationFlags, Validator};
-    for ty in FORMATS {
-        let source = super::shaders::matvec(ty).unwrap();
+    let mut modules: Vec<(String, String)> =
+        FORMATS.iter().map(|&ty| (ty.to_string(), super::shaders::matvec(ty).unwrap())).collect();
+    modules.push(("attention".into(), super::shaders::attention()));
+    for (ty, source) in modules {
         let module =
             naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));
         for caps in [Capabilities::empty(), Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP] {

@@ -1,5 +1,5 @@
-//! The model layer's GPU backend: matrix products on the device
-//! ([`crate::gpu`]), attention and the delta rule on the CPU for now.
+//! The model layer's GPU backend: matrix products and attention on the
+//! device ([`crate::gpu`]), the delta rule on the CPU for now.
 //!
 //! What runs where, today:
 //! - every matrix product over weights that lie in the model file runs on
@@ -12,6 +12,15 @@
 //! - products over weights outside the file (none today: a memory budget
 //!   is refused with this backend), and any product the device fails, run
 //!   on the CPU ([`Cpu`]) and are counted;
+//! - attention over an f16 or f32 KV cache runs on the GPU, over a device
+//!   copy of each layer's cache ([`KvMirror`], keyed by the cache's id and
+//!   dropped with it) that is written only the positions that changed since
+//!   it was last synced (a decoded token: one position per layer; after a
+//!   truncation, a restored checkpoint or a loaded snapshot, what was
+//!   rewritten: the cache counts its writes per position). A q8_0 cache,
+//!   a head larger than [`MAX_HEAD_DIM`], or a call the device fails runs
+//!   on the CPU, counted;
+//! - the delta rule (Gated DeltaNet) runs on the CPU;
 //! - the activations are the ones the CPU kernels would use (quantised to
 //!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
 //!   f32), so the GPU computes the CPU's products up to f32 rounding.
@@ -20,12 +29,15 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
-use crate::gpu::{AdapterInfo, Gpu, GpuBatch, GpuCounters, GpuMatrix, RowsJob};
+use crate::gpu::{
+    AdapterInfo, AttnShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuMatrix, KvMirror, RowsJob, MAX_HEAD_DIM,
+};
 use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
+use crate::Result;
 
 /// Uploaded matrices by the address and length of their bytes; `None` for
 /// one the device refused (it stays on the CPU).
@@ -44,8 +56,24 @@ pub struct GpuBackend {
     /// activations of a call).
     batch: GpuBatch,
     inputs: Mutex<Vec<Vec<f32>>>,
+    /// The attention kernel, compiled on first use (`None`: it failed to).
+    attention: OnceLock<Option<GpuAttention>>,
+    /// The device copies of the KV caches, by cache id.
+    mirrors: Mutex<HashMap<u64, Mirror>>,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
+    attn_gpu: AtomicU64,
+    attn_cpu: AtomicU64,
+}
+
+/// A KV cache's device copy and how much of it is true.
+struct Mirror {
+    kv: KvMirror,
+    /// Dies with the cache.
+    life: Weak<()>,
+    /// Positions `..valid` were copied when the cache had seen `writes` writes.
+    valid: usize,
+    writes: u64,
 }
 
 /// How many matrix products ran where since load, and what the device was
@@ -54,6 +82,9 @@ pub struct GpuBackend {
 pub struct BackendCounters {
     pub gpu_products: u64,
     pub cpu_products: u64,
+    /// Attention calls (one per attention layer and pass) on each side.
+    pub gpu_attention: u64,
+    pub cpu_attention: u64,
     /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
     pub device: GpuCounters,
 }
@@ -66,6 +97,8 @@ impl std::ops::Sub for BackendCounters {
         BackendCounters {
             gpu_products: self.gpu_products.saturating_sub(o.gpu_products),
             cpu_products: self.cpu_products.saturating_sub(o.cpu_products),
+            gpu_attention: self.gpu_attention.saturating_sub(o.gpu_attention),
+            cpu_attention: self.cpu_attention.saturating_sub(o.cpu_attention),
             device: self.device - o.device,
         }
     }
@@ -79,6 +112,8 @@ impl std::ops::Add for BackendCounters {
         BackendCounters {
             gpu_products: self.gpu_products.saturating_add(o.gpu_products),
             cpu_products: self.cpu_products.saturating_add(o.cpu_products),
+            gpu_attention: self.gpu_attention.saturating_add(o.gpu_attention),
+            cpu_attention: self.cpu_attention.saturating_add(o.cpu_attention),
             device: self.device + o.device,
         }
     }
@@ -94,8 +129,12 @@ impl GpuBackend {
             matrices: Mutex::default(),
             io: Mutex::default(),
             inputs: Mutex::default(),
+            attention: OnceLock::new(),
+            mirrors: Mutex::default(),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
+            attn_gpu: AtomicU64::new(0),
+            attn_cpu: AtomicU64::new(0),
         }
     }
 
@@ -107,6 +146,8 @@ impl GpuBackend {
         BackendCounters {
             gpu_products: self.on_gpu.load(Relaxed),
             cpu_products: self.on_cpu.load(Relaxed),
+            gpu_attention: self.attn_gpu.load(Relaxed),
+            cpu_attention: self.attn_cpu.load(Relaxed),
             device: self.gpu.counters(),
         }
     }
@@ -207,6 +248,66 @@ impl GpuBackend {
         }
         done
     }
+
+    /// Attention on the device: `Ok(false)` when it does not take this
+    /// cache or shape (the CPU does, quietly), an error when it failed.
+    fn try_attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32]) -> Result<bool> {
+        let (p, cache) = (a.p, a.cache);
+        let Some((k, v)) = cache.raw() else { return Ok(false) };
+        let end = pass.pos0 + pass.n;
+        let shape = AttnShape {
+            n_head: p.n_head,
+            n_kv_head: p.n_kv_head,
+            head_dim: p.head_dim,
+            head_dim_v: p.head_dim_v,
+            q_rows: a.q_rows,
+            q_stride: if a.gated { 2 * p.head_dim } else { p.head_dim },
+            gated: a.gated,
+            scale: p.scale,
+            window: p.window,
+            pos0: pass.pos0,
+            n: pass.n,
+        };
+        if p.head_dim > MAX_HEAD_DIM || end > cache.capacity || out.len() != pass.n * p.n_head * p.head_dim_v {
+            return Ok(false);
+        }
+        let attention = self.attention.get_or_init(|| {
+            GpuAttention::new(&self.gpu).map_err(|e| log::warn!("gpu: attention stays on the CPU: {e}")).ok()
+        });
+        let Some(attention) = attention else { return Ok(false) };
+        let mut mirrors = self.mirrors.lock().map_err(|_| crate::Error::Gpu("KV mirrors poisoned".into()))?;
+        // Copies of caches that are gone free their device memory.
+        mirrors.retain(|_, m| m.life.strong_count() > 0);
+        let (id, life) = cache.identity();
+        let f16 = cache.ty == super::KvType::F16;
+        let m = match mirrors.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let kv =
+                    KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)?;
+                e.insert(Mirror { kv, life, valid: 0, writes: 0 })
+            }
+        };
+        // Positions rewritten since the last copy, and those never copied.
+        let from = cache.changed_since(m.writes, m.valid.min(end));
+        let result = m.kv.write(k, v, from..end).and_then(|()| {
+            let mut got = Vec::new();
+            attention.attend(&m.kv, &shape, a.q, &mut got)?;
+            out.copy_from_slice(&got);
+            Ok(())
+        });
+        match result {
+            Ok(()) => {
+                (m.valid, m.writes) = (end, cache.writes());
+                Ok(true)
+            }
+            Err(e) => {
+                // Whatever the device holds now, copy it all again next time.
+                mirrors.remove(&id);
+                Err(e)
+            }
+        }
+    }
 }
 
 impl Backend for GpuBackend {
@@ -231,6 +332,15 @@ impl Backend for GpuBackend {
     }
 
     fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>) {
+        match self.try_attend(pass, a, out) {
+            Ok(true) => {
+                self.attn_gpu.fetch_add(1, Relaxed);
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => log::warn!("gpu: attention fell back to the CPU: {e}"),
+        }
+        self.attn_cpu.fetch_add(1, Relaxed);
         Cpu.attend(pass, a, out, scratch)
     }
 
@@ -241,6 +351,9 @@ impl Backend for GpuBackend {
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests {
+    use super::super::blocks::attention::{AttnParams, Rope};
+    use super::super::cache::{KvCache, KvType};
+    use super::super::pass::{Attend, Pass};
     use super::{Backend, Cpu, GpuBackend};
     use crate::gpu::{Gpu, GpuOptions, FORMATS};
     use crate::kernels::testing::{random_weights, Rng};
@@ -309,5 +422,158 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An attention layer's shape for the tests.
+    fn layer(n_head: usize, n_kv_head: usize, hd: usize, hdv: usize, window: Option<usize>) -> AttnParams {
+        AttnParams {
+            n_head,
+            n_kv_head,
+            head_dim: hd,
+            head_dim_v: hdv,
+            rope: Rope { n_rot: hd & !1, base: 10000.0, scale: 1.0, neox: false },
+            scale: 1.0 / (hd as f32).sqrt(),
+            window,
+            eps: 1e-6,
+        }
+    }
+
+    /// Random keys and values at `positions` of every KV head.
+    fn fill(cache: &mut KvCache, positions: std::ops::Range<usize>, rng: &mut Rng) {
+        for pos in positions {
+            for h in 0..cache.n_kv_head {
+                let (k, v) = (rng.vec(cache.head_dim_k, 1.0), rng.vec(cache.head_dim_v, 1.0));
+                cache.store(h, pos, &k, &v);
+            }
+        }
+    }
+
+    /// `backend`'s attention of `n` random queries at `pos0` against the
+    /// CPU's, within f32 rounding (f32 cache) or one f16 rounding of the
+    /// weights (f16 cache), relative to the largest value.
+    #[allow(clippy::too_many_arguments)]
+    fn check(
+        backend: &GpuBackend,
+        cache: &KvCache,
+        p: &AttnParams,
+        pos0: usize,
+        n: usize,
+        gated: bool,
+        rng: &mut Rng,
+        what: &str,
+    ) {
+        let pool = ThreadPool::new(2);
+        let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
+        let q = rng.vec(n * q_rows, 3.0);
+        let a = Attend { p, cache, q: &q, q_rows, gated };
+        let run = |b: &dyn Backend| {
+            let pass = Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
+            let mut out = vec![f32::NAN; n * p.n_head * p.head_dim_v];
+            b.attend(&pass, &a, &mut out, &mut Vec::new());
+            out
+        };
+        let (want, got) = (run(&Cpu), run(backend));
+        let (_, v) = cache.raw().unwrap();
+        let range = match cache.ty {
+            KvType::F16 => {
+                v.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32().abs()).fold(0f32, f32::max)
+            }
+            _ => v.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).abs()).fold(0f32, f32::max),
+        };
+        let tol = if cache.ty == KvType::F16 { 1e-3 } else { 2e-5 } * range.max(1.0);
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            assert!((a - b).abs() <= tol, "{what}: output {i}: cpu {a} vs gpu {b} (tolerance {tol:e})");
+        }
+    }
+
+    /// Attention on the device against the CPU's: odd head sizes, GQA ratios
+    /// 1, 3 and 4, windows shorter and longer than the context, output
+    /// gates, one token and many, f16 and f32 caches, heads larger than the
+    /// workgroup and contexts longer than it.
+    #[test]
+    fn attention_matches_the_cpu() {
+        let Some(gpu) = device() else { return };
+        let backend = GpuBackend::new(gpu, &[]);
+        let mut rng = Rng::new(41);
+        // (heads, KV heads, head dim, value head dim, window, gated, cache, prefill, decoded tokens)
+        let cases: [(usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usize); 6] = [
+            (4, 1, 19, 19, None, false, KvType::F16, 1, 4),
+            (6, 2, 40, 40, Some(5), false, KvType::F16, 9, 3),
+            (8, 2, 64, 48, None, false, KvType::F32, 7, 2),
+            (4, 2, 32, 32, Some(3), true, KvType::F16, 6, 2),
+            (3, 3, 130, 130, Some(100), false, KvType::F16, 70, 2),
+            (5, 5, 33, 33, Some(80), true, KvType::F32, 75, 1),
+        ];
+        for (n_head, n_kv, hd, hdv, window, gated, ty, prefill, decode) in cases {
+            let p = layer(n_head, n_kv, hd, hdv, window);
+            let mut cache = KvCache::new(ty, n_kv, hd, hdv, 96).unwrap();
+            let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?}");
+            fill(&mut cache, 0..prefill, &mut rng);
+            check(&backend, &cache, &p, 0, prefill, gated, &mut rng, &format!("{what}: prefill {prefill}"));
+            for pos in prefill..prefill + decode {
+                fill(&mut cache, pos..pos + 1, &mut rng);
+                let before = backend.counters().device;
+                check(&backend, &cache, &p, pos, 1, gated, &mut rng, &format!("{what}: decode at {pos}"));
+                // Only the new position went up: each head's key and value,
+                // widened to whole words.
+                let up = (backend.counters().device - before).cache_bytes_uploaded;
+                let elem = if ty == KvType::F16 { 2 } else { 4 };
+                assert!(
+                    up > 0 && up <= (n_kv * (elem * (hd + hdv) + 12)) as u64,
+                    "{what}: {up} bytes for one position"
+                );
+            }
+        }
+        let c = backend.counters();
+        assert_eq!((c.gpu_attention, c.cpu_attention), (6 + 14, 0));
+    }
+
+    /// The device's copy of a cache follows what the session does to it:
+    /// positions rewritten after a truncation, a snapshot loaded over it, a
+    /// new cache in place of a dropped one; a q8_0 cache stays on the CPU.
+    #[test]
+    fn the_device_copy_of_the_cache_follows_rewrites() {
+        let Some(gpu) = device() else { return };
+        let backend = GpuBackend::new(gpu, &[]);
+        let mut rng = Rng::new(42);
+        let p = layer(4, 2, 24, 24, None);
+        let mut cache = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+        fill(&mut cache, 0..10, &mut rng);
+        check(&backend, &cache, &p, 0, 10, false, &mut rng, "prefill");
+        // Truncated to 4 and re-evaluated: positions 4..7 are new.
+        fill(&mut cache, 4..7, &mut rng);
+        check(&backend, &cache, &p, 4, 3, false, &mut rng, "after a truncation");
+        // A snapshot of another sequence loaded over positions 0..8, then a token.
+        let mut other = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+        fill(&mut other, 0..8, &mut rng);
+        let mut bytes = Vec::new();
+        other.save_positions(8, &mut bytes);
+        cache.load_positions(8, &bytes).unwrap();
+        fill(&mut cache, 8..9, &mut rng);
+        check(&backend, &cache, &p, 8, 1, false, &mut rng, "after loading a snapshot");
+        // A checkpoint's prefix restored (positions untouched): only new ones go up.
+        fill(&mut cache, 5..6, &mut rng);
+        check(&backend, &cache, &p, 5, 1, false, &mut rng, "after a restore");
+        assert_eq!(backend.mirrors.lock().unwrap().len(), 1);
+        // A new cache (a new session) gets its own copy; the dropped one's goes.
+        drop(cache);
+        let mut fresh = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+        fill(&mut fresh, 0..3, &mut rng);
+        check(&backend, &fresh, &p, 0, 3, false, &mut rng, "a new cache");
+        assert_eq!(backend.mirrors.lock().unwrap().len(), 1);
+        let c = backend.counters();
+        assert_eq!((c.gpu_attention, c.cpu_attention), (5, 0));
+        // q8_0: the CPU's, counted.
+        let mut q8 = KvCache::new(KvType::Q8_0, 2, 32, 32, 8).unwrap();
+        fill(&mut q8, 0..2, &mut rng);
+        let pool = ThreadPool::new(1);
+        let p8 = layer(4, 2, 32, 32, None);
+        let q = rng.vec(2 * 4 * 32, 1.0);
+        let a = Attend { p: &p8, cache: &q8, q: &q, q_rows: 4 * 32, gated: false };
+        let pass =
+            Pass { file: &[], pool: &pool, backend: &backend, experts: None, map: None, pos0: 0, n: 2, observer: None };
+        backend.attend(&pass, &a, &mut vec![0.0; 2 * 4 * 32], &mut Vec::new());
+        let c = backend.counters();
+        assert_eq!((c.gpu_attention, c.cpu_attention), (5, 1));
     }
 }

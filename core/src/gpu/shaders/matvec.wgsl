@@ -68,24 +68,9 @@ fn u32_at(off: u32) -> u32 {
     return (lo >> s) | (w[(off >> 2u) + 1u] << (32u - s));
 }
 
-// An f16 at any byte offset, exactly as f32, by integer arithmetic:
-// `unpack2x16float` needs a capability some adapters lack, and f32
-// subnormals (where a rescaling trick would pass) may be flushed to zero.
+// An f16 at any byte offset, exactly as f32 (`half.wgsl`).
 fn f16_at(off: u32) -> f32 {
-    let h = u16_at(off);
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    var mag: f32;
-    if (e == 0u) {
-        // Zero or subnormal: m * 2^-24, a normal f32.
-        mag = f32(m) * bitcast<f32>(0x33800000u);
-    } else if (e == 31u) {
-        mag = bitcast<f32>(0x7f800000u | (m << 13u));
-    } else {
-        // Rebias the exponent (15 -> 127), widen the mantissa.
-        mag = bitcast<f32>(((e + 112u) << 23u) | (m << 13u));
-    }
-    return select(mag, -mag, (h & 0x8000u) != 0u);
+    return half_to_f32(u16_at(off));
 }
 
 // A byte as a signed 8-bit value.
