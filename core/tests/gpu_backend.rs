@@ -99,19 +99,20 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         assert!(counters.gpu_products > 0, "{name}: {counters:?}");
         // Each whole-matrix product is one submission and one readback; a
         // call's products over chosen rows (MoE experts) share one.
-        // Attention is one more per layer and pass.
+        // Attention and the delta rule are one more per layer and pass.
         let d = counters.device;
-        let on_gpu = counters.gpu_products + counters.gpu_attention;
+        let on_gpu = counters.gpu_products + counters.gpu_attention + counters.gpu_delta;
         assert_eq!(d.submissions, d.readbacks, "{name}");
         assert!(d.submissions <= on_gpu, "{name}");
         if name.starts_with("gemma3") {
             assert_eq!(d.submissions, on_gpu, "{name}");
         }
         assert!(d.dispatches >= d.submissions && d.readback_bytes > 0 && d.weight_bytes_uploaded > 0, "{name}");
-        // Every product and every attention ran on the GPU, the MoE experts
-        // (chosen rows of stacked tensors) included.
-        assert_eq!((counters.cpu_products, counters.cpu_attention), (0, 0), "{name}");
+        // Every product, attention and delta rule ran on the GPU, the MoE
+        // experts (chosen rows of stacked tensors) included.
+        assert_eq!((counters.cpu_products, counters.cpu_attention, counters.cpu_delta), (0, 0, 0), "{name}");
         assert!(counters.gpu_attention > 0 && d.cache_bytes_uploaded > 0, "{name}");
+        assert_eq!(counters.gpu_delta > 0, name.starts_with("qwen35moe"), "{name}");
         assert_eq!(want.len(), got.len());
         let v = cpu.n_vocab();
         let top1 =

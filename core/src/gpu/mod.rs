@@ -17,6 +17,8 @@
 //! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
 //!   on the device (written only the positions that changed) and causal
 //!   attention over it (GQA, sliding windows, output gates; f16 or f32).
+//! - [`GpuDeltaRule`]: the gated delta rule of a Gated DeltaNet layer over
+//!   a pass's tokens (the recurrent state goes up and comes back per call).
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -40,6 +42,8 @@ mod batch;
 #[cfg(feature = "gpu")]
 mod context;
 #[cfg(feature = "gpu")]
+mod delta;
+#[cfg(feature = "gpu")]
 mod matrix;
 #[cfg(feature = "gpu")]
 mod shaders;
@@ -50,12 +54,14 @@ pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
+pub use delta::{GpuDeltaRule, MAX_D_K};
+#[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuMatrix, KvMirror, RowsJob};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob, MAX_D_K};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
@@ -98,6 +104,16 @@ pub struct AttnShape {
     pub window: Option<usize>,
     /// Position of the first token, and tokens.
     pub pos0: usize,
+    pub n: usize,
+}
+
+/// One delta-rule call: the layer's shape and the pass's tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaShape {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub d_k: usize,
+    pub d_v: usize,
     pub n: usize,
 }
 

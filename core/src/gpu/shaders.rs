@@ -1,7 +1,7 @@
 //! The WGSL sources: one matrix-vector kernel (`shaders/matvec.wgsl`) and,
 //! per block format, the file that teaches it to read one block; attention
 //! over a KV cache (`shaders/attention.wgsl`); the f16 conversions both use
-//! (`shaders/half.wgsl`).
+//! (`shaders/half.wgsl`); the Gated DeltaNet delta rule (`shaders/delta.wgsl`).
 
 use crate::quant::GgmlType;
 
@@ -9,6 +9,7 @@ const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 const K4_SCALES: &str = include_str!("shaders/k4_scales.wgsl");
 const HALF: &str = include_str!("shaders/half.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const DELTA: &str = include_str!("shaders/delta.wgsl");
 
 /// The format's block reader, or `None` for a format without a kernel.
 fn block(ty: GgmlType) -> Option<&'static str> {
@@ -37,6 +38,11 @@ pub fn matvec(ty: GgmlType) -> Option<String> {
     let body = block(ty)?;
     let k4 = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { K4_SCALES } else { "" };
     Some(format!("{MATVEC}\n{HALF}\n{k4}\n{body}"))
+}
+
+/// The delta-rule module (`shaders/delta.wgsl`).
+pub fn delta() -> String {
+    DELTA.to_string()
 }
 
 /// The attention module (`shaders/attention.wgsl`).

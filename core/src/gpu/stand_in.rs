@@ -2,7 +2,7 @@
 //! signatures, whose constructors answer that the backend is not built, so
 //! callers need no `cfg`.
 
-use super::{AdapterInfo, AttnShape, GpuCounters, GpuOptions};
+use super::{AdapterInfo, AttnShape, DeltaShape, GpuCounters, GpuOptions};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -117,6 +117,33 @@ impl GpuAttention {
     }
 
     pub fn attend(&self, _kv: &KvMirror, _s: &AttnShape, _q: &[f32], _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// The largest key head the delta-rule kernel takes.
+pub const MAX_D_K: usize = 512;
+
+/// Stand-in for the delta-rule kernel: no value of it can exist.
+pub struct GpuDeltaRule {
+    never: std::convert::Infallible,
+}
+
+impl GpuDeltaRule {
+    pub fn new(gpu: &Gpu) -> Result<GpuDeltaRule> {
+        match gpu.never {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        _s: &DeltaShape,
+        _state: &mut [f32],
+        _qkv: &[f32],
+        _g: &[f32],
+        _beta: &[f32],
+        _out: &mut [f32],
+    ) -> Result<()> {
         match self.never {}
     }
 }

@@ -232,6 +232,7 @@ fn every_module_translates_to_msl_and_spirv() {
     let mut modules: Vec<(String, String)> =
         FORMATS.iter().map(|&ty| (ty.to_string(), super::shaders::matvec(ty).unwrap())).collect();
     modules.push(("attention".into(), super::shaders::attention()));
+    modules.push(("delta rule".into(), super::shaders::delta()));
     for (ty, source) in modules {
         let module =
             naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));

@@ -1,5 +1,5 @@
-//! The model layer's GPU backend: matrix products and attention on the
-//! device ([`crate::gpu`]), the delta rule on the CPU for now.
+//! The model layer's GPU backend: matrix products, attention and the delta
+//! rule on the device ([`crate::gpu`]).
 //!
 //! What runs where, today:
 //! - every matrix product over weights that lie in the model file runs on
@@ -20,7 +20,10 @@
 //!   rewritten: the cache counts its writes per position). A q8_0 cache,
 //!   a head larger than [`MAX_HEAD_DIM`], or a call the device fails runs
 //!   on the CPU, counted;
-//! - the delta rule (Gated DeltaNet) runs on the CPU;
+//! - the delta rule (Gated DeltaNet) runs on the GPU, the recurrent state
+//!   uploaded and read back with each call (the CPU's copy stays the one
+//!   checkpoints and snapshots save); a key head larger than [`MAX_D_K`] or
+//!   a call the device fails runs on the CPU, counted;
 //! - the activations are the ones the CPU kernels would use (quantised to
 //!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
 //!   f32), so the GPU computes the CPU's products up to f32 rounding.
@@ -33,7 +36,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
 use crate::gpu::{
-    AdapterInfo, AttnShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuMatrix, KvMirror, RowsJob, MAX_HEAD_DIM,
+    AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, KvMirror,
+    RowsJob, MAX_D_K, MAX_HEAD_DIM,
 };
 use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
@@ -58,12 +62,16 @@ pub struct GpuBackend {
     inputs: Mutex<Vec<Vec<f32>>>,
     /// The attention kernel, compiled on first use (`None`: it failed to).
     attention: OnceLock<Option<GpuAttention>>,
+    /// The delta-rule kernel, compiled on first use (`None`: it failed to).
+    delta: OnceLock<Option<GpuDeltaRule>>,
     /// The device copies of the KV caches, by cache id.
     mirrors: Mutex<HashMap<u64, Mirror>>,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
     attn_gpu: AtomicU64,
     attn_cpu: AtomicU64,
+    delta_gpu: AtomicU64,
+    delta_cpu: AtomicU64,
 }
 
 /// A KV cache's device copy and how much of it is true.
@@ -85,6 +93,9 @@ pub struct BackendCounters {
     /// Attention calls (one per attention layer and pass) on each side.
     pub gpu_attention: u64,
     pub cpu_attention: u64,
+    /// Delta-rule calls (one per DeltaNet layer and pass) on each side.
+    pub gpu_delta: u64,
+    pub cpu_delta: u64,
     /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
     pub device: GpuCounters,
 }
@@ -99,6 +110,8 @@ impl std::ops::Sub for BackendCounters {
             cpu_products: self.cpu_products.saturating_sub(o.cpu_products),
             gpu_attention: self.gpu_attention.saturating_sub(o.gpu_attention),
             cpu_attention: self.cpu_attention.saturating_sub(o.cpu_attention),
+            gpu_delta: self.gpu_delta.saturating_sub(o.gpu_delta),
+            cpu_delta: self.cpu_delta.saturating_sub(o.cpu_delta),
             device: self.device - o.device,
         }
     }
@@ -114,6 +127,8 @@ impl std::ops::Add for BackendCounters {
             cpu_products: self.cpu_products.saturating_add(o.cpu_products),
             gpu_attention: self.gpu_attention.saturating_add(o.gpu_attention),
             cpu_attention: self.cpu_attention.saturating_add(o.cpu_attention),
+            gpu_delta: self.gpu_delta.saturating_add(o.gpu_delta),
+            cpu_delta: self.cpu_delta.saturating_add(o.cpu_delta),
             device: self.device + o.device,
         }
     }
@@ -130,11 +145,14 @@ impl GpuBackend {
             io: Mutex::default(),
             inputs: Mutex::default(),
             attention: OnceLock::new(),
+            delta: OnceLock::new(),
             mirrors: Mutex::default(),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
             attn_gpu: AtomicU64::new(0),
             attn_cpu: AtomicU64::new(0),
+            delta_gpu: AtomicU64::new(0),
+            delta_cpu: AtomicU64::new(0),
         }
     }
 
@@ -148,6 +166,8 @@ impl GpuBackend {
             cpu_products: self.on_cpu.load(Relaxed),
             gpu_attention: self.attn_gpu.load(Relaxed),
             cpu_attention: self.attn_cpu.load(Relaxed),
+            gpu_delta: self.delta_gpu.load(Relaxed),
+            cpu_delta: self.delta_cpu.load(Relaxed),
             device: self.gpu.counters(),
         }
     }
@@ -345,6 +365,27 @@ impl Backend for GpuBackend {
     }
 
     fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
+        let p = d.p;
+        let shape = DeltaShape { n_k_heads: p.n_k_heads, n_v_heads: p.n_v_heads, d_k: p.d_k, d_v: p.d_v, n: pass.n };
+        let kernel = (p.d_k <= MAX_D_K)
+            .then(|| {
+                self.delta.get_or_init(|| {
+                    GpuDeltaRule::new(&self.gpu)
+                        .map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}"))
+                        .ok()
+                })
+            })
+            .and_then(Option::as_ref);
+        if let Some(kernel) = kernel {
+            match kernel.run(&shape, state, d.qkv, d.g, d.beta, out) {
+                Ok(()) => {
+                    self.delta_gpu.fetch_add(1, Relaxed);
+                    return;
+                }
+                Err(e) => log::warn!("gpu: the delta rule fell back to the CPU: {e}"),
+            }
+        }
+        self.delta_cpu.fetch_add(1, Relaxed);
         Cpu.delta_rule(pass, d, state, out, scratch)
     }
 }
@@ -352,8 +393,9 @@ impl Backend for GpuBackend {
 #[cfg(all(test, feature = "gpu"))]
 mod tests {
     use super::super::blocks::attention::{AttnParams, Rope};
+    use super::super::blocks::deltanet::DeltaParams;
     use super::super::cache::{KvCache, KvType};
-    use super::super::pass::{Attend, Pass};
+    use super::super::pass::{Attend, DeltaRule, Pass};
     use super::{Backend, Cpu, GpuBackend};
     use crate::gpu::{Gpu, GpuOptions, FORMATS};
     use crate::kernels::testing::{random_weights, Rng};
@@ -575,5 +617,61 @@ mod tests {
         backend.attend(&pass, &a, &mut vec![0.0; 2 * 4 * 32], &mut Vec::new());
         let c = backend.counters();
         assert_eq!((c.gpu_attention, c.cpu_attention), (5, 1));
+    }
+
+    /// The delta rule on the device against the CPU's: odd head sizes, value
+    /// heads sharing key heads, heads wider than the workgroup, one token
+    /// and many (from 32 tokens the CPU takes its chunked form), over a
+    /// state carried from call to call; outputs and the advanced state.
+    #[test]
+    fn the_delta_rule_matches_the_cpu() {
+        let Some(gpu) = device() else { return };
+        let backend = GpuBackend::new(gpu, &[]);
+        let pool = ThreadPool::new(2);
+        let mut rng = Rng::new(43);
+        // (key heads, value heads, key head, value head, tokens per call)
+        let cases = [(1, 1, 19, 23, [1, 1, 5]), (2, 4, 32, 24, [7, 1, 40]), (1, 3, 130, 70, [3, 1, 1])];
+        for (n_k_heads, n_v_heads, d_k, d_v, calls) in cases {
+            let p = DeltaParams { n_k_heads, n_v_heads, d_k, d_v, d_conv: 4, eps: 1e-6 };
+            let what = format!("{n_k_heads}/{n_v_heads} heads of {d_k}/{d_v}");
+            let mut want_state = rng.vec(n_v_heads * d_k * d_v, 0.3);
+            let mut got_state = want_state.clone();
+            let mut pos0 = 0;
+            for n in calls {
+                // q and k L2-normalised per head, as the layer hands them over.
+                let mut qkv = rng.vec(n * p.conv_dim(), 1.0);
+                for row in qkv.chunks_exact_mut(p.conv_dim()) {
+                    for h in row[..2 * p.key_dim()].chunks_exact_mut(d_k) {
+                        let norm = h.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                        h.iter_mut().for_each(|x| *x /= norm);
+                    }
+                }
+                let g: Vec<f32> = (0..n * n_v_heads).map(|_| -rng.f32() * 0.7).collect();
+                let beta: Vec<f32> = (0..n * n_v_heads).map(|_| rng.f32()).collect();
+                let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
+                let run = |b: &dyn Backend, state: &mut Vec<f32>| {
+                    let pass =
+                        Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
+                    let mut out = vec![f32::NAN; n * p.value_dim()];
+                    b.delta_rule(&pass, &rule, state, &mut out, &mut Vec::new());
+                    out
+                };
+                let want = run(&Cpu, &mut want_state);
+                let got = run(&backend, &mut got_state);
+                let tol = if n >= 32 { 2e-4 } else { 2e-5 };
+                for (name, w, g) in [("output", &want, &got), ("state", &want_state, &got_state)] {
+                    let range = w.iter().fold(1f32, |m, v| m.max(v.abs()));
+                    for (i, (a, b)) in w.iter().zip(g.iter()).enumerate() {
+                        assert!(
+                            (a - b).abs() <= tol * range,
+                            "{what}, {n} tokens at {pos0}: {name} {i}: cpu {a} vs gpu {b}"
+                        );
+                    }
+                }
+                pos0 += n;
+            }
+        }
+        let c = backend.counters();
+        assert_eq!((c.gpu_delta, c.cpu_delta), (9, 0));
     }
 }
