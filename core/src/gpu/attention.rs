@@ -241,7 +241,10 @@ impl GpuAttention {
         }
 
         let mut io = self.io.lock().map_err(|_| Error::Gpu("attention buffers poisoned".into()))?;
-        let sizes = [q_bytes as u64, out_bytes as u64, sc_bytes as u64];
+        // Scores for one token over the whole cache at least, so that decoding
+        // never grows the buffer as the context grows.
+        let one_token = 4 * s.n_head * s.window.map_or(kv.capacity, |w| w.min(kv.capacity));
+        let sizes = [q_bytes as u64, out_bytes as u64, sc_bytes.max(one_token.min(limit)) as u64];
         let have = |io: &Io| [io.q.size(), io.out.size(), io.sc.size()];
         if !io.as_ref().is_some_and(|io| have(io).iter().zip(&sizes).all(|(h, s)| h >= s)) {
             let old = io.as_ref().map_or([0; 3], have);

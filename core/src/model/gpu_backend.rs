@@ -558,12 +558,17 @@ mod tests {
                 check(&backend, &cache, &p, pos, 1, gated, &mut rng, &format!("{what}: decode at {pos}"));
                 // Only the new position went up: each head's key and value,
                 // widened to whole words.
-                let up = (backend.counters().device - before).cache_bytes_uploaded;
-                let elem = if ty == KvType::F16 { 2 } else { 4 };
+                let d = backend.counters().device - before;
+                let (up, elem) = (d.cache_bytes_uploaded, if ty == KvType::F16 { 2 } else { 4 });
                 assert!(
                     up > 0 && up <= (n_kv * (elem * (hd + hdv) + 12)) as u64,
                     "{what}: {up} bytes for one position"
                 );
+                // Decoding makes no buffers (past a case's first token, whose
+                // shape may be larger than the last case's).
+                if pos > prefill {
+                    assert_eq!(d.buffers_created, 0, "{what}: decode at {pos}");
+                }
             }
         }
         let c = backend.counters();
