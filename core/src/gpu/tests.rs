@@ -84,6 +84,9 @@ fn every_format_matches_the_cpu_reference() {
     }
 }
 
+/// A job of the test below: matrix, its bytes, its rows, input, chosen rows.
+type Pick<'a> = (&'a GpuMatrix, &'a [u8], usize, usize, &'a [usize]);
+
 /// Products over chosen rows (a MoE layer's experts over their tokens): for
 /// every format, two matrices of odd sizes over shared inputs, rows repeated
 /// and out of order, an empty job among them, all in one submission.
@@ -101,7 +104,7 @@ fn products_over_chosen_rows_match_the_cpu_reference() {
         let b = GpuMatrix::upload(&gpu, ty, rows_b, cols, &wb).unwrap();
         let x0 = rng.vec(n * cols, 1.0);
         let x1 = rng.vec(3 * cols, 1.0);
-        let picks: [(&GpuMatrix, &[u8], usize, usize, &[usize]); 4] = [
+        let picks: [Pick; 4] = [
             (&a, &wa, rows_a, 0, &[4, 0, 2]),
             (&b, &wb, rows_b, 0, &[]),
             (&b, &wb, rows_b, 1, &[2, 2, 0, 1]),

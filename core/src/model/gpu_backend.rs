@@ -528,6 +528,10 @@ mod tests {
         }
     }
 
+    /// Heads, KV heads, head dim, value head dim, window, gated, cache type,
+    /// prefill tokens, decoded tokens.
+    type Case = (usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usize);
+
     /// Attention on the device against the CPU's: odd head sizes, GQA ratios
     /// 1, 3 and 4, windows shorter and longer than the context, output
     /// gates, one token and many, f16 and f32 caches, heads larger than the
@@ -537,8 +541,7 @@ mod tests {
         let Some(gpu) = device() else { return };
         let backend = GpuBackend::new(gpu, &[]);
         let mut rng = Rng::new(41);
-        // (heads, KV heads, head dim, value head dim, window, gated, cache, prefill, decoded tokens)
-        let cases: [(usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usize); 6] = [
+        let cases: [Case; 6] = [
             (4, 1, 19, 19, None, false, KvType::F16, 1, 4),
             (6, 2, 40, 40, Some(5), false, KvType::F16, 9, 3),
             (8, 2, 64, 48, None, false, KvType::F32, 7, 2),
