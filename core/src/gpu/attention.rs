@@ -121,7 +121,7 @@ impl KvMirror {
 }
 
 /// The kernel's `Params` (64 bytes).
-fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize) -> [u8; 64] {
+fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize, t0: usize) -> [u8; 64] {
     let words = [
         s.n_head as u32,
         s.n_kv_head as u32,
@@ -136,7 +136,7 @@ fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize) -> [u8; 6
         f16 as u32,
         sc_stride as u32,
         s.scale.to_bits(),
-        0,
+        t0 as u32,
         0,
         0,
     ];
@@ -146,6 +146,10 @@ fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize) -> [u8; 6
     }
     b
 }
+
+/// The scores buffer's size, unless one token alone needs more: a longer
+/// prompt goes in several dispatches.
+const SCORES_BYTES: usize = 64 << 20;
 
 /// Queries, outputs, scores, readback and parameters of the largest call so far.
 struct Io {
@@ -224,7 +228,6 @@ impl GpuAttention {
             && end <= kv.capacity
             && s.window != Some(0)
             && s.n_head <= gpu.max_groups()
-            && s.n <= gpu.max_groups()
             && kv.gpu.same_device(gpu);
         if !fits {
             return Err(Error::InvalidArgument(format!(
@@ -235,8 +238,11 @@ impl GpuAttention {
         let sc_stride = s.window.map_or(end, |w| w.min(end));
         let limit = gpu.max_binding_bytes() as usize;
         let (q_bytes, out_bytes) = (4 * q.len(), 4 * s.n * s.n_head * s.head_dim_v);
-        let sc_bytes = 4 * s.n * s.n_head * sc_stride;
-        if q_bytes.max(out_bytes).max(sc_bytes) > limit {
+        // Tokens per dispatch: their scores within one binding, and within
+        // SCORES_BYTES unless one token alone needs more; within the grid.
+        let row_bytes = 4 * s.n_head * sc_stride;
+        let chunk = (SCORES_BYTES.min(limit) / row_bytes).clamp(1, s.n).min(gpu.max_groups());
+        if q_bytes.max(out_bytes).max(chunk * row_bytes) > limit {
             return Err(Error::InvalidArgument(format!("attention of {s:?} exceeds the GPU's {limit}-byte binding")));
         }
 
@@ -244,7 +250,7 @@ impl GpuAttention {
         // Scores for one token over the whole cache at least, so that decoding
         // never grows the buffer as the context grows.
         let one_token = 4 * s.n_head * s.window.map_or(kv.capacity, |w| w.min(kv.capacity));
-        let sizes = [q_bytes as u64, out_bytes as u64, sc_bytes.max(one_token.min(limit)) as u64];
+        let sizes = [q_bytes as u64, out_bytes as u64, (chunk * row_bytes).max(one_token.min(limit)) as u64];
         let have = |io: &Io| [io.q.size(), io.out.size(), io.sc.size()];
         if !io.as_ref().is_some_and(|io| have(io).iter().zip(&sizes).all(|(h, s)| h >= s)) {
             let old = io.as_ref().map_or([0; 3], have);
@@ -256,8 +262,7 @@ impl GpuAttention {
         let (device, queue, tally) = (gpu.device(), gpu.queue(), gpu.tally());
         gpu.scoped("running attention", || {
             queue.write_buffer(&io.q, 0, f32_bytes(q));
-            queue.write_buffer(&io.params, 0, &params(s, kv.capacity, kv.f16, sc_stride));
-            tally.activations(q_bytes as u64 + 64);
+            tally.activations(q_bytes as u64);
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("attention"),
                 layout: &self.layout,
@@ -270,16 +275,26 @@ impl GpuAttention {
                     wgpu::BindGroupEntry { binding: 5, resource: io.params.as_entire_binding() },
                 ],
             });
-            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("attention") });
-            {
-                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-                pass.set_pipeline(&self.pipeline);
-                pass.set_bind_group(0, &group, &[]);
-                pass.dispatch_workgroups(s.n_head as u32, s.n as u32, 1);
+            // One submission per dispatch: each writes its own parameters
+            // first (a queue write lands before the commands submitted after it).
+            for t0 in (0..s.n).step_by(chunk) {
+                let nt = chunk.min(s.n - t0);
+                queue.write_buffer(&io.params, 0, &params(s, kv.capacity, kv.f16, sc_stride, t0));
+                tally.activations(64);
+                let mut enc =
+                    device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("attention") });
+                {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                    pass.set_pipeline(&self.pipeline);
+                    pass.set_bind_group(0, &group, &[]);
+                    pass.dispatch_workgroups(s.n_head as u32, nt as u32, 1);
+                }
+                if t0 + nt == s.n {
+                    enc.copy_buffer_to_buffer(&io.out, 0, &io.readback, 0, out_bytes as u64);
+                }
+                queue.submit([enc.finish()]);
+                tally.submitted(1);
             }
-            enc.copy_buffer_to_buffer(&io.out, 0, &io.readback, 0, out_bytes as u64);
-            queue.submit([enc.finish()]);
-            tally.submitted(1);
         })?;
         gpu.read_f32(&io.readback, out_bytes as u64, out)
     }

@@ -403,7 +403,11 @@ mod tests {
     use crate::threads::ThreadPool;
 
     pub(super) fn device() -> Option<Gpu> {
-        match Gpu::new(&GpuOptions::default()) {
+        device_with(&GpuOptions::default())
+    }
+
+    fn device_with(opts: &GpuOptions) -> Option<Gpu> {
+        match Gpu::new(opts) {
             Ok(gpu) => Some(gpu),
             Err(e) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
                 panic!("POCKET_REQUIRE_GPU=1 but {e}")
@@ -576,6 +580,29 @@ mod tests {
         }
         let c = backend.counters();
         assert_eq!((c.gpu_attention, c.cpu_attention), (6 + 14, 0));
+    }
+
+    /// A prompt whose scores do not fit one binding, or whose tokens exceed
+    /// the dispatch grid, goes in several dispatches with the same result.
+    #[test]
+    fn long_prompts_go_in_several_dispatches() {
+        let p = layer(4, 2, 8, 8, None);
+        // 20 tokens: 320 bytes of scores each for the last, 12 per 4 KiB
+        // binding; at most 7 workgroups per dimension.
+        for (opts, dispatches) in [
+            (GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }, 2),
+            (GpuOptions { max_workgroups_per_dimension: Some(7), ..Default::default() }, 3),
+        ] {
+            let Some(gpu) = device_with(&opts) else { return };
+            let backend = GpuBackend::new(gpu, &[]);
+            let mut rng = Rng::new(44);
+            let mut cache = KvCache::new(KvType::F16, 2, 8, 8, 32).unwrap();
+            fill(&mut cache, 0..20, &mut rng);
+            let before = backend.counters();
+            check(&backend, &cache, &p, 0, 20, false, &mut rng, &format!("{opts:?}"));
+            let c = backend.counters() - before;
+            assert_eq!((c.gpu_attention, c.device.submissions, c.device.readbacks), (1, dispatches, 1), "{opts:?}");
+        }
     }
 
     /// The device's copy of a cache follows what the session does to it:

@@ -7,7 +7,9 @@
 // One workgroup per (query head, token): its invocations split the
 // positions for the scores and their softmax (reductions in workgroup
 // memory), then the output dimensions for the weighted sum of the values.
-// The scores live in `sc`, one row per (token, head).
+// The scores live in `sc`, one row per (token, head) of a dispatch; a long
+// prompt over a long context goes in several dispatches of tokens
+// `t0 + wid.y`, so that their scores fit.
 //
 // The cache is `[kv_head][capacity][dim]` of f16 (two per word, low half
 // first) or f32 (`p.f16`). With an f16 cache the query and the softmax
@@ -31,7 +33,8 @@ struct Params {
     // Scores per (token, head) row of `sc`.
     sc_stride: u32,
     scale: f32,
-    pad0: u32,
+    // First token of this dispatch.
+    t0: u32,
     pad1: u32,
     pad2: u32,
 }
@@ -98,7 +101,7 @@ fn sum_all(x: f32, lid: u32) -> f32 {
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
-    let t = wid.y;
+    let t = p.t0 + wid.y;
     let pos = p.pos0 + t;
     var lo = 0u;
     if (p.window != 0u && pos + 1u > p.window) {
@@ -118,7 +121,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     workgroupBarrier();
 
     // Scores of the positions this invocation takes, and their maximum.
-    let sb = (t * p.n_head + h) * p.sc_stride;
+    let sb = (wid.y * p.n_head + h) * p.sc_stride;
     let kb = (kvh * p.capacity + lo) * hd;
     var m = -3.4e38;
     for (var j = lid; j < len; j += WG) {
