@@ -278,3 +278,88 @@ fn the_adapter_describes_itself() {
     assert!(info.limits.max_storage_buffer_binding_size >= 16 << 20, "{:?}", info.limits);
     assert_eq!(gpu.max_binding_bytes() % 4, 0);
 }
+
+/// `round_to_half` (`shaders/half.wgsl`: the f16 rounding of an f16 KV
+/// cache's queries and attention weights) gives what the CPU's conversion to
+/// f16 and back gives, bit for bit: on every f16 value, the midpoints
+/// between neighbours (ties go to even), one f32 step either side of them,
+/// the overflow threshold and random values.
+#[test]
+fn rounding_to_f16_matches_the_cpu() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let mut xs = Vec::new();
+    for h in 0..0x7c00u16 {
+        let (a, b) = (half::f16::from_bits(h).to_f32(), half::f16::from_bits(h + 1).to_f32());
+        let mid = (a as f64 + b as f64) / 2.0;
+        let mid = mid as f32;
+        for x in [a, mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1)] {
+            xs.extend([x, -x]);
+        }
+    }
+    xs.extend([65504.0, 65519.99, 65520.0, 1e6, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0]);
+    let mut rng = Rng::new(27);
+    xs.extend((0..4096).map(|_| rng.signed() * 10f32.powi(rng.below(12) as i32 - 8)));
+    // f32 subnormals may be flushed on the device; they are not the question here.
+    xs.retain(|x| *x == 0.0 || x.is_infinite() || x.is_normal());
+
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> xs: array<f32>;
+         @group(0) @binding(1) var<storage, read_write> ys: array<f32>;
+         @compute @workgroup_size(64)
+         fn main(@builtin(global_invocation_id) id: vec3<u32>) {{
+             if (id.x < arrayLength(&xs)) {{
+                 ys[id.x] = round_to_half(xs[id.x]);
+             }}
+         }}
+         {}",
+        include_str!("shaders/half.wgsl")
+    );
+    let device = gpu.device();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("round to half"),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("round to half"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    use wgpu::util::DeviceExt;
+    let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let input = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: &bytes,
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let size = bytes.len() as u64;
+    let buffer =
+        |usage| device.create_buffer(&wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false });
+    let output = buffer(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
+    let readback = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(xs.len().div_ceil(64) as u32, 1, 1);
+    }
+    enc.copy_buffer_to_buffer(&output, 0, &readback, 0, size);
+    gpu.queue().submit([enc.finish()]);
+    let mut got = Vec::new();
+    gpu.read_f32(&readback, size, &mut got).unwrap();
+    for (x, g) in xs.iter().zip(&got) {
+        let want = half::f16::from_f32(*x).to_f32();
+        assert_eq!(g.to_bits(), want.to_bits(), "{x:e} ({:#010x}): gpu {g:e} vs cpu {want:e}", x.to_bits());
+    }
+}
