@@ -37,24 +37,27 @@ fn load_gpu_file(file: &std::path::Path) -> Option<Model> {
 }
 
 /// Logits of a 6-token prompt as one batch, then of 3 more tokens one at a
-/// time; then (a model without recurrent layers) back to 4 tokens and 2
-/// others as one batch, so the device's copy of the KV cache must follow
-/// the rewritten positions.
+/// time; then back to 4 tokens (truncated; a model with recurrent layers:
+/// back to the prompt's checkpoint) and 2 others as one batch, so the
+/// device's copy of the KV cache must follow the rewritten positions.
 fn run(model: &Model) -> Vec<f32> {
     let pool = ThreadPool::new(2);
     let mut st = model.new_state(32, KvType::F16).unwrap();
     let prompt: Vec<u32> = (0..6).map(|i| 100 + 37 * i).collect();
     model.forward(&pool, &mut st, &prompt, Logits::All).unwrap();
+    let checkpoint = st.checkpoint();
     let mut all = st.logits().to_vec();
     for t in [5u32, 77, 901] {
         model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
         all.extend_from_slice(st.logits());
     }
-    if !st.is_recurrent() {
+    if st.is_recurrent() {
+        st.restore(&checkpoint).unwrap();
+    } else {
         st.truncate(4).unwrap();
-        model.forward(&pool, &mut st, &[300, 12], Logits::All).unwrap();
-        all.extend_from_slice(st.logits());
     }
+    model.forward(&pool, &mut st, &[300, 12], Logits::All).unwrap();
+    all.extend_from_slice(st.logits());
     all
 }
 

@@ -136,7 +136,9 @@ impl GpuDeltaRule {
         gpu.scoped("running the delta rule", || {
             queue.write_buffer(&io.state, 0, f32_bytes(state));
             queue.write_buffer(&io.qkv, 0, f32_bytes(qkv));
-            queue.write_buffer(&io.gb, 0, f32_bytes(g));
+            // exp as the CPU takes it (a driver's exp may differ in the last bits).
+            let decays: Vec<f32> = g.iter().map(|g| g.exp()).collect();
+            queue.write_buffer(&io.gb, 0, f32_bytes(&decays));
             queue.write_buffer(&io.gb, 4 * g.len() as u64, f32_bytes(beta));
             queue.write_buffer(&io.params, 0, &params);
             tally.activations(sizes[0] + sizes[1] + sizes[2] + params.len() as u64);

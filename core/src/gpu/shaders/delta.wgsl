@@ -29,7 +29,8 @@ struct Params {
 
 @group(0) @binding(0) var<storage, read_write> state: array<f32>;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
-// g then beta: `[2][n][n_v_heads]`.
+// The decays exp(g) (taken on the host, as the CPU takes them) then beta:
+// `[2][n][n_v_heads]`.
 @group(0) @binding(2) var<storage, read> gb: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 @group(0) @binding(4) var<uniform> p: Params;
@@ -57,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ks[i] = qkv[row + p.key_dim + kh * dk + i];
         }
         workgroupBarrier();
-        let decay = exp(gb[t * p.n_v_heads + h]);
+        let decay = gb[t * p.n_v_heads + h];
         let beta = gb[(p.n + t) * p.n_v_heads + h];
         var qk = 0.0;
         for (var i = 0u; i < dk; i++) {

@@ -321,7 +321,9 @@ fn the_delta_rule_matches_the_cpu() {
             };
             let want = run(&Cpu, &mut want_state);
             let got = run(&backend, &mut got_state);
-            let tol = if n >= 32 { 2e-4 } else { 2e-5 };
+            // Token by token both sides round alike (measured on lavapipe:
+            // 1.5e-8 at most); the CPU's chunked form differs more (3.6e-7).
+            let tol = if n >= 32 { 1e-5 } else { 1e-6 };
             for (name, w, g) in [("output", &want, &got), ("state", &want_state, &got_state)] {
                 let range = w.iter().fold(1f32, |m, v| m.max(v.abs()));
                 for (i, (a, b)) in w.iter().zip(g.iter()).enumerate() {
