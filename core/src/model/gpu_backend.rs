@@ -218,9 +218,7 @@ impl GpuBackend {
             }
         }
     }
-}
 
-impl GpuBackend {
     /// The jobs over chosen rows on the device, in one batch; per job
     /// whether it ran there (none did when the batch failed: they all run
     /// on the CPU).
@@ -261,6 +259,10 @@ impl GpuBackend {
         let mut out = Vec::new();
         if let Err(e) = self.batch.run(&views, &batch, &mut out) {
             log::warn!("gpu: {} products over chosen rows fell back to the CPU: {e}", batch.len());
+            return done;
+        }
+        if out.len() != picked.iter().map(|(_, m, _, rows)| rows.len() * m.rows()).sum::<usize>() {
+            log::warn!("gpu: {} outputs of a batch of products over chosen rows; it runs on the CPU", out.len());
             return done;
         }
         let mut at = 0;
@@ -320,7 +322,10 @@ impl GpuBackend {
         let result = kv.write(k, v, from..end).and_then(|()| {
             let mut got = Vec::new();
             attention.attend(kv, &shape, a.q, &mut got)?;
-            out.copy_from_slice(&got);
+            let back = out.len();
+            out.copy_from_slice(
+                got.get(..back).ok_or_else(|| crate::Error::Gpu(format!("{} of {back} outputs", got.len())))?,
+            );
             Ok(())
         });
         match result {
