@@ -5,7 +5,8 @@
 //! f32); the caller writes it the positions that changed (a decoded token
 //! adds one), never the whole cache per call. [`GpuAttention::attend`] runs
 //! one pass's queries over a mirror: one workgroup per (head, token), one
-//! submission, one readback of the heads' outputs.
+//! submission (several for a long prompt over a long context, whose scores
+//! would not fit one buffer), one readback of the heads' outputs.
 
 use std::ops::Range;
 use std::sync::Mutex;

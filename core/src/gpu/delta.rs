@@ -9,11 +9,8 @@
 use std::sync::Mutex;
 
 use super::matrix::f32_bytes;
-use super::{DeltaShape, Gpu};
+use super::{DeltaShape, Gpu, MAX_D_K};
 use crate::{Error, Result};
-
-/// The largest key head the kernel takes (its q and k in workgroup memory).
-pub const MAX_D_K: usize = 512;
 
 /// State, inputs, outputs and readback of the largest call so far.
 struct Io {

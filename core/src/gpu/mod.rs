@@ -54,14 +54,14 @@ pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
-pub use delta::{GpuDeltaRule, MAX_D_K};
+pub use delta::GpuDeltaRule;
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob, MAX_D_K};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
@@ -106,6 +106,10 @@ pub struct AttnShape {
     pub pos0: usize,
     pub n: usize,
 }
+
+/// The largest key head the delta-rule kernel takes (its q and k in
+/// workgroup memory).
+pub const MAX_D_K: usize = 512;
 
 /// One delta-rule call: the layer's shape and the pass's tokens.
 #[derive(Clone, Copy, Debug)]

@@ -121,9 +121,6 @@ impl GpuAttention {
     }
 }
 
-/// The largest key head the delta-rule kernel takes.
-pub const MAX_D_K: usize = 512;
-
 /// Stand-in for the delta-rule kernel: no value of it can exist.
 pub struct GpuDeltaRule {
     never: std::convert::Infallible,
