@@ -57,10 +57,11 @@ pub enum Backend {
     /// The CPU (NEON / AVX2 kernels).
     Cpu,
     /// The GPU (Metal on Apple, Vulkan on Android and Linux): matrix
-    /// products run on the device, the rest on the CPU for now. No GPU, a
-    /// driver that refuses a device, or a library built without the GPU
-    /// backend is `PocketError.UnsupportedModel` with the driver's message;
-    /// it does not run under a memory budget yet (`InvalidArgument`).
+    /// products, attention and the delta rule run on the device, the
+    /// per-row arithmetic on the CPU. No GPU, a driver that refuses a device,
+    /// or a library built without the GPU backend is
+    /// `PocketError.UnsupportedModel` with the driver's message; it does not
+    /// run under a memory budget yet (`InvalidArgument`).
     Gpu,
 }
 

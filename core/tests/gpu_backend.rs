@@ -36,17 +36,28 @@ fn load_gpu_file(file: &std::path::Path) -> Option<Model> {
     }
 }
 
-/// Logits of a 6-token prompt as one batch, then of 3 more tokens one at a time.
+/// Logits of a 6-token prompt as one batch, then of 3 more tokens one at a
+/// time; then back to 4 tokens (truncated; a model with recurrent layers:
+/// back to the prompt's checkpoint) and 2 others as one batch, so the
+/// device's copy of the KV cache must follow the rewritten positions.
 fn run(model: &Model) -> Vec<f32> {
     let pool = ThreadPool::new(2);
     let mut st = model.new_state(32, KvType::F16).unwrap();
     let prompt: Vec<u32> = (0..6).map(|i| 100 + 37 * i).collect();
     model.forward(&pool, &mut st, &prompt, Logits::All).unwrap();
+    let checkpoint = st.checkpoint();
     let mut all = st.logits().to_vec();
     for t in [5u32, 77, 901] {
         model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
         all.extend_from_slice(st.logits());
     }
+    if st.is_recurrent() {
+        st.restore(&checkpoint).unwrap();
+    } else {
+        st.truncate(4).unwrap();
+    }
+    model.forward(&pool, &mut st, &[300, 12], Logits::All).unwrap();
+    all.extend_from_slice(st.logits());
     all
 }
 
@@ -89,15 +100,22 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         let (want, got) = (run(&cpu), run(&gpu));
         let counters = gpu.backend_counters().unwrap();
         assert!(counters.gpu_products > 0, "{name}: {counters:?}");
-        // Today each product on the GPU is one submission and one readback.
+        // Each whole-matrix product is one submission and one readback; a
+        // call's products over chosen rows (MoE experts) share one.
+        // Attention and the delta rule are one more per layer and pass.
         let d = counters.device;
-        assert_eq!((d.submissions, d.readbacks), (counters.gpu_products, counters.gpu_products), "{name}");
-        assert!(d.dispatches >= d.submissions && d.readback_bytes > 0 && d.weight_bytes_uploaded > 0, "{name}");
-        // Dense models run every product on the GPU; MoE experts (chosen
-        // rows of stacked tensors) still run on the CPU.
+        let on_gpu = counters.gpu_products + counters.gpu_attention + counters.gpu_delta;
+        assert_eq!(d.submissions, d.readbacks, "{name}");
+        assert!(d.submissions <= on_gpu, "{name}");
         if name.starts_with("gemma3") {
-            assert_eq!(counters.cpu_products, 0, "{name}");
+            assert_eq!(d.submissions, on_gpu, "{name}");
         }
+        assert!(d.dispatches >= d.submissions && d.readback_bytes > 0 && d.weight_bytes_uploaded > 0, "{name}");
+        // Every product, attention and delta rule ran on the GPU, the MoE
+        // experts (chosen rows of stacked tensors) included.
+        assert_eq!((counters.cpu_products, counters.cpu_attention, counters.cpu_delta), (0, 0, 0), "{name}");
+        assert!(counters.gpu_attention > 0 && d.cache_bytes_uploaded > 0, "{name}");
+        assert_eq!(counters.gpu_delta > 0, name.starts_with("qwen35moe"), "{name}");
         assert_eq!(want.len(), got.len());
         let v = cpu.n_vocab();
         let top1 =
@@ -146,7 +164,13 @@ fn every_fixture_file_on_the_gpu_matches_the_references() {
                 top1 += (argmax(a) == argmax(b)) as usize;
             }
             let med = median(kls);
-            eprintln!("{file} on the GPU: median KL {med:.2e}, top-1 {top1}/16, {:?}", model.backend_counters());
+            let counters = model.backend_counters().unwrap();
+            eprintln!("{file} on the GPU: median KL {med:.2e}, top-1 {top1}/16, {counters:?}");
+            assert_eq!(counters.cpu_products, 0, "{file}: products fell back to the CPU");
+            assert!(
+                counters.gpu_attention > 0 && counters.cpu_attention == 0,
+                "{file}: attention fell back to the CPU"
+            );
             assert!(med <= 5e-3, "{file}: median KL {med}");
             assert!(top1 >= 12, "{file}: top-1 agreement {top1}/16");
             if f["type"] == "F32" {

@@ -28,8 +28,14 @@ struct Inner {
     /// The bind group layout every matrix kernel shares: weights, x, y, params.
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
-    /// Matrix-vector pipelines, compiled on first use per format.
-    matvec: Mutex<HashMap<GgmlType, Arc<wgpu::ComputePipeline>>>,
+    /// The products over chosen rows add their job (uniform) and row list.
+    rows_layout: wgpu::BindGroupLayout,
+    rows_pipeline_layout: wgpu::PipelineLayout,
+    /// Offsets of uniform bindings into one buffer are multiples of this.
+    uniform_align: u64,
+    /// Matrix-vector pipelines, compiled on first use per format, and
+    /// whether they take chosen rows.
+    matvec: Mutex<HashMap<(GgmlType, bool), Arc<wgpu::ComputePipeline>>>,
     /// What the device has been asked to do since it was opened.
     tally: Tally,
 }
@@ -83,27 +89,26 @@ impl Gpu {
             .min(opts.max_workgroups_per_dimension.unwrap_or(u32::MAX))
             .max(1);
 
+        let matvec_entries =
+            [storage_entry(0, true), storage_entry(1, true), storage_entry(2, false), uniform_entry(3)];
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("pocket matvec"),
-            entries: &[
-                storage_entry(0, true),
-                storage_entry(1, true),
-                storage_entry(2, false),
-                wgpu::BindGroupLayoutEntry {
-                    binding: 3,
-                    visibility: wgpu::ShaderStages::COMPUTE,
-                    ty: wgpu::BindingType::Buffer {
-                        ty: wgpu::BufferBindingType::Uniform,
-                        has_dynamic_offset: false,
-                        min_binding_size: None,
-                    },
-                    count: None,
-                },
-            ],
+            entries: &matvec_entries,
         });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some("pocket matvec"),
             bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let mut rows_entries = matvec_entries.to_vec();
+        rows_entries.extend([uniform_entry(4), storage_entry(5, true)]);
+        let rows_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("pocket matvec rows"),
+            entries: &rows_entries,
+        });
+        let rows_pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("pocket matvec rows"),
+            bind_group_layouts: &[Some(&rows_layout)],
             immediate_size: 0,
         });
         let inner = Inner {
@@ -114,10 +119,18 @@ impl Gpu {
             max_groups,
             layout,
             pipeline_layout,
+            rows_layout,
+            rows_pipeline_layout,
+            uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(16)),
             matvec: Mutex::default(),
             tally: Tally::default(),
         };
         Ok(Gpu { inner: Arc::new(inner) })
+    }
+
+    /// Whether `other` is this device (a clone of the same [`Gpu`]).
+    pub(super) fn same_device(&self, other: &Gpu) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 
     /// The adapter this device runs on.
@@ -157,12 +170,27 @@ impl Gpu {
         &self.inner.layout
     }
 
-    /// The matrix-vector pipeline for weights of type `ty`, compiled once.
-    pub(super) fn matvec_pipeline(&self, ty: GgmlType) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// The layout of the products over chosen rows (`main_rows`).
+    pub(super) fn rows_layout(&self) -> &wgpu::BindGroupLayout {
+        &self.inner.rows_layout
+    }
+
+    /// Offsets of uniform bindings are multiples of this (at least 16).
+    pub(super) fn uniform_align(&self) -> u64 {
+        self.inner.uniform_align
+    }
+
+    /// The matrix-vector pipeline for weights of type `ty`, over all rows of
+    /// the activations or (`rows`) over chosen ones, compiled once.
+    pub(super) fn matvec_pipeline(&self, ty: GgmlType, rows: bool) -> Result<Arc<wgpu::ComputePipeline>> {
         let mut cache = self.inner.matvec.lock().map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?;
-        if let Some(p) = cache.get(&ty) {
+        if let Some(p) = cache.get(&(ty, rows)) {
             return Ok(p.clone());
         }
+        let (layout, entry) = match rows {
+            false => (&self.inner.pipeline_layout, "main"),
+            true => (&self.inner.rows_pipeline_layout, "main_rows"),
+        };
         let source =
             shaders::matvec(ty).ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
         let device = &self.inner.device;
@@ -173,15 +201,15 @@ impl Gpu {
             });
             device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(ty.name()),
-                layout: Some(&self.inner.pipeline_layout),
+                layout: Some(layout),
                 module: &module,
-                entry_point: Some("main"),
+                entry_point: Some(entry),
                 compilation_options: Default::default(),
                 cache: None,
             })
         })?;
         let pipeline = Arc::new(pipeline);
-        cache.insert(ty, pipeline.clone());
+        cache.insert((ty, rows), pipeline.clone());
         Ok(pipeline)
     }
 
@@ -226,7 +254,20 @@ impl Gpu {
     }
 }
 
-fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+pub(super) fn uniform_entry(binding: u32) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}
+
+pub(super) fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,

@@ -16,8 +16,11 @@ pub struct GpuCounters {
     /// Weight bytes copied to the device (a matrix's blocks and its
     /// parameters, once per matrix, padded to whole words).
     pub weight_bytes_uploaded: u64,
-    /// Activation bytes written to the device (every product's input).
+    /// Activation bytes written to the device (every product's input,
+    /// attention's queries).
     pub activation_bytes_uploaded: u64,
+    /// KV cache bytes written to the device (the positions that changed).
+    pub cache_bytes_uploaded: u64,
     /// Readbacks waited for (each a map of a readback buffer).
     pub readbacks: u64,
     /// Bytes read back to the host.
@@ -25,9 +28,9 @@ pub struct GpuCounters {
 }
 
 impl GpuCounters {
-    /// Every byte copied to the device: weights and activations.
+    /// Every byte copied to the device: weights, activations and KV entries.
     pub fn bytes_uploaded(&self) -> u64 {
-        self.weight_bytes_uploaded + self.activation_bytes_uploaded
+        self.weight_bytes_uploaded + self.activation_bytes_uploaded + self.cache_bytes_uploaded
     }
 }
 
@@ -45,6 +48,7 @@ macro_rules! fieldwise {
                     buffers_created: self.buffers_created.$op(o.buffers_created),
                     weight_bytes_uploaded: self.weight_bytes_uploaded.$op(o.weight_bytes_uploaded),
                     activation_bytes_uploaded: self.activation_bytes_uploaded.$op(o.activation_bytes_uploaded),
+                    cache_bytes_uploaded: self.cache_bytes_uploaded.$op(o.cache_bytes_uploaded),
                     readbacks: self.readbacks.$op(o.readbacks),
                     readback_bytes: self.readback_bytes.$op(o.readback_bytes),
                 }
@@ -66,6 +70,7 @@ pub(super) struct Tally {
     buffers_created: std::sync::atomic::AtomicU64,
     weight_bytes_uploaded: std::sync::atomic::AtomicU64,
     activation_bytes_uploaded: std::sync::atomic::AtomicU64,
+    cache_bytes_uploaded: std::sync::atomic::AtomicU64,
     readbacks: std::sync::atomic::AtomicU64,
     readback_bytes: std::sync::atomic::AtomicU64,
 }
@@ -89,6 +94,10 @@ impl Tally {
         self.activation_bytes_uploaded.fetch_add(bytes, RELAXED);
     }
 
+    pub(super) fn cache(&self, bytes: u64) {
+        self.cache_bytes_uploaded.fetch_add(bytes, RELAXED);
+    }
+
     pub(super) fn read_back(&self, bytes: u64) {
         self.readbacks.fetch_add(1, RELAXED);
         self.readback_bytes.fetch_add(bytes, RELAXED);
@@ -101,6 +110,7 @@ impl Tally {
             buffers_created: self.buffers_created.load(RELAXED),
             weight_bytes_uploaded: self.weight_bytes_uploaded.load(RELAXED),
             activation_bytes_uploaded: self.activation_bytes_uploaded.load(RELAXED),
+            cache_bytes_uploaded: self.cache_bytes_uploaded.load(RELAXED),
             readbacks: self.readbacks.load(RELAXED),
             readback_bytes: self.readback_bytes.load(RELAXED),
         }

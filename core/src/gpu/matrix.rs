@@ -70,7 +70,7 @@ impl GpuMatrix {
     /// Copy a matrix's file bytes (`rows` rows of `cols` elements of type
     /// `ty`, as a GGUF tensor stores them) to the device, once.
     pub fn upload(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<GpuMatrix> {
-        let pipeline = gpu.matvec_pipeline(ty)?;
+        let pipeline = gpu.matvec_pipeline(ty, false)?;
         let row_bytes = ty
             .row_bytes(cols as u64)
             .filter(|_| rows > 0 && cols > 0)
@@ -128,6 +128,17 @@ impl GpuMatrix {
 
     pub fn cols(&self) -> usize {
         self.cols
+    }
+
+    /// Each binding's weights and parameters, and its dispatch grid (rows
+    /// along x, then y), for products that record their own dispatches.
+    pub(super) fn chunks(&self) -> impl Iterator<Item = (&wgpu::Buffer, &wgpu::Buffer, (u32, u32))> {
+        self.chunks.iter().map(|c| (&c.weights, &c.params, c.groups))
+    }
+
+    /// Whether the matrix lives on `gpu`.
+    pub(super) fn is_on(&self, gpu: &Gpu) -> bool {
+        self.gpu.same_device(gpu)
     }
 
     /// How many storage bindings the matrix is split over.
@@ -266,7 +277,7 @@ fn init_buffer(device: &wgpu::Device, label: &str, usage: wgpu::BufferUsages, da
 }
 
 /// f32 values as their bytes (every target Pocket ships is little-endian).
-fn f32_bytes(x: &[f32]) -> &[u8] {
+pub(super) fn f32_bytes(x: &[f32]) -> &[u8] {
     // SAFETY: f32 has no padding and every byte of it is initialised; u8 has
     // alignment 1; the length covers exactly the same memory.
     unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }

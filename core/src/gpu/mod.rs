@@ -11,6 +11,14 @@
 //!   repacked on the CPU), split over several bindings when it is larger than
 //!   the device allows one binding to be; `matvec` and `matmul` against f32
 //!   activations, accumulating in f32.
+//! - [`GpuBatch`]: several matrices' products over chosen rows of shared
+//!   activations (a MoE layer's routed experts over their tokens) in one
+//!   submission and one readback.
+//! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
+//!   on the device (written only the positions that changed) and causal
+//!   attention over it (GQA, sliding windows, output gates; f16 or f32).
+//! - [`GpuDeltaRule`]: the gated delta rule of a Gated DeltaNet layer over
+//!   a pass's tokens (the recurrent state goes up and comes back per call).
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -28,20 +36,32 @@ pub use counters::GpuCounters;
 pub use info::{AdapterInfo, GpuLimits};
 
 #[cfg(feature = "gpu")]
+mod attention;
+#[cfg(feature = "gpu")]
+mod batch;
+#[cfg(feature = "gpu")]
 mod context;
+#[cfg(feature = "gpu")]
+mod delta;
 #[cfg(feature = "gpu")]
 mod matrix;
 #[cfg(feature = "gpu")]
 mod shaders;
 #[cfg(feature = "gpu")]
+pub use attention::{GpuAttention, KvMirror};
+#[cfg(feature = "gpu")]
+pub use batch::{GpuBatch, RowsJob};
+#[cfg(feature = "gpu")]
 pub use context::Gpu;
+#[cfg(feature = "gpu")]
+pub use delta::GpuDeltaRule;
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuMatrix};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
@@ -62,6 +82,44 @@ pub const FORMATS: [GgmlType; 13] = [
     GgmlType::Q6K,
     GgmlType::BF16,
 ];
+
+/// The largest head the kernel takes (its query buffer in workgroup memory).
+pub const MAX_HEAD_DIM: usize = 512;
+
+/// One attention call: the layer's shape and the pass's positions.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    /// Values per token in the queries, and from one head's query to the
+    /// next (`head_dim`, or twice that when each head carries its gate).
+    pub q_rows: usize,
+    pub q_stride: usize,
+    /// Multiply each head's output by sigmoid of its gate.
+    pub gated: bool,
+    pub scale: f32,
+    /// Attend only to the last `window` positions (the token's own included).
+    pub window: Option<usize>,
+    /// Position of the first token, and tokens.
+    pub pos0: usize,
+    pub n: usize,
+}
+
+/// The largest key head the delta-rule kernel takes (its q and k in
+/// workgroup memory).
+pub const MAX_D_K: usize = 512;
+
+/// One delta-rule call: the layer's shape and the pass's tokens.
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaShape {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    pub d_k: usize,
+    pub d_v: usize,
+    pub n: usize,
+}
 
 /// Whether this build has the GPU backend (the cargo feature `gpu`).
 pub const BUILT: bool = cfg!(feature = "gpu");

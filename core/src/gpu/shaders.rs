@@ -1,10 +1,15 @@
 //! The WGSL sources: one matrix-vector kernel (`shaders/matvec.wgsl`) and,
-//! per block format, the file that teaches it to read one block.
+//! per block format, the file that teaches it to read one block; attention
+//! over a KV cache (`shaders/attention.wgsl`); the f16 conversions both use
+//! (`shaders/half.wgsl`); the Gated DeltaNet delta rule (`shaders/delta.wgsl`).
 
 use crate::quant::GgmlType;
 
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 const K4_SCALES: &str = include_str!("shaders/k4_scales.wgsl");
+const HALF: &str = include_str!("shaders/half.wgsl");
+const ATTENTION: &str = include_str!("shaders/attention.wgsl");
+const DELTA: &str = include_str!("shaders/delta.wgsl");
 
 /// The format's block reader, or `None` for a format without a kernel.
 fn block(ty: GgmlType) -> Option<&'static str> {
@@ -32,5 +37,15 @@ fn block(ty: GgmlType) -> Option<&'static str> {
 pub fn matvec(ty: GgmlType) -> Option<String> {
     let body = block(ty)?;
     let k4 = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { K4_SCALES } else { "" };
-    Some(format!("{MATVEC}\n{k4}\n{body}"))
+    Some(format!("{MATVEC}\n{HALF}\n{k4}\n{body}"))
+}
+
+/// The delta-rule module (`shaders/delta.wgsl`).
+pub fn delta() -> String {
+    DELTA.to_string()
+}
+
+/// The attention module (`shaders/attention.wgsl`).
+pub fn attention() -> String {
+    format!("{ATTENTION}\n{HALF}")
 }

@@ -2,7 +2,7 @@
 //! signatures, whose constructors answer that the backend is not built, so
 //! callers need no `cfg`.
 
-use super::{AdapterInfo, GpuCounters, GpuOptions};
+use super::{AdapterInfo, AttnShape, DeltaShape, GpuCounters, GpuOptions};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -65,6 +65,82 @@ impl GpuMatrix {
     }
 
     pub fn matmul(&self, _x: &[f32], _n: usize, _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for one product of a batch.
+pub struct RowsJob<'a> {
+    pub matrix: &'a GpuMatrix,
+    pub input: usize,
+    pub rows: &'a [usize],
+}
+
+/// Stand-in for batches of products over chosen rows: no value of it can exist.
+pub struct GpuBatch {
+    never: std::convert::Infallible,
+}
+
+impl GpuBatch {
+    pub fn new(gpu: &Gpu) -> GpuBatch {
+        match gpu.never {}
+    }
+
+    pub fn run(&self, _inputs: &[(&[f32], usize)], _jobs: &[RowsJob<'_>], _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for a KV cache on the device: no value of it can exist.
+pub struct KvMirror {
+    never: std::convert::Infallible,
+}
+
+impl KvMirror {
+    pub fn new(gpu: &Gpu, _f16: bool, _heads: usize, _hd: usize, _hdv: usize, _capacity: usize) -> Result<KvMirror> {
+        match gpu.never {}
+    }
+
+    pub fn write(&self, _k: &[u8], _v: &[u8], _pos: std::ops::Range<usize>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for the attention kernel: no value of it can exist.
+pub struct GpuAttention {
+    never: std::convert::Infallible,
+}
+
+impl GpuAttention {
+    pub fn new(gpu: &Gpu) -> Result<GpuAttention> {
+        match gpu.never {}
+    }
+
+    pub fn attend(&self, _kv: &KvMirror, _s: &AttnShape, _q: &[f32], _out: &mut Vec<f32>) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for the delta-rule kernel: no value of it can exist.
+pub struct GpuDeltaRule {
+    never: std::convert::Infallible,
+}
+
+impl GpuDeltaRule {
+    pub fn new(gpu: &Gpu) -> Result<GpuDeltaRule> {
+        match gpu.never {}
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        _s: &DeltaShape,
+        _state: &mut [f32],
+        _qkv: &[f32],
+        _g: &[f32],
+        _beta: &[f32],
+        _out: &mut [f32],
+    ) -> Result<()> {
         match self.never {}
     }
 }

@@ -6,7 +6,7 @@
 //! Without an adapter the tests print why and pass; `POCKET_REQUIRE_GPU=1`
 //! (set by `scripts/test.sh`, which installs lavapipe) makes that a failure.
 
-use super::{Gpu, GpuMatrix, GpuOptions, FORMATS};
+use super::{Gpu, GpuBatch, GpuMatrix, GpuOptions, RowsJob, FORMATS};
 use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{self};
 use crate::quant::GgmlType;
@@ -84,6 +84,84 @@ fn every_format_matches_the_cpu_reference() {
     }
 }
 
+/// A job of the test below: matrix, its bytes, its rows, input, chosen rows.
+type Pick<'a> = (&'a GpuMatrix, &'a [u8], usize, usize, &'a [usize]);
+
+/// Products over chosen rows (a MoE layer's experts over their tokens): for
+/// every format, two matrices of odd sizes over shared inputs, rows repeated
+/// and out of order, an empty job among them, all in one submission.
+#[test]
+fn products_over_chosen_rows_match_the_cpu_reference() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let mut rng = Rng::new(25);
+    let batch = GpuBatch::new(&gpu);
+    for ty in FORMATS {
+        let cols = test_cols(ty);
+        let (n, rows_a, rows_b) = (5, 37, 11);
+        let wa = random_weights(ty, rows_a, cols, &mut rng);
+        let wb = random_weights(ty, rows_b, cols, &mut rng);
+        let a = GpuMatrix::upload(&gpu, ty, rows_a, cols, &wa).unwrap();
+        let b = GpuMatrix::upload(&gpu, ty, rows_b, cols, &wb).unwrap();
+        let x0 = rng.vec(n * cols, 1.0);
+        let x1 = rng.vec(3 * cols, 1.0);
+        let picks: [Pick; 4] = [
+            (&a, &wa, rows_a, 0, &[4, 0, 2]),
+            (&b, &wb, rows_b, 0, &[]),
+            (&b, &wb, rows_b, 1, &[2, 2, 0, 1]),
+            (&a, &wa, rows_a, 1, &[1]),
+        ];
+        let inputs = [(&x0[..], cols), (&x1[..], cols)];
+        let jobs: Vec<RowsJob> =
+            picks.iter().map(|&(m, _, _, input, rows)| RowsJob { matrix: m, input, rows }).collect();
+        let before = gpu.counters();
+        let mut got = Vec::new();
+        batch.run(&inputs, &jobs, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        let d = gpu.counters() - before;
+        assert_eq!((d.submissions, d.readbacks, d.dispatches), (1, 1, 3), "{ty}");
+        let mut at = 0;
+        for (j, &(_, w, rows, input, picked)) in picks.iter().enumerate() {
+            let x: Vec<f32> = picked.iter().flat_map(|&r| inputs[input].0[r * cols..(r + 1) * cols].to_vec()).collect();
+            let (want, scale) = reference(ty, rows, cols, w, &x, picked.len());
+            let len = picked.len() * rows;
+            assert_close(&format!("{ty} job {j}"), &got[at..at + len], &want, &scale);
+            at += len;
+        }
+        assert_eq!(at, got.len(), "{ty}");
+    }
+}
+
+#[test]
+fn products_over_chosen_rows_split_over_bindings_and_refuse_bad_jobs() {
+    let Some(split) = device(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else { return };
+    let mut rng = Rng::new(26);
+    let (ty, rows) = (GgmlType::Q6K, 37);
+    let cols = test_cols(ty);
+    let w = random_weights(ty, rows, cols, &mut rng);
+    let m = GpuMatrix::upload(&split, ty, rows, cols, &w).unwrap();
+    assert!(m.bindings() > 1);
+    // One row of activations (3 KiB: more would not fit a binding).
+    let x = rng.vec(cols, 1.0);
+    let batch = GpuBatch::new(&split);
+    let mut got = Vec::new();
+    let picked = [0, 0, 0];
+    batch.run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &picked }], &mut got).unwrap();
+    let xs: Vec<f32> = picked.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].to_vec()).collect();
+    let (want, scale) = reference(ty, rows, cols, &w, &xs, 3);
+    assert_close("Q6_K over chosen rows, split", &got, &want, &scale);
+    // A row past the input, a missing input, a matrix of the wrong width or
+    // of another device: refused before anything runs.
+    let bad = |input, rows: &[usize], x: &[f32], cols| {
+        let r = batch.run(&[(x, cols)], &[RowsJob { matrix: &m, input, rows }], &mut Vec::new());
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    };
+    bad(0, &[1], &x, cols);
+    bad(1, &[0], &x, cols);
+    bad(0, &[0], &x[..cols - 32], cols - 32);
+    let Some(other) = device(&GpuOptions::default()) else { return };
+    let r = GpuBatch::new(&other).run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &[0] }], &mut got);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+}
+
 #[test]
 fn a_matrix_split_over_bindings_gives_the_same_products() {
     let Some(whole) = device(&GpuOptions::default()) else { return };
@@ -154,8 +232,11 @@ fn every_f16_value_decodes_exactly() {
 #[test]
 fn every_module_translates_to_msl_and_spirv() {
     use naga::valid::{Capabilities, ValidationFlags, Validator};
-    for ty in FORMATS {
-        let source = super::shaders::matvec(ty).unwrap();
+    let mut modules: Vec<(String, String)> =
+        FORMATS.iter().map(|&ty| (ty.to_string(), super::shaders::matvec(ty).unwrap())).collect();
+    modules.push(("attention".into(), super::shaders::attention()));
+    modules.push(("delta rule".into(), super::shaders::delta()));
+    for (ty, source) in modules {
         let module =
             naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));
         for caps in [Capabilities::empty(), Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP] {
@@ -196,4 +277,89 @@ fn the_adapter_describes_itself() {
     assert!(info.backend == "vulkan" || info.backend == "metal", "{}", info.backend);
     assert!(info.limits.max_storage_buffer_binding_size >= 16 << 20, "{:?}", info.limits);
     assert_eq!(gpu.max_binding_bytes() % 4, 0);
+}
+
+/// `round_to_half` (`shaders/half.wgsl`: the f16 rounding of an f16 KV
+/// cache's queries and attention weights) gives what the CPU's conversion to
+/// f16 and back gives, bit for bit: on every f16 value, the midpoints
+/// between neighbours (ties go to even), one f32 step either side of them,
+/// the overflow threshold and random values.
+#[test]
+fn rounding_to_f16_matches_the_cpu() {
+    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    let mut xs = Vec::new();
+    for h in 0..0x7c00u16 {
+        let (a, b) = (half::f16::from_bits(h).to_f32(), half::f16::from_bits(h + 1).to_f32());
+        let mid = (a as f64 + b as f64) / 2.0;
+        let mid = mid as f32;
+        for x in [a, mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1)] {
+            xs.extend([x, -x]);
+        }
+    }
+    xs.extend([65504.0, 65519.99, 65520.0, 1e6, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0]);
+    let mut rng = Rng::new(27);
+    xs.extend((0..4096).map(|_| rng.signed() * 10f32.powi(rng.below(12) as i32 - 8)));
+    // f32 subnormals may be flushed on the device; they are not the question here.
+    xs.retain(|x| *x == 0.0 || x.is_infinite() || x.is_normal());
+
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> xs: array<f32>;
+         @group(0) @binding(1) var<storage, read_write> ys: array<f32>;
+         @compute @workgroup_size(64)
+         fn main(@builtin(global_invocation_id) id: vec3<u32>) {{
+             if (id.x < arrayLength(&xs)) {{
+                 ys[id.x] = round_to_half(xs[id.x]);
+             }}
+         }}
+         {}",
+        include_str!("shaders/half.wgsl")
+    );
+    let device = gpu.device();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("round to half"),
+        source: wgpu::ShaderSource::Wgsl(source.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("round to half"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    use wgpu::util::DeviceExt;
+    let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let input = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: None,
+        contents: &bytes,
+        usage: wgpu::BufferUsages::STORAGE,
+    });
+    let size = bytes.len() as u64;
+    let buffer =
+        |usage| device.create_buffer(&wgpu::BufferDescriptor { label: None, size, usage, mapped_at_creation: false });
+    let output = buffer(wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC);
+    let readback = buffer(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry { binding: 0, resource: input.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: output.as_entire_binding() },
+        ],
+    });
+    let mut enc = device.create_command_encoder(&Default::default());
+    {
+        let mut pass = enc.begin_compute_pass(&Default::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(xs.len().div_ceil(64) as u32, 1, 1);
+    }
+    enc.copy_buffer_to_buffer(&output, 0, &readback, 0, size);
+    gpu.queue().submit([enc.finish()]);
+    let mut got = Vec::new();
+    gpu.read_f32(&readback, size, &mut got).unwrap();
+    for (x, g) in xs.iter().zip(&got) {
+        let want = half::f16::from_f32(*x).to_f32();
+        assert_eq!(g.to_bits(), want.to_bits(), "{x:e} ({:#010x}): gpu {g:e} vs cpu {want:e}", x.to_bits());
+    }
 }

@@ -3,6 +3,8 @@
 //! which logits a forward pass produces.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -183,6 +185,20 @@ impl Buf {
     }
 }
 
+impl Buf {
+    /// The elements' bytes, for f32 and f16.
+    fn raw(&self) -> Option<&[u8]> {
+        // SAFETY: f32 and f16 (a `u16` in a transparent wrapper) have no
+        // padding and every byte is initialised; u8 has alignment 1; the
+        // length covers exactly the same memory. Every target is little-endian.
+        match self {
+            Buf::F32(v) => Some(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(&v[..])) }),
+            Buf::F16(v) => Some(unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), size_of_val(&v[..])) }),
+            Buf::Q8_0(_) => None,
+        }
+    }
+}
+
 /// `x` rounded to the nearest f16 values (vectorised through `half`'s slice
 /// conversions), in place.
 fn round_f16(x: &mut [f32]) {
@@ -216,7 +232,18 @@ pub struct KvCache {
     pub ty: KvType,
     k: Buf,
     v: Buf,
+    /// What a copy of the cache elsewhere (the GPU's) needs to stay true:
+    /// an id no other cache of this process has, a handle that dies with
+    /// the cache, a count of writes, and per position the count when it was
+    /// last written.
+    id: u64,
+    life: Arc<()>,
+    writes: u64,
+    stamps: Vec<u64>,
 }
+
+/// The ids of caches, never reused.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 impl KvCache {
     pub fn new(ty: KvType, n_kv_head: usize, head_dim_k: usize, head_dim_v: usize, capacity: usize) -> Result<Self> {
@@ -239,6 +266,10 @@ impl KvCache {
             head_dim_v,
             capacity,
             ty,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            life: Arc::new(()),
+            writes: 0,
+            stamps: alloc(capacity, 0, capacity)?,
         })
     }
 
@@ -247,6 +278,33 @@ impl KvCache {
     pub fn store(&mut self, kv_head: usize, pos: usize, k: &[f32], v: &[f32]) {
         self.k.store((kv_head * self.capacity + pos) * self.head_dim_k, &k[..self.head_dim_k]);
         self.v.store((kv_head * self.capacity + pos) * self.head_dim_v, &v[..self.head_dim_v]);
+        self.writes += 1;
+        self.stamps[pos] = self.writes;
+    }
+
+    /// This cache's id (unique in the process) and a handle that dies with
+    /// it: the key of a copy kept elsewhere, and when to drop that copy.
+    pub fn identity(&self) -> (u64, Weak<()>) {
+        (self.id, Arc::downgrade(&self.life))
+    }
+
+    /// Writes so far (every [`store`](Self::store) and load counts).
+    pub fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// The first position below `end` written after the cache had seen
+    /// `writes` writes, or `end` when none was: where a copy of positions
+    /// `..end` taken then starts to differ.
+    pub fn changed_since(&self, writes: u64, end: usize) -> usize {
+        let end = end.min(self.capacity);
+        self.stamps[..end].iter().position(|&s| s > writes).unwrap_or(end)
+    }
+
+    /// The keys' and the values' bytes, whole (`[kv_head][capacity][dim]`
+    /// little-endian), for an f16 or f32 cache; `None` for q8_0.
+    pub fn raw(&self) -> Option<(&[u8], &[u8])> {
+        Some((self.k.raw()?, self.v.raw()?))
     }
 
     /// `dst = q`, rounded to the cache's precision before it meets the keys
@@ -311,6 +369,8 @@ impl KvCache {
                 self.capacity
             )));
         }
+        self.writes += 1;
+        self.stamps[..n_pos].fill(self.writes);
         let mut rest = bytes;
         let (cap, heads, ty) = (self.capacity, self.n_kv_head, self.ty);
         for (buf, d) in [(&mut self.k, self.head_dim_k), (&mut self.v, self.head_dim_v)] {

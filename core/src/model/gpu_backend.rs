@@ -1,14 +1,31 @@
-//! The model layer's GPU backend: matrix products on the device
-//! ([`crate::gpu`]), attention and the delta rule on the CPU for now.
+//! The model layer's GPU backend: matrix products, attention and the delta
+//! rule on the device ([`crate::gpu`]).
 //!
 //! What runs where, today:
-//! - every whole-matrix product over weights that lie in the model file
-//!   runs on the GPU; each matrix is uploaded once, the first time a pass
-//!   uses it (the first pass is the warm-up: after it no weights move and
-//!   no buffers are made unless a larger batch arrives);
-//! - products over chosen rows, or over weights outside the file (none
-//!   today: a memory budget is refused with this backend), and any product
-//!   the device fails, run on the CPU ([`Cpu`]) and are counted;
+//! - every matrix product over weights that lie in the model file runs on
+//!   the GPU; each matrix is uploaded once, the first time a pass uses it
+//!   (the first pass is the warm-up: after it no weights move and no
+//!   buffers are made unless a larger batch arrives). A whole-matrix
+//!   product is one submission; the products over chosen rows of a call
+//!   (a MoE layer's routed experts, each over its tokens) are one
+//!   submission together ([`GpuBatch`]), their activations uploaded once;
+//! - products over weights outside the file (none today: a memory budget
+//!   is refused with this backend), and any product the device fails, run
+//!   on the CPU ([`Cpu`]) and are counted;
+//! - attention over an f16 or f32 KV cache runs on the GPU, over a device
+//!   copy of each layer's cache ([`KvMirror`], keyed by the cache's id and
+//!   dropped with it) that is written only the positions that changed since
+//!   it was last synced (a decoded token: one position per layer; after a
+//!   truncation, a restored checkpoint or a loaded snapshot, what was
+//!   rewritten: the cache counts its writes per position). A q8_0 cache, a
+//!   cache larger than one binding, a head larger than [`MAX_HEAD_DIM`], or
+//!   a call the device fails runs on the CPU, counted;
+//! - the delta rule (Gated DeltaNet) runs on the GPU, the recurrent state
+//!   uploaded and read back with each call (the CPU's copy stays the one
+//!   checkpoints and snapshots save); a key head larger than [`MAX_D_K`] or
+//!   a call the device fails runs on the CPU, counted;
+//! - the per-row arithmetic (norms, RoPE, the DeltaNet conv, routing,
+//!   activations) runs on the CPU;
 //! - the activations are the ones the CPU kernels would use (quantised to
 //!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
 //!   f32), so the GPU computes the CPU's products up to f32 rounding.
@@ -17,12 +34,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
-use crate::gpu::{AdapterInfo, Gpu, GpuCounters, GpuMatrix};
-use crate::kernels::MatJob;
+use crate::gpu::{
+    AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, KvMirror,
+    RowsJob, MAX_D_K, MAX_HEAD_DIM,
+};
+use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
+use crate::Result;
 
 /// Uploaded matrices by the address and length of their bytes; `None` for
 /// one the device refused (it stays on the CPU).
@@ -37,8 +58,34 @@ pub struct GpuBackend {
     matrices: Mutex<Uploads>,
     /// Reused buffers: activations as f32, and the device's output.
     io: Mutex<(Vec<f32>, Vec<f32>)>,
+    /// Products over chosen rows, and their inputs as f32 (one per distinct
+    /// activations of a call).
+    batch: GpuBatch,
+    inputs: Mutex<Vec<Vec<f32>>>,
+    /// The attention kernel, compiled on first use (`None`: it failed to).
+    attention: OnceLock<Option<GpuAttention>>,
+    /// The delta-rule kernel, compiled on first use (`None`: it failed to).
+    delta: OnceLock<Option<GpuDeltaRule>>,
+    /// The device copies of the KV caches, by cache id.
+    mirrors: Mutex<HashMap<u64, Mirror>>,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
+    attn_gpu: AtomicU64,
+    attn_cpu: AtomicU64,
+    delta_gpu: AtomicU64,
+    delta_cpu: AtomicU64,
+}
+
+/// A KV cache's device copy and how much of it is true.
+struct Mirror {
+    /// `None`: the device refused a copy of this cache (too large); its
+    /// attention stays on the CPU.
+    kv: Option<KvMirror>,
+    /// Dies with the cache.
+    life: Weak<()>,
+    /// Positions `..valid` were copied when the cache had seen `writes` writes.
+    valid: usize,
+    writes: u64,
 }
 
 /// How many matrix products ran where since load, and what the device was
@@ -47,6 +94,12 @@ pub struct GpuBackend {
 pub struct BackendCounters {
     pub gpu_products: u64,
     pub cpu_products: u64,
+    /// Attention calls (one per attention layer and pass) on each side.
+    pub gpu_attention: u64,
+    pub cpu_attention: u64,
+    /// Delta-rule calls (one per DeltaNet layer and pass) on each side.
+    pub gpu_delta: u64,
+    pub cpu_delta: u64,
     /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
     pub device: GpuCounters,
 }
@@ -59,6 +112,10 @@ impl std::ops::Sub for BackendCounters {
         BackendCounters {
             gpu_products: self.gpu_products.saturating_sub(o.gpu_products),
             cpu_products: self.cpu_products.saturating_sub(o.cpu_products),
+            gpu_attention: self.gpu_attention.saturating_sub(o.gpu_attention),
+            cpu_attention: self.cpu_attention.saturating_sub(o.cpu_attention),
+            gpu_delta: self.gpu_delta.saturating_sub(o.gpu_delta),
+            cpu_delta: self.cpu_delta.saturating_sub(o.cpu_delta),
             device: self.device - o.device,
         }
     }
@@ -72,6 +129,10 @@ impl std::ops::Add for BackendCounters {
         BackendCounters {
             gpu_products: self.gpu_products.saturating_add(o.gpu_products),
             cpu_products: self.cpu_products.saturating_add(o.cpu_products),
+            gpu_attention: self.gpu_attention.saturating_add(o.gpu_attention),
+            cpu_attention: self.cpu_attention.saturating_add(o.cpu_attention),
+            gpu_delta: self.gpu_delta.saturating_add(o.gpu_delta),
+            cpu_delta: self.cpu_delta.saturating_add(o.cpu_delta),
             device: self.device + o.device,
         }
     }
@@ -81,12 +142,21 @@ impl GpuBackend {
     /// A backend on `gpu` for the model whose file bytes are `file`.
     pub fn new(gpu: Gpu, file: &[u8]) -> GpuBackend {
         GpuBackend {
+            batch: GpuBatch::new(&gpu),
             gpu,
             file: (file.as_ptr() as usize, file.len()),
             matrices: Mutex::default(),
             io: Mutex::default(),
+            inputs: Mutex::default(),
+            attention: OnceLock::new(),
+            delta: OnceLock::new(),
+            mirrors: Mutex::default(),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
+            attn_gpu: AtomicU64::new(0),
+            attn_cpu: AtomicU64::new(0),
+            delta_gpu: AtomicU64::new(0),
+            delta_cpu: AtomicU64::new(0),
         }
     }
 
@@ -98,6 +168,10 @@ impl GpuBackend {
         BackendCounters {
             gpu_products: self.on_gpu.load(Relaxed),
             cpu_products: self.on_cpu.load(Relaxed),
+            gpu_attention: self.attn_gpu.load(Relaxed),
+            cpu_attention: self.attn_cpu.load(Relaxed),
+            gpu_delta: self.delta_gpu.load(Relaxed),
+            cpu_delta: self.delta_cpu.load(Relaxed),
             device: self.gpu.counters(),
         }
     }
@@ -107,7 +181,7 @@ impl GpuBackend {
     fn matrix(&self, job: &MatJob<'_>) -> Option<Arc<GpuMatrix>> {
         let (addr, len) = (job.w.data.as_ptr() as usize, job.w.data.len());
         let (start, file_len) = self.file;
-        if job.rows.is_some() || addr < start || addr + len > start + file_len {
+        if addr < start || addr + len > start + file_len {
             return None;
         }
         let mut map = self.matrices.lock().ok()?;
@@ -144,6 +218,128 @@ impl GpuBackend {
             }
         }
     }
+
+    /// The jobs over chosen rows on the device, in one batch; per job
+    /// whether it ran there (none did when the batch failed: they all run
+    /// on the CPU).
+    fn try_rows(&self, jobs: &mut [MatJob<'_>]) -> Vec<bool> {
+        let mut done = vec![false; jobs.len()];
+        if jobs.iter().all(|j| j.rows.is_none()) {
+            return done;
+        }
+        let Ok(mut inputs) = self.inputs.lock() else { return done };
+        // Each distinct activation buffer once.
+        let mut acts: Vec<&QActs> = Vec::new();
+        let mut picked = Vec::new();
+        for (i, job) in jobs.iter().enumerate() {
+            let Some(rows) = job.rows else { continue };
+            let Some(m) = self.matrix(job) else { continue };
+            if job.out.len() < rows.len() * m.rows() {
+                continue;
+            }
+            let x: &QActs = job.x;
+            let input = acts.iter().position(|&a| std::ptr::eq(a, x)).unwrap_or_else(|| {
+                acts.push(x);
+                acts.len() - 1
+            });
+            picked.push((i, m, input, rows));
+        }
+        if picked.is_empty() {
+            return done;
+        }
+        if inputs.len() < acts.len() {
+            inputs.resize_with(acts.len(), Vec::new);
+        }
+        for (x, f) in acts.iter().zip(inputs.iter_mut()) {
+            x.dequantize(f);
+        }
+        let views: Vec<(&[f32], usize)> = acts.iter().zip(inputs.iter()).map(|(x, f)| (f.as_slice(), x.k())).collect();
+        let batch: Vec<RowsJob<'_>> =
+            picked.iter().map(|(_, m, input, rows)| RowsJob { matrix: m, input: *input, rows }).collect();
+        let mut out = Vec::new();
+        if let Err(e) = self.batch.run(&views, &batch, &mut out) {
+            log::warn!("gpu: {} products over chosen rows fell back to the CPU: {e}", batch.len());
+            return done;
+        }
+        if out.len() != picked.iter().map(|(_, m, _, rows)| rows.len() * m.rows()).sum::<usize>() {
+            log::warn!("gpu: {} outputs of a batch of products over chosen rows; it runs on the CPU", out.len());
+            return done;
+        }
+        let mut at = 0;
+        for (i, m, _, rows) in &picked {
+            let len = rows.len() * m.rows();
+            jobs[*i].out[..len].copy_from_slice(&out[at..at + len]);
+            at += len;
+            done[*i] = true;
+        }
+        done
+    }
+
+    /// Attention on the device: `Ok(false)` when it does not take this
+    /// cache or shape (the CPU does, quietly), an error when it failed.
+    fn try_attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32]) -> Result<bool> {
+        let (p, cache) = (a.p, a.cache);
+        let Some((k, v)) = cache.raw() else { return Ok(false) };
+        let end = pass.pos0 + pass.n;
+        let shape = AttnShape {
+            n_head: p.n_head,
+            n_kv_head: p.n_kv_head,
+            head_dim: p.head_dim,
+            head_dim_v: p.head_dim_v,
+            q_rows: a.q_rows,
+            q_stride: if a.gated { 2 * p.head_dim } else { p.head_dim },
+            gated: a.gated,
+            scale: p.scale,
+            window: p.window,
+            pos0: pass.pos0,
+            n: pass.n,
+        };
+        if p.head_dim > MAX_HEAD_DIM || end > cache.capacity || out.len() != pass.n * p.n_head * p.head_dim_v {
+            return Ok(false);
+        }
+        let attention = self.attention.get_or_init(|| {
+            GpuAttention::new(&self.gpu).map_err(|e| log::warn!("gpu: attention stays on the CPU: {e}")).ok()
+        });
+        let Some(attention) = attention else { return Ok(false) };
+        let mut mirrors = self.mirrors.lock().map_err(|_| crate::Error::Gpu("KV mirrors poisoned".into()))?;
+        // Copies of caches that are gone free their device memory.
+        mirrors.retain(|_, m| m.life.strong_count() > 0);
+        let (id, life) = cache.identity();
+        let f16 = cache.ty == super::KvType::F16;
+        let m = match mirrors.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let kv =
+                    KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)
+                        .map_err(|err| log::warn!("gpu: a KV cache stays on the CPU: {err}"))
+                        .ok();
+                e.insert(Mirror { kv, life, valid: 0, writes: 0 })
+            }
+        };
+        let Some(kv) = &m.kv else { return Ok(false) };
+        // Positions rewritten since the last copy, and those never copied.
+        let from = cache.changed_since(m.writes, m.valid.min(end));
+        let result = kv.write(k, v, from..end).and_then(|()| {
+            let mut got = Vec::new();
+            attention.attend(kv, &shape, a.q, &mut got)?;
+            let back = out.len();
+            out.copy_from_slice(
+                got.get(..back).ok_or_else(|| crate::Error::Gpu(format!("{} of {back} outputs", got.len())))?,
+            );
+            Ok(())
+        });
+        match result {
+            Ok(()) => {
+                (m.valid, m.writes) = (end, cache.writes());
+                Ok(true)
+            }
+            Err(e) => {
+                // Whatever the device holds now, copy it all again next time.
+                mirrors.remove(&id);
+                Err(e)
+            }
+        }
+    }
 }
 
 impl Backend for GpuBackend {
@@ -152,8 +348,13 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&self, pool: &ThreadPool, jobs: &mut [MatJob<'_>]) {
-        for job in jobs.iter_mut() {
-            if self.try_gpu(job) {
+        let on_device = self.try_rows(jobs);
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let done = match job.rows {
+                Some(_) => on_device.get(i).copied().unwrap_or(false),
+                None => self.try_gpu(job),
+            };
+            if done {
                 self.on_gpu.fetch_add(1, Relaxed);
             } else {
                 self.on_cpu.fetch_add(1, Relaxed);
@@ -163,10 +364,43 @@ impl Backend for GpuBackend {
     }
 
     fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>) {
+        match self.try_attend(pass, a, out) {
+            Ok(true) => {
+                self.attn_gpu.fetch_add(1, Relaxed);
+                return;
+            }
+            Ok(false) => {}
+            Err(e) => log::warn!("gpu: attention fell back to the CPU: {e}"),
+        }
+        self.attn_cpu.fetch_add(1, Relaxed);
         Cpu.attend(pass, a, out, scratch)
     }
 
     fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
+        let p = d.p;
+        let shape = DeltaShape { n_k_heads: p.n_k_heads, n_v_heads: p.n_v_heads, d_k: p.d_k, d_v: p.d_v, n: pass.n };
+        let kernel = (p.d_k <= MAX_D_K)
+            .then(|| {
+                self.delta.get_or_init(|| {
+                    GpuDeltaRule::new(&self.gpu)
+                        .map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}"))
+                        .ok()
+                })
+            })
+            .and_then(Option::as_ref);
+        if let Some(kernel) = kernel {
+            match kernel.run(&shape, state, d.qkv, d.g, d.beta, out) {
+                Ok(()) => {
+                    self.delta_gpu.fetch_add(1, Relaxed);
+                    return;
+                }
+                Err(e) => log::warn!("gpu: the delta rule fell back to the CPU: {e}"),
+            }
+        }
+        self.delta_cpu.fetch_add(1, Relaxed);
         Cpu.delta_rule(pass, d, state, out, scratch)
     }
 }
+
+#[cfg(all(test, feature = "gpu"))]
+mod tests;

@@ -327,6 +327,10 @@ impl GpuReport {
         json!({
             "products_on_gpu_per_token": self.per_token(self.decode.gpu_products),
             "products_on_cpu_per_token": self.per_token(self.decode.cpu_products),
+            "attention_on_gpu_per_token": self.per_token(self.decode.gpu_attention),
+            "attention_on_cpu_per_token": self.per_token(self.decode.cpu_attention),
+            "delta_rule_on_gpu_per_token": self.per_token(self.decode.gpu_delta),
+            "delta_rule_on_cpu_per_token": self.per_token(self.decode.cpu_delta),
             "submissions_per_token": self.per_token(d.submissions),
             "dispatches_per_token": self.per_token(d.dispatches),
             "readbacks_per_token": self.per_token(d.readbacks),
@@ -337,6 +341,7 @@ impl GpuReport {
             "bytes_uploaded_after_load": after.bytes_uploaded(),
             "weight_bytes_uploaded_after_load": after.weight_bytes_uploaded,
             "activation_bytes_uploaded_after_load": after.activation_bytes_uploaded,
+            "cache_bytes_uploaded_after_load": after.cache_bytes_uploaded,
             "buffers_created_after_load": after.buffers_created,
         })
     }
@@ -345,11 +350,14 @@ impl GpuReport {
         let (d, after) = (&self.decode.device, &self.after_load.device);
         let t = |v: u64| self.per_token(v).unwrap_or(0.0);
         format!(
-            "gpu          per decoded token: {:.0} products on the GPU, {:.0} on the CPU, {:.0} submissions, \
-             {:.0} dispatches, {:.1} KB uploaded, {:.1} KB read back; after load: {:.1} MiB of weights uploaded, \
+            "gpu          per decoded token: {:.0} products on the GPU, {:.0} on the CPU, {:.0} attention and \
+             {:.0} delta-rule calls on the GPU, {:.0} on the CPU, {:.0} submissions, {:.0} dispatches, {:.1} KB uploaded, {:.1} KB read back; after load: {:.1} MiB of weights uploaded, \
              {} buffers created",
             t(self.decode.gpu_products),
             t(self.decode.cpu_products),
+            t(self.decode.gpu_attention),
+            t(self.decode.gpu_delta),
+            t(self.decode.cpu_attention + self.decode.cpu_delta),
             t(d.submissions),
             t(d.dispatches),
             t(d.bytes_uploaded()) / 1e3,

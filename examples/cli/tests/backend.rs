@@ -70,13 +70,19 @@ fn bench_on_the_gpu_reports_the_adapter_and_what_the_device_did() {
     let g = &v["gpu"];
     eprintln!("{}", serde_json::to_string_pretty(g).unwrap());
     let f = |k: &str| g[k].as_f64().unwrap_or_else(|| panic!("gpu.{k} missing: {g}"));
-    // A dense model: every product of a decoded token on the GPU, one
-    // submission and one readback each (today's design, reported as it is).
+    // A dense model: every product and every attention of a decoded token on
+    // the GPU, one submission and one readback each (today's design,
+    // reported as it is); no DeltaNet layers.
     let products = f("products_on_gpu_per_token");
     assert!(products > 0.0 && f("products_on_cpu_per_token") == 0.0, "{g}");
-    assert_eq!(f("submissions_per_token"), products);
-    assert_eq!(f("readbacks_per_token"), products);
-    assert!(f("dispatches_per_token") >= products);
+    let attention = f("attention_on_gpu_per_token");
+    assert!(attention > 0.0 && f("attention_on_cpu_per_token") == 0.0, "{g}");
+    assert_eq!((f("delta_rule_on_gpu_per_token"), f("delta_rule_on_cpu_per_token")), (0.0, 0.0));
+    assert_eq!(f("submissions_per_token"), products + attention);
+    assert_eq!(f("readbacks_per_token"), products + attention);
+    assert!(f("dispatches_per_token") >= products + attention);
+    // The KV cache goes up as it grows, not whole per token.
+    assert!(f("cache_bytes_uploaded_after_load") > 0.0);
     assert!(f("readback_bytes_per_token") > 0.0 && f("bytes_uploaded_per_token") > 0.0);
     // Warm after the warm-up draw: no buffer is made while decoding.
     assert_eq!(f("buffers_created_per_token"), 0.0);

@@ -1,5 +1,8 @@
 // y[t][row0 + r] = W[r] . x[t] for the rows r of one binding of a weight
-// matrix in a GGUF block format, and the tokens t of a batch.
+// matrix in a GGUF block format, and the tokens t of a batch (`main`); or
+// y[y_base + t][row0 + r] = W[r] . x[x_base + idx[idx_base + t]] for chosen
+// rows of activations shared by several products (`main_rows`: a MoE
+// expert over the tokens routed to it).
 //
 // The weights are the file's bytes as they lie (`array<u32>`, read with the
 // byte helpers below); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
@@ -28,6 +31,19 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
+// One product of a batch over chosen rows (`main_rows` only): where its
+// activations, its row list and its output start (in elements), and how
+// many rows it takes.
+struct Job {
+    x_base: u32,
+    idx_base: u32,
+    y_base: u32,
+    tokens: u32,
+}
+
+@group(0) @binding(4) var<uniform> job: Job;
+@group(0) @binding(5) var<storage, read> idx: array<u32>;
+
 const WG: u32 = 64u;
 var<workgroup> partial: array<f32, WG>;
 
@@ -52,24 +68,9 @@ fn u32_at(off: u32) -> u32 {
     return (lo >> s) | (w[(off >> 2u) + 1u] << (32u - s));
 }
 
-// An f16 at any byte offset, exactly as f32, by integer arithmetic:
-// `unpack2x16float` needs a capability some adapters lack, and f32
-// subnormals (where a rescaling trick would pass) may be flushed to zero.
+// An f16 at any byte offset, exactly as f32 (`half.wgsl`).
 fn f16_at(off: u32) -> f32 {
-    let h = u16_at(off);
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    var mag: f32;
-    if (e == 0u) {
-        // Zero or subnormal: m * 2^-24, a normal f32.
-        mag = f32(m) * bitcast<f32>(0x33800000u);
-    } else if (e == 31u) {
-        mag = bitcast<f32>(0x7f800000u | (m << 13u));
-    } else {
-        // Rebias the exponent (15 -> 127), widen the mantissa.
-        mag = bitcast<f32>(((e + 112u) << 23u) | (m << 13u));
-    }
-    return select(mag, -mag, (h & 0x8000u) != 0u);
+    return half_to_f32(u16_at(off));
 }
 
 // A byte as a signed 8-bit value.
@@ -77,16 +78,14 @@ fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let row = wid.y * p.groups_x + wid.x;
-    let t = wid.z;
-    // Workgroups past the last row (the y grid is rounded up) do no work but
-    // still meet at the barriers.
+// W[row] . x[x0 ..][..cols], summed over the workgroup (every invocation
+// gets the sum). Rows past the last (the y grid is rounded up) give 0 but
+// still meet at the barriers.
+fn row_dot(row: u32, x0: u32, lid: u32) -> f32 {
     let nb = select(0u, p.cols / BLOCK_ELEMS, row < p.rows);
     var acc = 0.0;
     for (var b = lid; b < nb; b += WG) {
-        acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, t * p.cols + b * BLOCK_ELEMS);
+        acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, x0 + b * BLOCK_ELEMS);
     }
     partial[lid] = acc;
     workgroupBarrier();
@@ -97,7 +96,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
     }
+    return partial[0];
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * p.groups_x + wid.x;
+    let t = wid.z;
+    let sum = row_dot(row, t * p.cols, lid);
     if (lid == 0u && row < p.rows) {
-        y[t * p.out_stride + p.row0 + row] = partial[0];
+        y[t * p.out_stride + p.row0 + row] = sum;
+    }
+}
+
+@compute @workgroup_size(64)
+fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let row = wid.y * p.groups_x + wid.x;
+    let t = wid.z;
+    let sum = row_dot(row, job.x_base + idx[job.idx_base + t] * p.cols, lid);
+    if (lid == 0u && row < p.rows) {
+        y[job.y_base + t * p.out_stride + p.row0 + row] = sum;
     }
 }

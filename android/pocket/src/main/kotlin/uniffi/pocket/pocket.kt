@@ -3369,10 +3369,11 @@ enum class Backend {
     CPU,
     /**
      * The GPU (Metal on Apple, Vulkan on Android and Linux): matrix
-     * products run on the device, the rest on the CPU for now. No GPU, a
-     * driver that refuses a device, or a library built without the GPU
-     * backend is `PocketError.UnsupportedModel` with the driver's message;
-     * it does not run under a memory budget yet (`InvalidArgument`).
+     * products, attention and the delta rule run on the device, the
+     * per-row arithmetic on the CPU. No GPU, a driver that refuses a device,
+     * or a library built without the GPU backend is
+     * `PocketError.UnsupportedModel` with the driver's message; it does not
+     * run under a memory budget yet (`InvalidArgument`).
      */
     GPU;
     companion object

@@ -1,0 +1,341 @@
+//! [`GpuBackend`] against [`Cpu`], operation by operation, on random data:
+//! products over chosen rows (MoE experts), attention (and the device copy
+//! of the KV cache through rewrites), the delta rule. Without an adapter the
+//! tests print why and pass; `POCKET_REQUIRE_GPU=1` makes that a failure.
+
+use super::super::blocks::attention::{AttnParams, Rope};
+use super::super::blocks::deltanet::DeltaParams;
+use super::super::cache::{KvCache, KvType};
+use super::super::pass::{Attend, DeltaRule, Pass};
+use super::{Backend, Cpu, GpuBackend};
+use crate::gpu::{Gpu, GpuOptions, FORMATS};
+use crate::kernels::testing::{random_weights, Rng};
+use crate::kernels::{MatJob, QActs, QMatrix};
+use crate::threads::ThreadPool;
+
+fn device() -> Option<Gpu> {
+    device_with(&GpuOptions::default())
+}
+
+fn device_with(opts: &GpuOptions) -> Option<Gpu> {
+    match Gpu::new(opts) {
+        Ok(gpu) => Some(gpu),
+        Err(e) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("POCKET_REQUIRE_GPU=1 but {e}")
+        }
+        Err(e) => {
+            eprintln!("skipping the GPU test: {e}");
+            None
+        }
+    }
+}
+
+/// A MoE layer's shape of call: three experts of one stacked tensor in
+/// the "file", each over its chosen rows of shared activations (rows
+/// repeated and out of order), beside a whole-matrix product, for every
+/// format the GPU computes with: the same outputs as the CPU's kernels
+/// on the same quantised activations, none on the CPU.
+#[test]
+fn products_over_chosen_rows_match_the_cpu() {
+    let Some(gpu) = device() else { return };
+    let pool = ThreadPool::new(1);
+    let mut rng = Rng::new(31);
+    for ty in FORMATS {
+        let cols = match ty.block_size() {
+            1 => 67,
+            32 => 7 * 32,
+            b => 2 * b,
+        };
+        let (rows, n) = (19, 6);
+        let file: Vec<u8> = (0..3).flat_map(|_| random_weights(ty, rows, cols, &mut rng)).collect();
+        let slab = file.len() / 3;
+        let expert = |e: usize| QMatrix::new(ty, &file[e * slab..(e + 1) * slab], rows, cols).unwrap();
+        let backend = GpuBackend::new(gpu.clone(), &file);
+        let mut acts = QActs::new();
+        acts.quantize(ty, &rng.vec(n * cols, 1.0), n, cols);
+        let picks: [Option<&[usize]>; 4] = [Some(&[0, 3, 5]), Some(&[1]), Some(&[2, 4, 0, 5, 5]), None];
+        let run = |b: &dyn Backend| {
+            let mut outs: Vec<Vec<f32>> = picks.iter().map(|p| vec![0.0; p.map_or(n, |r| r.len()) * rows]).collect();
+            let mut jobs: Vec<MatJob> = outs
+                .iter_mut()
+                .zip(picks)
+                .enumerate()
+                .map(|(e, (out, rows))| MatJob { w: expert(e % 3), x: &acts, rows, out })
+                .collect();
+            b.matmul(&pool, &mut jobs);
+            outs
+        };
+        let before = backend.counters();
+        let (want, got) = (run(&Cpu), run(&backend));
+        let c = backend.counters() - before;
+        assert_eq!((c.gpu_products, c.cpu_products), (4, 0), "{ty}");
+        // The three over chosen rows in one submission, the whole product in another.
+        assert_eq!((c.device.submissions, c.device.readbacks), (2, 2), "{ty}");
+        for (j, (w, g)) in want.iter().zip(&got).enumerate() {
+            let range = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in w.iter().zip(g).enumerate() {
+                assert!((a - b).abs() <= 1e-4 * range + 1e-5, "{ty} job {j} output {i}: cpu {a} vs gpu {b}");
+            }
+        }
+    }
+}
+
+/// An attention layer's shape for the tests.
+fn layer(n_head: usize, n_kv_head: usize, hd: usize, hdv: usize, window: Option<usize>) -> AttnParams {
+    AttnParams {
+        n_head,
+        n_kv_head,
+        head_dim: hd,
+        head_dim_v: hdv,
+        rope: Rope { n_rot: hd & !1, base: 10000.0, scale: 1.0, neox: false },
+        scale: 1.0 / (hd as f32).sqrt(),
+        window,
+        eps: 1e-6,
+    }
+}
+
+/// Random keys and values at `positions` of every KV head.
+fn fill(cache: &mut KvCache, positions: std::ops::Range<usize>, rng: &mut Rng) {
+    for pos in positions {
+        for h in 0..cache.n_kv_head {
+            let (k, v) = (rng.vec(cache.head_dim_k, 1.0), rng.vec(cache.head_dim_v, 1.0));
+            cache.store(h, pos, &k, &v);
+        }
+    }
+}
+
+/// `backend`'s attention of `n` random queries at `pos0` against the
+/// CPU's, within f32 rounding (f32 cache) or one f16 rounding of the
+/// weights (f16 cache), relative to the largest value.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    backend: &GpuBackend,
+    cache: &KvCache,
+    p: &AttnParams,
+    pos0: usize,
+    n: usize,
+    gated: bool,
+    rng: &mut Rng,
+    what: &str,
+) {
+    let pool = ThreadPool::new(2);
+    let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
+    let q = rng.vec(n * q_rows, 3.0);
+    let a = Attend { p, cache, q: &q, q_rows, gated };
+    let run = |b: &dyn Backend| {
+        let pass = Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
+        let mut out = vec![f32::NAN; n * p.n_head * p.head_dim_v];
+        b.attend(&pass, &a, &mut out, &mut Vec::new());
+        out
+    };
+    let (want, got) = (run(&Cpu), run(backend));
+    let (_, v) = cache.raw().unwrap();
+    let range = match cache.ty {
+        KvType::F16 => {
+            v.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32().abs()).fold(0f32, f32::max)
+        }
+        _ => v.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]).abs()).fold(0f32, f32::max),
+    };
+    let tol = if cache.ty == KvType::F16 { 1e-3 } else { 2e-5 } * range.max(1.0);
+    for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+        assert!((a - b).abs() <= tol, "{what}: output {i}: cpu {a} vs gpu {b} (tolerance {tol:e})");
+    }
+}
+
+/// Heads, KV heads, head dim, value head dim, window, gated, cache type,
+/// prefill tokens, decoded tokens.
+type Case = (usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usize);
+
+/// Attention on the device against the CPU's: odd head sizes, GQA ratios
+/// 1, 3 and 4, windows shorter and longer than the context, output
+/// gates, one token and many, f16 and f32 caches, heads larger than the
+/// workgroup and contexts longer than it.
+#[test]
+fn attention_matches_the_cpu() {
+    let Some(gpu) = device() else { return };
+    let backend = GpuBackend::new(gpu, &[]);
+    let mut rng = Rng::new(41);
+    let cases: [Case; 6] = [
+        (4, 1, 19, 19, None, false, KvType::F16, 1, 4),
+        (6, 2, 40, 40, Some(5), false, KvType::F16, 9, 3),
+        (8, 2, 64, 48, None, false, KvType::F32, 7, 2),
+        (4, 2, 32, 32, Some(3), true, KvType::F16, 6, 2),
+        (3, 3, 130, 130, Some(100), false, KvType::F16, 70, 2),
+        (5, 5, 33, 33, Some(80), true, KvType::F32, 75, 1),
+    ];
+    for (n_head, n_kv, hd, hdv, window, gated, ty, prefill, decode) in cases {
+        let p = layer(n_head, n_kv, hd, hdv, window);
+        let mut cache = KvCache::new(ty, n_kv, hd, hdv, 96).unwrap();
+        let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?}");
+        fill(&mut cache, 0..prefill, &mut rng);
+        check(&backend, &cache, &p, 0, prefill, gated, &mut rng, &format!("{what}: prefill {prefill}"));
+        for pos in prefill..prefill + decode {
+            fill(&mut cache, pos..pos + 1, &mut rng);
+            let before = backend.counters().device;
+            check(&backend, &cache, &p, pos, 1, gated, &mut rng, &format!("{what}: decode at {pos}"));
+            // Only the new position went up: each head's key and value,
+            // widened to whole words.
+            let d = backend.counters().device - before;
+            let (up, elem) = (d.cache_bytes_uploaded, if ty == KvType::F16 { 2 } else { 4 });
+            assert!(up > 0 && up <= (n_kv * (elem * (hd + hdv) + 12)) as u64, "{what}: {up} bytes for one position");
+            // Decoding makes no buffers (past a case's first token, whose
+            // shape may be larger than the last case's).
+            if pos > prefill {
+                assert_eq!(d.buffers_created, 0, "{what}: decode at {pos}");
+            }
+        }
+    }
+    let c = backend.counters();
+    assert_eq!((c.gpu_attention, c.cpu_attention), (6 + 14, 0));
+}
+
+/// A prompt whose scores do not fit one binding, or whose tokens exceed
+/// the dispatch grid, goes in several dispatches with the same result.
+#[test]
+fn long_prompts_go_in_several_dispatches() {
+    let p = layer(4, 2, 8, 8, None);
+    // 20 tokens: 320 bytes of scores each for the last, 12 per 4 KiB
+    // binding; at most 7 workgroups per dimension.
+    for (opts, dispatches) in [
+        (GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }, 2),
+        (GpuOptions { max_workgroups_per_dimension: Some(7), ..Default::default() }, 3),
+    ] {
+        let Some(gpu) = device_with(&opts) else { return };
+        let backend = GpuBackend::new(gpu, &[]);
+        let mut rng = Rng::new(44);
+        let mut cache = KvCache::new(KvType::F16, 2, 8, 8, 32).unwrap();
+        fill(&mut cache, 0..20, &mut rng);
+        let before = backend.counters();
+        check(&backend, &cache, &p, 0, 20, false, &mut rng, &format!("{opts:?}"));
+        let c = backend.counters() - before;
+        assert_eq!((c.gpu_attention, c.device.submissions, c.device.readbacks), (1, dispatches, 1), "{opts:?}");
+    }
+}
+
+/// A cache larger than the device's binding stays on the CPU: refused
+/// once, then quietly, counted.
+#[test]
+fn a_cache_the_device_cannot_hold_stays_on_the_cpu() {
+    let Some(gpu) = device_with(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else {
+        return;
+    };
+    let backend = GpuBackend::new(gpu, &[]);
+    let mut rng = Rng::new(45);
+    let p = layer(4, 2, 24, 24, None);
+    // 2 heads x 64 positions x 24 x 2 bytes: 6 KiB of keys.
+    let mut cache = KvCache::new(KvType::F16, 2, 24, 24, 64).unwrap();
+    fill(&mut cache, 0..3, &mut rng);
+    check(&backend, &cache, &p, 0, 3, false, &mut rng, "too large");
+    let before = backend.counters().device;
+    check(&backend, &cache, &p, 2, 1, false, &mut rng, "too large, again");
+    let c = backend.counters();
+    assert_eq!((c.gpu_attention, c.cpu_attention), (0, 2));
+    assert_eq!(c.device.buffers_created, before.buffers_created);
+}
+
+/// The device's copy of a cache follows what the session does to it:
+/// positions rewritten after a truncation, a snapshot loaded over it, a
+/// new cache in place of a dropped one; a q8_0 cache stays on the CPU.
+#[test]
+fn the_device_copy_of_the_cache_follows_rewrites() {
+    let Some(gpu) = device() else { return };
+    let backend = GpuBackend::new(gpu, &[]);
+    let mut rng = Rng::new(42);
+    let p = layer(4, 2, 24, 24, None);
+    let mut cache = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+    fill(&mut cache, 0..10, &mut rng);
+    check(&backend, &cache, &p, 0, 10, false, &mut rng, "prefill");
+    // Truncated to 4 and re-evaluated: positions 4..7 are new.
+    fill(&mut cache, 4..7, &mut rng);
+    check(&backend, &cache, &p, 4, 3, false, &mut rng, "after a truncation");
+    // A snapshot of another sequence loaded over positions 0..8, then a token.
+    let mut other = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+    fill(&mut other, 0..8, &mut rng);
+    let mut bytes = Vec::new();
+    other.save_positions(8, &mut bytes);
+    cache.load_positions(8, &bytes).unwrap();
+    fill(&mut cache, 8..9, &mut rng);
+    check(&backend, &cache, &p, 8, 1, false, &mut rng, "after loading a snapshot");
+    // A checkpoint's prefix restored (positions untouched): only new ones go up.
+    fill(&mut cache, 5..6, &mut rng);
+    check(&backend, &cache, &p, 5, 1, false, &mut rng, "after a restore");
+    assert_eq!(backend.mirrors.lock().unwrap().len(), 1);
+    // A new cache (a new session) gets its own copy; the dropped one's goes.
+    drop(cache);
+    let mut fresh = KvCache::new(KvType::F16, 2, 24, 24, 32).unwrap();
+    fill(&mut fresh, 0..3, &mut rng);
+    check(&backend, &fresh, &p, 0, 3, false, &mut rng, "a new cache");
+    assert_eq!(backend.mirrors.lock().unwrap().len(), 1);
+    let c = backend.counters();
+    assert_eq!((c.gpu_attention, c.cpu_attention), (5, 0));
+    // q8_0: the CPU's, counted.
+    let mut q8 = KvCache::new(KvType::Q8_0, 2, 32, 32, 8).unwrap();
+    fill(&mut q8, 0..2, &mut rng);
+    let pool = ThreadPool::new(1);
+    let p8 = layer(4, 2, 32, 32, None);
+    let q = rng.vec(2 * 4 * 32, 1.0);
+    let a = Attend { p: &p8, cache: &q8, q: &q, q_rows: 4 * 32, gated: false };
+    let pass =
+        Pass { file: &[], pool: &pool, backend: &backend, experts: None, map: None, pos0: 0, n: 2, observer: None };
+    backend.attend(&pass, &a, &mut vec![0.0; 2 * 4 * 32], &mut Vec::new());
+    let c = backend.counters();
+    assert_eq!((c.gpu_attention, c.cpu_attention), (5, 1));
+}
+
+/// The delta rule on the device against the CPU's: odd head sizes, value
+/// heads sharing key heads, heads wider than the workgroup, one token
+/// and many (from 32 tokens the CPU takes its chunked form), over a
+/// state carried from call to call; outputs and the advanced state.
+#[test]
+fn the_delta_rule_matches_the_cpu() {
+    let Some(gpu) = device() else { return };
+    let backend = GpuBackend::new(gpu, &[]);
+    let pool = ThreadPool::new(2);
+    let mut rng = Rng::new(43);
+    // (key heads, value heads, key head, value head, tokens per call)
+    let cases = [(1, 1, 19, 23, [1, 1, 5]), (2, 4, 32, 24, [7, 1, 40]), (1, 3, 130, 70, [3, 1, 1])];
+    for (n_k_heads, n_v_heads, d_k, d_v, calls) in cases {
+        let p = DeltaParams { n_k_heads, n_v_heads, d_k, d_v, d_conv: 4, eps: 1e-6 };
+        let what = format!("{n_k_heads}/{n_v_heads} heads of {d_k}/{d_v}");
+        let mut want_state = rng.vec(n_v_heads * d_k * d_v, 0.3);
+        let mut got_state = want_state.clone();
+        let mut pos0 = 0;
+        for n in calls {
+            // q and k L2-normalised per head, as the layer hands them over.
+            let mut qkv = rng.vec(n * p.conv_dim(), 1.0);
+            for row in qkv.chunks_exact_mut(p.conv_dim()) {
+                for h in row[..2 * p.key_dim()].chunks_exact_mut(d_k) {
+                    let norm = h.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                    h.iter_mut().for_each(|x| *x /= norm);
+                }
+            }
+            let g: Vec<f32> = (0..n * n_v_heads).map(|_| -rng.f32() * 0.7).collect();
+            let beta: Vec<f32> = (0..n * n_v_heads).map(|_| rng.f32()).collect();
+            let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
+            let run = |b: &dyn Backend, state: &mut Vec<f32>| {
+                let pass =
+                    Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
+                let mut out = vec![f32::NAN; n * p.value_dim()];
+                b.delta_rule(&pass, &rule, state, &mut out, &mut Vec::new());
+                out
+            };
+            let want = run(&Cpu, &mut want_state);
+            let got = run(&backend, &mut got_state);
+            // Token by token both sides round alike (measured on lavapipe:
+            // 1.5e-8 at most); the CPU's chunked form differs more (3.6e-7).
+            let tol = if n >= 32 { 1e-5 } else { 1e-6 };
+            for (name, w, g) in [("output", &want, &got), ("state", &want_state, &got_state)] {
+                let range = w.iter().fold(1f32, |m, v| m.max(v.abs()));
+                for (i, (a, b)) in w.iter().zip(g.iter()).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol * range,
+                        "{what}, {n} tokens at {pos0}: {name} {i}: cpu {a} vs gpu {b}"
+                    );
+                }
+            }
+            pos0 += n;
+        }
+    }
+    let c = backend.counters();
+    assert_eq!((c.gpu_delta, c.cpu_delta), (9, 0));
+}
