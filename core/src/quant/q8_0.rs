@@ -31,8 +31,11 @@ unsafe impl FileBlock for BlockQ8_0 {}
 pub struct BlockQ8_0F {
     pub d: f32,
     pub qs: [i8; QK8_0],
+    /// `sum(qs)`, for kernels whose weights carry an offset (set by
+    /// [`quantize_row_q8_0f`]; meaningless in decoded weight rows).
+    pub s: i32,
 }
-const _: () = assert!(size_of::<BlockQ8_0F>() == 36);
+const _: () = assert!(size_of::<BlockQ8_0F>() == 40);
 
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
@@ -83,6 +86,7 @@ pub fn quantize_row_q8_0f(x: &[f32], y: &mut [BlockQ8_0F]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_0: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
         yb.d = quantize_block(xb, &mut yb.qs).to_f32();
+        yb.s = yb.qs.iter().map(|&q| q as i32).sum();
     }
 }
 

@@ -21,7 +21,11 @@
 //! (per group, then per block), within the tests' tolerance.
 
 use super::fp16;
-use crate::quant::{as_blocks, q3_k, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use super::legacy::Signed32;
+use crate::quant::{
+    as_blocks, q3_k, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
+    BlockQ8_0F,
+};
 use std::arch::x86_64::*;
 
 /// Rows per panel (the lanes of a 512-bit register of i32).
@@ -341,7 +345,99 @@ panels! {
     q6_k, decode_q6_k = q6_k_row(BlockQ6K), 16, false;
 }
 
-/// The panels of every K-quant, for the AVX-512 VNNI table.
+// ---- Q4_0 and Q5_0 (Q8_0 activations): one scale per 32 values ------------
+
+const LEGACY_VALUES: usize = 8 * 64;
+/// One decoded block of a Q4_0 / Q5_0 panel: values, then `d` per row.
+pub(crate) const LEGACY_BLOCK_BYTES: usize = LEGACY_VALUES + 64;
+
+/// `B`'s 16 weight rows into panel blocks: the values plus `OFF` (so
+/// unsigned: Q4_0 0..16, Q5_0 0..32), `d` as f32.
+#[inline(always)]
+unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(rows: &[&[u8]], out: &mut [u8]) {
+    assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
+    let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
+    let nb = x[0].len();
+    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
+    let mut q = [[0u8; 32]; HEIGHT];
+    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(32));
+    for b in 0..nb {
+        let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
+        for r in 0..HEIGHT {
+            let v = _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF));
+            _mm256_storeu_si256(q[r].as_mut_ptr().cast(), v);
+            let d = _mm256_cvtss_f32(x[r][b].scale_x8());
+            p.add(LEGACY_VALUES + 4 * r).cast::<f32>().write_unaligned(d);
+        }
+        for j in 0..8 {
+            let v = _mm512_i32gather_epi32::<1>(idx, q.as_ptr().cast::<u8>().add(4 * j).cast());
+            _mm512_storeu_si512(p.add(64 * j).cast(), v);
+        }
+    }
+}
+
+/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[16 t + r]`.
+#[inline(always)]
+unsafe fn legacy_dot<const T: usize, const OFF: i32>(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+    let nb = a[0].len();
+    assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * LEGACY_BLOCK_BYTES);
+    assert!(out.len() >= 16 * T);
+    let mut acc = [_mm512_setzero_ps(); T];
+    for b in 0..nb {
+        let p = dec.as_ptr().add(b * LEGACY_BLOCK_BYTES);
+        let y: [&BlockQ8_0F; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        // The offset times the activations' sum, taken off before the sums.
+        let mut c: [__m512i; T] = std::array::from_fn(|t| _mm512_set1_epi32(-OFF * y[t].s));
+        for j in 0..8 {
+            let w = _mm512_loadu_si512(p.add(64 * j).cast());
+            for t in 0..T {
+                c[t] = _mm512_dpbusd_epi32(
+                    c[t],
+                    w,
+                    _mm512_set1_epi32(y[t].qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned()),
+                );
+            }
+        }
+        let d = _mm512_loadu_ps(p.add(LEGACY_VALUES).cast());
+        for t in 0..T {
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c[t]), _mm512_mul_ps(d, _mm512_set1_ps(y[t].d)), acc[t]);
+        }
+    }
+    for t in 0..T {
+        _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), acc[t]);
+    }
+}
+
+macro_rules! legacy_panels {
+    ($($name:ident, $decode:ident = $block:ident, $off:literal;)*) => {$(
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $decode(rows: &[&[u8]], out: &mut [u8]) {
+            decode_legacy::<$block, $off>(rows, out)
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+            match a.len() {
+                1 => legacy_dot::<1, $off>(dec, a, out),
+                2 => legacy_dot::<2, $off>(dec, a, out),
+                3 => legacy_dot::<3, $off>(dec, a, out),
+                4 => legacy_dot::<4, $off>(dec, a, out),
+                5 => legacy_dot::<5, $off>(dec, a, out),
+                6 => legacy_dot::<6, $off>(dec, a, out),
+                7 => legacy_dot::<7, $off>(dec, a, out),
+                _ => legacy_dot::<8, $off>(dec, a, out),
+            }
+        }
+    )*};
+}
+
+legacy_panels! {
+    q4_0, decode_q4_0 = BlockQ4_0, 8;
+    q5_0, decode_q5_0 = BlockQ5_0, 16;
+}
+
+/// The panels of every K-quant and of Q4_0 / Q5_0, for the AVX-512 VNNI table.
 pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     use crate::kernels::table::{PanelDot, Panels};
     type Decode = unsafe fn(&[&[u8]], &mut [u8]);
@@ -353,4 +449,9 @@ pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     k.q4_k.panels = p(decode_q4_k, q4_k);
     k.q5_k.panels = p(decode_q5_k, q5_k);
     k.q6_k.panels = p(decode_q6_k, q6_k);
+    let l = |decode: Decode, dot: PanelDot<BlockQ8_0F>| {
+        Some(Panels { height: HEIGHT, block_bytes: LEGACY_BLOCK_BYTES, min_acts: MIN_ACTS, acts: ACTS, decode, dot })
+    };
+    k.q4_0.panels = l(decode_q4_0, q4_0);
+    k.q5_0.panels = l(decode_q5_0, q5_0);
 }

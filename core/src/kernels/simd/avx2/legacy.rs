@@ -119,7 +119,7 @@ unsafe fn broadcast_load(p: &f32) -> __m256 {
 // features, and the intrinsics inside it would become function calls.
 
 /// A block with one scale, unpacked to 32 signed bytes.
-trait Signed32 {
+pub(super) trait Signed32 {
     /// The scale in all eight lanes (the f16 ones broadcast, then converted once).
     unsafe fn scale_x8(&self) -> __m256;
     unsafe fn values(&self) -> __m256i;
