@@ -93,7 +93,7 @@ impl Kernels {
         if n == 0 || w.rows == 0 {
             return None;
         }
-        let plan = Plan::new(threads, w, n);
+        let plan = Plan::new(threads, w, n, self.panel_rows(w, n));
         let out = Out(out.as_mut_ptr());
         let (k, row_bytes) = (x.k, w.row_bytes());
         Some(match self.row_dot(w.ty).expect("a supported type has kernels") {
@@ -102,6 +102,22 @@ impl Kernels {
             RowDot::Q8K(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out })),
             RowDot::F32(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out })),
         })
+    }
+
+    /// The rows of a decoded panel if `n` activation rows of a product over
+    /// `w` would use the path's panels, else 1: tiles then hold whole panels.
+    fn panel_rows(&self, w: &QMatrix, n: usize) -> usize {
+        let panels = match self.row_dot(w.ty) {
+            Some(RowDot::Q8_0(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::Q8_1(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::Q8K(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::F32(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            None => None,
+        };
+        match panels {
+            Some((height, min_acts)) if n >= min_acts && w.rows >= height => height,
+            _ => 1,
+        }
     }
 
     /// Validate a product's operands; returns its activation row count.
@@ -122,7 +138,7 @@ impl Kernels {
         if n == 0 || w.rows == 0 {
             return;
         }
-        let plan = Plan::new(pool.n_threads(), w, n);
+        let plan = Plan::new(pool.n_threads(), w, n, self.panel_rows(w, n));
         let out = Out(out.as_mut_ptr());
         let (k, row_bytes) = (x.k, w.row_bytes());
         match self.row_dot(w.ty).expect("a supported type has kernels") {
@@ -387,7 +403,9 @@ impl Plan {
         self.n_rows.div_ceil(self.rows_per_tile) * self.n.div_ceil(self.acts_per_tile)
     }
 
-    fn new(n_threads: usize, w: &QMatrix, n: usize) -> Plan {
+    /// `panel`: tiles of weight rows are whole multiples of it (the rows a
+    /// panel kernel decodes together; 1 without panels).
+    fn new(n_threads: usize, w: &QMatrix, n: usize, panel: usize) -> Plan {
         let work = w.data.len().saturating_mul(n);
         let threads = if work < SMALL_WORK { 1 } else { n_threads };
         let want_tiles = threads * TILES_PER_THREAD;
@@ -401,7 +419,7 @@ impl Plan {
         let tile_bytes = if n <= 4 { ONE_PASS_TILE_BYTES } else { TILE_WEIGHT_BYTES };
         let by_cache = (tile_bytes / w.row_bytes().max(1)).max(2);
         let by_balance = w.rows.div_ceil(want_tiles).max(1);
-        let rows_per_tile = round_rows(by_cache.min(by_balance)).min(w.rows).max(1);
+        let rows_per_tile = round_rows(by_cache.min(by_balance)).next_multiple_of(panel).min(w.rows).max(1);
         let row_tiles = w.rows.div_ceil(rows_per_tile);
         // Split activation rows too when there are few weight rows (a router
         // over a long prompt).
