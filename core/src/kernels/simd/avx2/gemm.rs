@@ -20,6 +20,9 @@
 //! The integer sums are the scalar twin's; the f32 sums run in another order
 //! (per group, then per block), within the tests' tolerance.
 
+// The kernels index several parallel arrays (tokens' accumulators, rows' blocks)
+// by one counter; iterator chains would hide which lanes meet.
+#![allow(clippy::needless_range_loop)]
 use super::fp16;
 use super::legacy::Signed32;
 use crate::quant::{

@@ -22,6 +22,9 @@
 //! unpacking, `sdot`, scaling and shared loads per row. The integer sums are
 //! the scalar twin's; only the order of the f32 sums over blocks differs.
 
+// The kernels index several parallel arrays (tokens' accumulators, rows' blocks)
+// by one counter; iterator chains would hide which lanes meet.
+#![allow(clippy::needless_range_loop)]
 use super::{fp16, sdot_lane};
 use crate::quant::{
     as_blocks, q3_k, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, F16Bytes,
