@@ -53,15 +53,7 @@ impl KvMirror {
                 })
         };
         let (kb, vb) = (size(head_dim)?, size(head_dim_v)?);
-        let device = gpu.device();
-        let buffer = |label, size| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        };
+        let buffer = |label, size| gpu.buffer(label, size, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
         let (k, v) = gpu.scoped("allocating a KV cache", || (buffer("kv keys", kb), buffer("kv values", vb)))?;
         gpu.tally().created(2);
         Ok(KvMirror { gpu: gpu.clone(), k, v, f16, n_kv_head, capacity, head_dim, head_dim_v })
@@ -172,37 +164,20 @@ pub struct GpuAttention {
 impl GpuAttention {
     /// Compile the kernel.
     pub fn new(gpu: &Gpu) -> Result<GpuAttention> {
-        let device = gpu.device();
+        use super::context::{storage_entry, uniform_entry};
         let (layout, pipeline) = gpu.scoped("compiling the attention kernel", || {
-            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some("pocket attention"),
-                entries: &[
-                    super::context::storage_entry(0, true),
-                    super::context::storage_entry(1, true),
-                    super::context::storage_entry(2, true),
-                    super::context::storage_entry(3, false),
-                    super::context::storage_entry(4, false),
-                    super::context::uniform_entry(5),
+            gpu.compute_pipeline(
+                "attention",
+                &[
+                    storage_entry(0, true),
+                    storage_entry(1, true),
+                    storage_entry(2, true),
+                    storage_entry(3, false),
+                    storage_entry(4, false),
+                    uniform_entry(5),
                 ],
-            });
-            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some("pocket attention"),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("attention"),
-                source: wgpu::ShaderSource::Wgsl(super::shaders::attention().into()),
-            });
-            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("attention"),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            (layout, pipeline)
+                super::shaders::attention(),
+            )
         })?;
         Ok(GpuAttention { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })
     }
@@ -302,10 +277,7 @@ impl GpuAttention {
 
     /// Buffers of `[q, out, scores]` bytes (the readback as large as out).
     fn make_io(&self, sizes: &[u64]) -> Io {
-        let device = self.gpu.device();
-        let buffer = |label, size: u64, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
-        };
+        let buffer = |label, size: u64, usage| self.gpu.buffer(label, size, usage);
         use wgpu::BufferUsages as U;
         self.gpu.tally().created(5);
         Io {

@@ -174,10 +174,7 @@ impl GpuBatch {
 
     /// Buffers of `[x, idx, jobs, y]` bytes (the readback as large as y).
     fn make_io(&self, sizes: &[u64]) -> Io {
-        let device = self.gpu.device();
-        let buffer = |label, size: u64, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
-        };
+        let buffer = |label, size: u64, usage| self.gpu.buffer(label, size, usage);
         use wgpu::BufferUsages as U;
         self.gpu.tally().created(5);
         Io {

@@ -254,6 +254,48 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// An unmapped buffer (not counted: callers tally what they make).
+    pub(super) fn buffer(&self, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+        self.device().create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// The compute pipeline of `wgsl`'s `main` over one bind group of
+    /// `entries`, and that group's layout.
+    pub(super) fn compute_pipeline(
+        &self,
+        label: &str,
+        entries: &[wgpu::BindGroupLayoutEntry],
+        wgsl: String,
+    ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
+        let device = self.device();
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(label),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(label),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(label),
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        (layout, pipeline)
+    }
+}
+
 pub(super) fn uniform_entry(binding: u32) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {
         binding,

@@ -34,36 +34,18 @@ impl GpuDeltaRule {
     /// Compile the kernel.
     pub fn new(gpu: &Gpu) -> Result<GpuDeltaRule> {
         use super::context::{storage_entry, uniform_entry};
-        let device = gpu.device();
         let (layout, pipeline) = gpu.scoped("compiling the delta-rule kernel", || {
-            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                label: Some("pocket delta rule"),
-                entries: &[
+            gpu.compute_pipeline(
+                "delta rule",
+                &[
                     storage_entry(0, false),
                     storage_entry(1, true),
                     storage_entry(2, true),
                     storage_entry(3, false),
                     uniform_entry(4),
                 ],
-            });
-            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some("pocket delta rule"),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some("delta rule"),
-                source: wgpu::ShaderSource::Wgsl(super::shaders::delta().into()),
-            });
-            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("delta rule"),
-                layout: Some(&pipeline_layout),
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            (layout, pipeline)
+                super::shaders::delta(),
+            )
         })?;
         Ok(GpuDeltaRule { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })
     }
@@ -174,10 +156,7 @@ impl GpuDeltaRule {
     /// Buffers of `[state, qkv, g and beta, out]` bytes (the readback holds
     /// out and state).
     fn make_io(&self, sizes: &[u64]) -> Io {
-        let device = self.gpu.device();
-        let buffer = |label, size: u64, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
-        };
+        let buffer = |label, size: u64, usage| self.gpu.buffer(label, size, usage);
         use wgpu::BufferUsages as U;
         self.gpu.tally().created(6);
         Io {

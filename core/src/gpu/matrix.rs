@@ -212,14 +212,7 @@ impl GpuMatrix {
 
     fn make_io(&self, tokens: usize, readback_tokens: usize) -> Io {
         let device = self.gpu.device();
-        let buffer = |label, size: usize, usage| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: size as u64,
-                usage,
-                mapped_at_creation: false,
-            })
-        };
+        let buffer = |label, size: usize, usage| self.gpu.buffer(label, size as u64, usage);
         use wgpu::BufferUsages as U;
         let x = buffer("x", tokens * self.cols * 4, U::STORAGE | U::COPY_DST);
         let y = buffer("y", tokens * self.rows * 4, U::STORAGE | U::COPY_SRC);
