@@ -115,41 +115,41 @@ pub(super) fn positive_max(x: &[f32]) -> f32 {
 /// Writes `l + nmax` to `levels`; returns the scale (0 for an all-zero
 /// group). llama.cpp's `make_qx_quants` with `rmse_type` 1.
 pub(super) fn make_qx_quants(nmax: i32, x: &[f32], weights: Option<&[f32]>, levels: &mut [u8]) -> f32 {
+    /// Trials k = -9..=9 sit in lanes 0..19; the lanes past them pad the
+    /// arrays to whole vectors and are never read.
+    const LANES: usize = 24;
     let (max, amax) = signed_max(x);
     if amax < GROUP_MAX_EPS {
         levels.fill(0);
         return 0.0;
     }
     let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let fit = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for (i, &v) in x.iter().enumerate() {
-            let l = level(iscale, v) as f32;
-            let w = weights.map_or(v * v, |w| w[i]);
-            sumlx += w * v * l;
-            suml2 += w * l * l;
+    let iscales: [f32; LANES] = std::array::from_fn(|lane| -(nmax as f32 + 0.1 * (lane as i32 - 9) as f32) / max);
+    // Every trial's sums in one pass over x, each lane adding in x's order
+    // as the one-trial-at-a-time loop does (so the bytes stay llama.cpp's),
+    // with the trials side by side instead of one dependent chain each.
+    let (mut sumlx, mut suml2) = ([0.0f32; LANES], [0.0f32; LANES]);
+    for (i, &v) in x.iter().enumerate() {
+        let w = weights.map_or(v * v, |w| w[i]);
+        for lane in 0..LANES {
+            let l = level(iscales[lane], v) as f32;
+            sumlx[lane] += w * v * l;
+            suml2[lane] += w * l * l;
         }
-        (sumlx, suml2)
-    };
-    let set_levels = |iscale: f32, levels: &mut [u8]| {
-        for (l, &v) in levels.iter_mut().zip(x) {
-            *l = (level(iscale, v) + nmax) as u8;
+    }
+    // Trial 0 (lane 9) first, then k = -9..=9 in order, as the C does.
+    let mut best_lane = 9;
+    let mut scale = if suml2[9] != 0.0 { sumlx[9] / suml2[9] } else { 0.0 };
+    let mut best = scale * sumlx[9];
+    for lane in (0..19).filter(|&lane| lane != 9) {
+        if suml2[lane] > 0.0 && sumlx[lane] * sumlx[lane] > best * suml2[lane] {
+            scale = sumlx[lane] / suml2[lane];
+            best = scale * sumlx[lane];
+            best_lane = lane;
         }
-    };
-
-    let iscale = -(nmax as f32) / max;
-    let (sumlx, suml2) = fit(iscale);
-    set_levels(iscale, levels);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for k in (-9..=9).filter(|&k| k != 0) {
-        let iscale = -(nmax as f32 + 0.1 * k as f32) / max;
-        let (sumlx, suml2) = fit(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            set_levels(iscale, levels);
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
+    }
+    for (l, &v) in levels.iter_mut().zip(x) {
+        *l = (level(iscales[best_lane], v) + nmax) as u8;
     }
     scale
 }
