@@ -203,6 +203,62 @@ pub fn mix_f16(w: &[f32], heads: usize, v: &[f16], out: &mut [f32]) {
     unsafe { (Kernels::selected().mix_f16)(w, heads, v, out) }
 }
 
+/// Query rows [`attend_f16`] takes at once.
+pub const ATTEND_ROWS: usize = 16;
+
+/// A block of query rows that share one KV head (a few tokens of a prompt
+/// times the query heads of the group), with what each row may see.
+pub struct AttendRows<'a> {
+    /// `rows × d` queries, already rounded as the cache wants them.
+    pub q: &'a [f32],
+    /// Key length.
+    pub d: usize,
+    /// `n × d` keys of positions `base..base + n` of the KV head.
+    pub k: &'a [f16],
+    /// `n × dv` values of the same positions.
+    pub v: &'a [f16],
+    /// Value length.
+    pub dv: usize,
+    /// Per row, the keys it attends: `lo..hi`, relative to `base`, `lo < hi <= n`.
+    pub ranges: &'a [(usize, usize)],
+    /// Applied to the scores before the softmax.
+    pub scale: f32,
+}
+
+/// Scratch `f32`s [`attend_f16`] needs for keys of length `d` and `n` positions.
+pub fn attend_f16_scratch(d: usize, n: usize) -> usize {
+    ATTEND_ROWS * (d + n) + ATTEND_KEYS * d
+}
+
+/// Keys per block of the tiled kernels (their widened copy lives in the scratch).
+pub(crate) const ATTEND_KEYS: usize = 8;
+
+/// Whether the selected kernels have a tiled [`attend_f16`] (else the
+/// caller's per-token path over [`scores_f16`] and [`mix_f16`] is as fast).
+pub fn has_tiled_attention() -> bool {
+    Kernels::selected().attend_f16.is_some()
+}
+
+/// Softmax attention of up to [`ATTEND_ROWS`] query rows over an f16 KV
+/// head: row `r`'s scores `scale · q_r · k_j` for `j` in its range, their
+/// softmax rounded to f16 (as [`mix_f16`]'s callers round the weights), and
+/// `out[r * dv..][..dv] = Σ_j p_rj · v_j`. The keys and values are read
+/// once for all the rows. `scratch`: [`attend_f16_scratch`]`(d, n)` values.
+pub fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
+    let rows = a.ranges.len();
+    assert!(rows > 0 && rows <= ATTEND_ROWS, "attend_f16: rows");
+    assert!(a.d > 0 && a.dv > 0 && a.q.len() == rows * a.d, "attend_f16: queries");
+    assert!(a.k.len().is_multiple_of(a.d), "attend_f16: keys");
+    let n = a.k.len() / a.d;
+    assert_eq!(a.v.len(), n * a.dv, "attend_f16: values");
+    assert!(a.ranges.iter().all(|&(lo, hi)| lo < hi && hi <= n), "attend_f16: ranges");
+    assert_eq!(out.len(), rows * a.dv, "attend_f16: output");
+    assert!(scratch.len() >= attend_f16_scratch(a.d, n), "attend_f16: scratch");
+    let kernel = Kernels::selected().attend_f16.unwrap_or(super::scalar::attend_f16);
+    // SAFETY: the sizes are checked above; the table's kernels run on this CPU.
+    unsafe { kernel(a, out, scratch) }
+}
+
 /// The two reads of a recurrent state matrix `s` (`k.len()` rows of
 /// `u.len()` values) in one pass: `u = s^T k` and `out = s^T q`.
 pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {

@@ -44,6 +44,36 @@ pub fn mix_f16_cols(w: &[f32], heads: usize, v: &[f16], out: &mut [f32], from: u
     }
 }
 
+/// [`super::ops::attend_f16`] one row at a time: scores summed in f32 in
+/// key order, `exp` from libm, the normaliser summed in f32, the weights
+/// rounded to f16.
+pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
+    let (d, dv) = (a.d, a.dv);
+    for (r, &(lo, hi)) in a.ranges.iter().enumerate() {
+        let q = &a.q[r * d..][..d];
+        let p = &mut scratch[lo..hi];
+        for (j, s) in (lo..hi).zip(p.iter_mut()) {
+            let dot: f32 = q.iter().zip(&a.k[j * d..][..d]).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum();
+            *s = dot * a.scale;
+        }
+        let max = p.iter().fold(f32::MIN, |m, &s| m.max(s));
+        let mut sum = 0.0f32;
+        for s in p.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        for s in p.iter_mut() {
+            *s = f16::from_f32(*s * inv).to_f32();
+        }
+        let o = &mut out[r * dv..][..dv];
+        o.fill(0.0);
+        for (j, &w) in (lo..hi).zip(p.iter()) {
+            o.iter_mut().zip(&a.v[j * dv..][..dv]).for_each(|(o, &x)| *o += w * f16_to_f32(x.to_bits()));
+        }
+    }
+}
+
 pub fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
     state_read_cols(s, k, q, u, out, 0);
 }

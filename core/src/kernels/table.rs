@@ -283,6 +283,8 @@ pub struct Kernels {
     // attention over an f16 KV cache: see ops::scores_f16 / mix_f16
     pub(crate) scores_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
     pub(crate) mix_f16: unsafe fn(&[f32], usize, &[f16], &mut [f32]),
+    /// A tiled prompt attention (ops::attend_f16), where the ISA has one.
+    pub(crate) attend_f16: Option<AttendF16>,
     // recurrent state (Gated DeltaNet): see ops::state_read / state_update
     pub(crate) state_read: StateRead,
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
@@ -291,6 +293,9 @@ pub struct Kernels {
     /// Q8_K activation quantiser (equal to the bit to the scalar one).
     pub(crate) quantize_q8k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
+
+/// `attend_f16(rows, out, scratch)`: see [`super::ops::attend_f16`].
+pub(crate) type AttendF16 = unsafe fn(&super::ops::AttendRows<'_>, &mut [f32], &mut [f32]);
 
 /// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
 pub(crate) type StateRead = unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
@@ -328,6 +333,7 @@ impl Kernels {
         axpy_f32: scalar::axpy_f32,
         scores_f16: scalar::scores_f16,
         mix_f16: scalar::mix_f16,
+        attend_f16: None,
         state_read: scalar::state_read,
         state_update: scalar::state_update,
         silu: scalar::silu,

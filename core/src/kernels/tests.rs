@@ -609,6 +609,87 @@ fn attention_kernels_equal_scalar_twins() {
     }
 }
 
+/// Queries, keys, values and the rows' key ranges of one `attend_f16` call.
+type AttendCase = (Vec<f32>, Vec<f16>, Vec<f16>, Vec<(usize, usize)>);
+
+/// Random `attend_f16` inputs: `rows` queries of `d`, `n` positions of keys
+/// and values, each row's range inside `0..n` (some a single key, some all).
+fn attend_case(rng: &mut Rng, rows: usize, d: usize, dv: usize, n: usize) -> AttendCase {
+    let q = rng.vec(rows * d, 2.0);
+    let k: Vec<f16> = rng.vec(n * d, 1.0).iter().map(|&v| f16::from_f32(v)).collect();
+    let v: Vec<f16> = rng.vec(n * dv, 1.0).iter().map(|&v| f16::from_f32(v)).collect();
+    let ranges = (0..rows)
+        .map(|r| match r % 3 {
+            0 => (0, n),
+            1 => {
+                let lo = rng.below(n);
+                (lo, lo + 1 + rng.below(n - lo))
+            }
+            _ => (n - 1 - rng.below(n), n),
+        })
+        .collect();
+    (q, k, v, ranges)
+}
+
+#[test]
+fn tiled_attention_equals_its_scalar_twin() {
+    // Row counts up to the register's sixteen lanes, head sizes with and
+    // without tails of 16 and 32, positions around the kernels' blocks of 8.
+    let mut rng = Rng::new(29);
+    for k in paths() {
+        let Some(kernel) = k.attend_f16 else { continue };
+        for rows in [1, 3, 8, 9, 16] {
+            for (d, dv) in [(1, 1), (7, 5), (16, 16), (33, 40), (64, 64), (256, 256)] {
+                for n in [1, 2, 8, 9, 23] {
+                    let (q, kv_k, kv_v, ranges) = attend_case(&mut rng, rows, d, dv, n);
+                    let a = ops::AttendRows { q: &q, d, k: &kv_k, v: &kv_v, dv, ranges: &ranges, scale: 0.3 };
+                    let mut scratch = vec![f32::NAN; ops::attend_f16_scratch(d, n)];
+                    let (mut got, mut want) = (vec![f32::NAN; rows * dv], vec![f32::NAN; rows * dv]);
+                    // SAFETY: `k` came from `for_isa`; the sizes are the contract's.
+                    unsafe {
+                        kernel(&a, &mut got, &mut scratch);
+                        scalar::attend_f16(&a, &mut want, &mut scratch);
+                    }
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let (r, c) = (i / dv, i % dv);
+                        let (lo, hi) = ranges[r];
+                        // A weight may round to the neighbouring f16 (1e-3) where exp differs by an ulp.
+                        let mag: f32 = (lo..hi).map(|j| kv_v[j * dv + c].to_f32().abs()).fold(0.0, f32::max);
+                        assert!(
+                            (g - w).abs() <= 2e-3 * mag + 1e-6,
+                            "{} rows={rows} d={d} dv={dv} n={n} row {r} col {c}: {g} vs {w}",
+                            k.isa()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn tiled_attention_is_scores_softmax_and_mix() {
+    // The scalar twin against the per-token path it replaces in prefill.
+    let mut rng = Rng::new(31);
+    let (rows, d, dv, n) = (5, 24, 16, 13);
+    let (q, k, v, ranges) = attend_case(&mut rng, rows, d, dv, n);
+    let a = ops::AttendRows { q: &q, d, k: &k, v: &v, dv, ranges: &ranges, scale: 0.25 };
+    let mut got = vec![0.0; rows * dv];
+    ops::attend_f16(&a, &mut got, &mut vec![0.0; ops::attend_f16_scratch(d, n)]);
+    for (r, &(lo, hi)) in ranges.iter().enumerate() {
+        let mut s = vec![0.0; hi - lo];
+        ops::scores_f16(&q[r * d..][..d], 1, &k[lo * d..hi * d], &mut s);
+        ops::scale(&mut s, 0.25);
+        ops::softmax(&mut s);
+        s.iter_mut().for_each(|w| *w = f16::from_f32(*w).to_f32());
+        let mut want = vec![0.0; dv];
+        ops::mix_f16(&s, 1, &v[lo * dv..hi * dv], &mut want);
+        for (c, (g, w)) in got[r * dv..][..dv].iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 2e-3, "row {r} col {c}: {g} vs {w}");
+        }
+    }
+}
+
 #[test]
 fn float_multi_row_kernels_equal_the_one_row_kernel_to_the_bit() {
     // Prefill (several activation rows per pass) and decode (one) must give

@@ -307,6 +307,19 @@ impl KvCache {
         Some((self.k.raw()?, self.v.raw()?))
     }
 
+    /// The keys and the values of `kv_head` at positions `lo..hi` of an f16
+    /// cache (`None` for another type).
+    pub fn f16_rows(&self, kv_head: usize, lo: usize, hi: usize) -> Option<(&[f16], &[f16])> {
+        let at = kv_head * self.capacity;
+        match (&self.k, &self.v) {
+            (Buf::F16(k), Buf::F16(v)) => Some((
+                &k[(at + lo) * self.head_dim_k..(at + hi) * self.head_dim_k],
+                &v[(at + lo) * self.head_dim_v..(at + hi) * self.head_dim_v],
+            )),
+            _ => None,
+        }
+    }
+
     /// `dst = q`, rounded to the cache's precision before it meets the keys
     /// (an f16 cache multiplies f16 by f16, as llama.cpp's f16 cache does).
     pub fn round_query(&self, q: &[f32], dst: &mut [f32]) {

@@ -4,7 +4,7 @@
 use super::super::cache::{KvCache, KvType};
 use super::super::hparams::Meta;
 use super::super::pass::{Attend, Pass};
-use super::super::scratch::{split, take, ActCache, SharedMut};
+use super::super::scratch::{take, ActCache, SharedMut};
 use super::super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::{Key, TensorKind};
@@ -187,7 +187,7 @@ impl Attention {
 /// [`crate::model::pass::Backend::attend`] on the CPU. The query heads that
 /// share a KV head run together: the score and mix kernels read each key and
 /// value row once for all of them; work items are (token, KV head, slice of
-/// its query heads), split over threads. Each thread's stripe of `scratch`
+/// its query heads), dealt round-robin over threads. Each thread's stripe of `scratch`
 /// holds the item's scores and its queries, gathered into consecutive rows
 /// and rounded to the cache's precision.
 pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<f32>) {
@@ -197,16 +197,20 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
     let q_stride = if a.gated { 2 * hd } else { hd };
     let cap = cache.capacity;
     let group = p.n_head / p.n_kv_head;
+    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() {
+        return attend_tiled(pass, a, att, scratch);
+    }
     let per_item = heads_per_item(group, n * p.n_kv_head, pool.n_threads());
     let stripe = per_item * (cap + hd);
     let scratch = take(scratch, pool.n_threads() * stripe);
     let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
     let slices = group / per_item;
     pool.run(&|ith, nth| {
-        let (lo_item, hi_item) = split(n * p.n_kv_head * slices, ith, nth);
         // SAFETY: each thread owns its stripe of the scratch.
         let (sc_all, qs) = unsafe { scratch.slice(ith * stripe, stripe) }.split_at_mut(per_item * cap);
-        for item in lo_item..hi_item {
+        // Items dealt round-robin: a causal prompt's later tokens see more
+        // keys, so contiguous ranges would leave the first thread idle.
+        for item in (ith..n * p.n_kv_head * slices).step_by(nth) {
             let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
             let pos = pos0 + t;
@@ -229,6 +233,69 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
                     let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
                     for (o, &gv) in o.iter_mut().zip(gate) {
                         *o *= ops::sigmoid(gv);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// [`attend_cpu`] for a prompt over an f16 cache with the tiled kernel:
+/// work items are (block of tokens, KV head, slice of its query heads)
+/// with at most [`ops::ATTEND_ROWS`] rows, so each key and value is read once
+/// for a few tokens' queries of the group (keys a block's first token sees
+/// before its window starts, or its last token's future, are masked).
+fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<f32>) {
+    let (p, cache, q, q_rows, pool) = (a.p, a.cache, a.q, a.q_rows, pass.pool);
+    let (n, pos0) = (pass.n, pass.pos0);
+    let (hd, hdv) = (p.head_dim, p.head_dim_v);
+    let q_stride = if a.gated { 2 * hd } else { hd };
+    let group = p.n_head / p.n_kv_head;
+    // Query heads per item: the largest divisor of the group that fits the rows.
+    let heads = (1..=group.min(ops::ATTEND_ROWS)).rev().find(|&h| group.is_multiple_of(h)).unwrap_or(1);
+    let tokens = ops::ATTEND_ROWS / heads;
+    let (blocks, slices) = (n.div_ceil(tokens), group / heads);
+    let rows_max = tokens * heads;
+    let stripe = rows_max * (hd + hdv) + ops::attend_f16_scratch(hd, cache.capacity);
+    let scratch = take(scratch, pool.n_threads() * stripe);
+    let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
+    let lo_of = |pos: usize| p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    pool.run(&|ith, nth| {
+        // SAFETY: each thread owns its stripe of the scratch.
+        let stripe = unsafe { scratch.slice(ith * stripe, stripe) };
+        let (qs, rest) = stripe.split_at_mut(rows_max * hd);
+        let (os, work) = rest.split_at_mut(rows_max * hdv);
+        let mut ranges = [(0usize, 0usize); ops::ATTEND_ROWS];
+        // Round-robin: later blocks of a causal prompt see more keys.
+        for item in (ith..blocks * p.n_kv_head * slices).step_by(nth) {
+            let (blk, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
+            let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * heads);
+            let (t0, t1) = (blk * tokens, (blk * tokens + tokens).min(n));
+            let (base, top) = (lo_of(pos0 + t0), pos0 + t1);
+            let rows = (t1 - t0) * heads;
+            for t in t0..t1 {
+                let pos = pos0 + t;
+                for g in 0..heads {
+                    let r = (t - t0) * heads + g;
+                    cache.round_query(&q[t * q_rows + (h0 + g) * q_stride..][..hd], &mut qs[r * hd..][..hd]);
+                    ranges[r] = (lo_of(pos) - base, pos + 1 - base);
+                }
+            }
+            // (Always an f16 cache: the caller checked.)
+            let Some((k, v)) = cache.f16_rows(kvh, base, top) else { continue };
+            let rows_in =
+                ops::AttendRows { q: &qs[..rows * hd], d: hd, k, v, dv: hdv, ranges: &ranges[..rows], scale: p.scale };
+            ops::attend_f16(&rows_in, &mut os[..rows * hdv], work);
+            for t in t0..t1 {
+                // SAFETY: the item owns heads h0..h0 + heads of its tokens.
+                let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, heads * hdv) };
+                out.copy_from_slice(&os[(t - t0) * heads * hdv..][..heads * hdv]);
+                if a.gated {
+                    for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
+                        let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
+                        for (o, &gv) in o.iter_mut().zip(gate) {
+                            *o *= ops::sigmoid(gv);
+                        }
                     }
                 }
             }

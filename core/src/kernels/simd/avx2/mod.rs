@@ -12,6 +12,7 @@
 //! unsigned operands stay below 64 and activations within +-127, so every
 //! path computes exactly the scalar twin's integers.
 
+mod attend;
 mod float;
 mod gemm;
 mod iq12;
@@ -51,6 +52,7 @@ pub(crate) fn detected() -> Vec<Kernels> {
         let mut k = table!(avx512vnni, Isa::Avx512Vnni);
         kquants::zmm::install(&mut k);
         gemm::install(&mut k);
+        k.attend_f16 = Some(attend::attend_f16);
         out.push(k);
     }
     out
@@ -140,6 +142,7 @@ macro_rules! table {
             axpy_f32: float::avx2::axpy_f32,
             scores_f16: float::avx2::scores_f16,
             mix_f16: float::avx2::mix_f16,
+            attend_f16: None,
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
             silu: float::avx2::silu,

@@ -141,6 +141,7 @@ macro_rules! table {
             axpy_f32: float::axpy_f32,
             scores_f16: float::scores_f16,
             mix_f16: float::mix_f16,
+            attend_f16: None,
             state_read: float::state_read,
             state_update: float::state_update,
             silu: float::silu,

@@ -1,0 +1,171 @@
+//! Prompt attention over an f16 KV head on AVX-512: up to sixteen query rows
+//! (a few tokens times the query heads sharing the KV head) in the sixteen
+//! lanes of one register, so every key and value is read and widened once
+//! for all of them (see [`crate::kernels::ops::attend_f16`]).
+//!
+//! - Scores: the queries transposed (`qt[i]` = lane r holds `q_r[i]`), eight
+//!   keys widened to f32 at a time, and for each dimension one load of `qt[i]`
+//!   meets each key's `k_j[i]` broadcast from memory: eight accumulators of
+//!   sixteen rows, no horizontal sums. `st[j]` keeps key j's scores of all
+//!   rows, -inf outside a row's range.
+//! - Softmax down the lanes: the rows' maxima, `exp` (a degree-6 polynomial
+//!   after range reduction, within 2 ulp of libm), the rows' sums, the weights
+//!   rounded to f16.
+//! - Values: eight rows times 32 columns of accumulators, each value row
+//!   widened once per block of columns and met by the eight rows' weights
+//!   broadcast from `st`.
+
+// Rows, keys and columns index parallel arrays of lanes by one counter.
+#![allow(clippy::needless_range_loop)]
+use crate::kernels::ops::{AttendRows, ATTEND_KEYS, ATTEND_ROWS};
+use std::arch::x86_64::*;
+
+const LANES: usize = ATTEND_ROWS;
+
+/// Lanes `0..n.min(16)` set.
+#[inline(always)]
+fn first(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xFFFF
+    } else {
+        ((1u32 << n) - 1) as __mmask16
+    }
+}
+
+/// `n.min(16)` f16 values at `p` widened to f32 (the rest zero).
+#[inline(always)]
+unsafe fn load_f16(p: *const u16, n: usize) -> __m512 {
+    _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first(n), p.cast()))
+}
+
+/// `e^x` per lane for `x <= 0` (scores minus their maximum): `x = m ln 2 + r`,
+/// `|r| <= ln 2 / 2`, a degree-6 Taylor polynomial in `r`, times `2^m`.
+#[inline(always)]
+unsafe fn exp(x: __m512) -> __m512 {
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
+    let m = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+        x,
+        _mm512_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693_145_75), x);
+    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(1.428_606_8e-6), r);
+    let mut p = _mm512_set1_ps(1.0 / 720.0);
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    _mm512_scalef_ps(p, m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
+    let (d, dv, rows) = (a.d, a.dv, a.ranges.len());
+    let n = a.k.len() / d;
+    let (qt, rest) = scratch.split_at_mut(LANES * d);
+    let (kf, st) = rest.split_at_mut(ATTEND_KEYS * d);
+    let st = &mut st[..LANES * n];
+    for i in 0..d {
+        for r in 0..LANES {
+            qt[i * LANES + r] = if r < rows { a.q[r * d + i] } else { 0.0 };
+        }
+    }
+    let (mut lo, mut hi) = ([0i32; LANES], [0i32; LANES]);
+    for (r, &(l, h)) in a.ranges.iter().enumerate() {
+        (lo[r], hi[r]) = (l as i32, h as i32);
+    }
+    let (jlo, jhi) = (lo[..rows].iter().min().copied().unwrap_or(0), hi[..rows].iter().max().copied().unwrap_or(0));
+    let (lo, hi) = (_mm512_loadu_si512(lo.as_ptr().cast()), _mm512_loadu_si512(hi.as_ptr().cast()));
+    let (jlo, jhi) = (jlo as usize, jhi as usize);
+    let kp = a.k.as_ptr().cast::<u16>();
+
+    // Scores, ATTEND_KEYS keys at a time, then one at a time.
+    let scale = _mm512_set1_ps(a.scale);
+    let mut max = _mm512_set1_ps(f32::MIN);
+    // Key j's scaled scores of every row, -inf where j is outside the row's range.
+    let mut store = |j: usize, acc: __m512| {
+        let jv = _mm512_set1_epi32(j as i32);
+        let inside = _mm512_cmpge_epi32_mask(jv, lo) & _mm512_cmplt_epi32_mask(jv, hi);
+        let s = _mm512_mask_mul_ps(_mm512_set1_ps(f32::NEG_INFINITY), inside, acc, scale);
+        max = _mm512_max_ps(max, s);
+        _mm512_storeu_ps(st.as_mut_ptr().add(j * LANES), s);
+    };
+    let mut j = jlo;
+    while j < jhi {
+        let keys = ATTEND_KEYS.min(jhi - j);
+        for kk in 0..keys {
+            for i in (0..d).step_by(16) {
+                let w = load_f16(kp.add((j + kk) * d + i), d - i);
+                _mm512_mask_storeu_ps(kf.as_mut_ptr().add(kk * d + i), first(d - i), w);
+            }
+        }
+        if keys == ATTEND_KEYS {
+            let acc = scores::<ATTEND_KEYS>(qt, kf, d);
+            for kk in 0..ATTEND_KEYS {
+                store(j + kk, acc[kk]);
+            }
+        } else {
+            for kk in 0..keys {
+                store(j + kk, scores::<1>(qt, &kf[kk * d..], d)[0]);
+            }
+        }
+        j += keys;
+    }
+
+    // Softmax down the lanes; the weights rounded to f16 in place.
+    let mut sum = _mm512_setzero_ps();
+    for j in jlo..jhi {
+        let p = st.as_mut_ptr().add(j * LANES);
+        let s = _mm512_loadu_ps(p);
+        let inside = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(s, _mm512_set1_ps(f32::NEG_INFINITY));
+        let e = _mm512_maskz_mov_ps(inside, exp(_mm512_sub_ps(s, max)));
+        sum = _mm512_add_ps(sum, e);
+        _mm512_storeu_ps(p, e);
+    }
+    let inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask::<_CMP_GT_OQ>(sum, _mm512_setzero_ps()), _mm512_set1_ps(1.0), sum);
+    for j in jlo..jhi {
+        let p = st.as_mut_ptr().add(j * LANES);
+        let w = _mm512_mul_ps(_mm512_loadu_ps(p), inv);
+        let w = _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(w));
+        _mm512_storeu_ps(p, w);
+    }
+
+    // Values: eight rows by 32 columns per pass over the positions.
+    let vp = a.v.as_ptr().cast::<u16>();
+    for r0 in (0..rows).step_by(8) {
+        let nr = (rows - r0).min(8);
+        for c in (0..dv).step_by(32) {
+            let (m0, m1) = (first(dv - c), first((dv - c).saturating_sub(16)));
+            let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+            for j in jlo..jhi {
+                let row = vp.add(j * dv + c);
+                let (v0, v1) = (load_f16(row, dv - c), load_f16(row.add(16), (dv - c).saturating_sub(16)));
+                let w = st.as_ptr().add(j * LANES + r0);
+                for r in 0..8 {
+                    let b = _mm512_set1_ps(*w.add(r));
+                    acc[r][0] = _mm512_fmadd_ps(b, v0, acc[r][0]);
+                    acc[r][1] = _mm512_fmadd_ps(b, v1, acc[r][1]);
+                }
+            }
+            for r in 0..nr {
+                let o = out.as_mut_ptr().add((r0 + r) * dv + c);
+                _mm512_mask_storeu_ps(o, m0, acc[r][0]);
+                if m1 != 0 {
+                    _mm512_mask_storeu_ps(o.add(16), m1, acc[r][1]);
+                }
+            }
+        }
+    }
+}
+
+/// The sixteen rows' dot products with `K` widened keys (`kf`: `K` rows of `d`).
+#[inline(always)]
+unsafe fn scores<const K: usize>(qt: &[f32], kf: &[f32], d: usize) -> [__m512; K] {
+    let mut acc = [_mm512_setzero_ps(); K];
+    let (qp, kp) = (qt.as_ptr(), kf.as_ptr());
+    for i in 0..d {
+        let q = _mm512_loadu_ps(qp.add(i * LANES));
+        for kk in 0..K {
+            acc[kk] = _mm512_fmadd_ps(q, _mm512_set1_ps(*kp.add(kk * d + i)), acc[kk]);
+        }
+    }
+    acc
+}
