@@ -44,22 +44,43 @@ pub fn mix_f16_cols(w: &[f32], heads: usize, v: &[f16], out: &mut [f32], from: u
     }
 }
 
-/// [`super::ops::attend_f16`] one row at a time: scores summed in f32 in
-/// key order, `exp` from libm, the normaliser summed in f32, the weights
-/// rounded to f16.
+/// `e^x` for `x <= 0` as the tiled attention kernels compute it, lane for
+/// lane: `x` clamped at -87, `x = m ln 2 + r` (`m` rounded to even, `ln 2`
+/// in two parts), a degree-6 Taylor polynomial in `r` by fused multiply-adds,
+/// times `2^m` made in the exponent bits. Within 4 ulp of libm's.
+pub fn exp_attend(x: f32) -> f32 {
+    let x = x.max(-87.0);
+    let m = (x * std::f32::consts::LOG2_E).round_ties_even();
+    let r = (-m).mul_add(LN2_HI, x);
+    let r = (-m).mul_add(LN2_LO, r);
+    let p = EXP_TAYLOR.iter().fold(1.0 / 720.0, |p: f32, &c| p.mul_add(r, c));
+    p * f32::from_bits(((m as i32 + 127) << 23) as u32)
+}
+
+/// `ln 2` = `LN2_HI + LN2_LO`, the high part exact in few bits.
+pub(crate) const LN2_HI: f32 = 0.693_145_75;
+pub(crate) const LN2_LO: f32 = 1.428_606_8e-6;
+/// The Taylor coefficients of `e^r` after `1/6!`, highest first.
+pub(crate) const EXP_TAYLOR: [f32; 6] = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0];
+
+/// [`super::ops::attend_f16`] one row at a time, in the order and roundings
+/// of the SIMD kernels' lanes (fused multiply-adds along the dimension and
+/// down the positions, [`exp_attend`], the normaliser summed in key order,
+/// the weights rounded to f16), so they agree to the bit.
 pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
     let (d, dv) = (a.d, a.dv);
     for (r, &(lo, hi)) in a.ranges.iter().enumerate() {
         let q = &a.q[r * d..][..d];
         let p = &mut scratch[lo..hi];
         for (j, s) in (lo..hi).zip(p.iter_mut()) {
-            let dot: f32 = q.iter().zip(&a.k[j * d..][..d]).map(|(&x, &y)| x * f16_to_f32(y.to_bits())).sum();
+            let k = &a.k[j * d..][..d];
+            let dot = q.iter().zip(k).fold(0.0f32, |acc, (&x, &y)| x.mul_add(f16_to_f32(y.to_bits()), acc));
             *s = dot * a.scale;
         }
         let max = p.iter().fold(f32::MIN, |m, &s| m.max(s));
         let mut sum = 0.0f32;
         for s in p.iter_mut() {
-            *s = (*s - max).exp();
+            *s = exp_attend(*s - max);
             sum += *s;
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
@@ -69,7 +90,7 @@ pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut
         let o = &mut out[r * dv..][..dv];
         o.fill(0.0);
         for (j, &w) in (lo..hi).zip(p.iter()) {
-            o.iter_mut().zip(&a.v[j * dv..][..dv]).for_each(|(o, &x)| *o += w * f16_to_f32(x.to_bits()));
+            o.iter_mut().zip(&a.v[j * dv..][..dv]).for_each(|(o, &x)| *o = w.mul_add(f16_to_f32(x.to_bits()), *o));
         }
     }
 }

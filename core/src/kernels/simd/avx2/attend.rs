@@ -8,9 +8,8 @@
 //!   meets each key's `k_j[i]` broadcast from memory: eight accumulators of
 //!   sixteen rows, no horizontal sums. `st[j]` keeps key j's scores of all
 //!   rows, -inf outside a row's range.
-//! - Softmax down the lanes: the rows' maxima, `exp` (a degree-6 polynomial
-//!   after range reduction, within 2 ulp of libm), the rows' sums, the weights
-//!   rounded to f16.
+//! - Softmax down the lanes: the rows' maxima, `exp` (the scalar twin's
+//!   polynomial), the rows' sums, the weights rounded to f16.
 //! - Values: eight rows times 32 columns of accumulators, each value row
 //!   widened once per block of columns and met by the eight rows' weights
 //!   broadcast from `st`.
@@ -18,6 +17,7 @@
 // Rows, keys and columns index parallel arrays of lanes by one counter.
 #![allow(clippy::needless_range_loop)]
 use crate::kernels::ops::{AttendRows, ATTEND_KEYS, ATTEND_ROWS};
+use crate::kernels::scalar;
 use std::arch::x86_64::*;
 
 const LANES: usize = ATTEND_ROWS;
@@ -38,22 +38,22 @@ unsafe fn load_f16(p: *const u16, n: usize) -> __m512 {
     _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(first(n), p.cast()))
 }
 
-/// `e^x` per lane for `x <= 0` (scores minus their maximum): `x = m ln 2 + r`,
-/// `|r| <= ln 2 / 2`, a degree-6 Taylor polynomial in `r`, times `2^m`.
+/// [`scalar::exp_attend`] per lane.
 #[inline(always)]
 unsafe fn exp(x: __m512) -> __m512 {
-    let x = _mm512_max_ps(x, _mm512_set1_ps(-104.0));
+    let x = _mm512_max_ps(x, _mm512_set1_ps(-87.0));
     let m = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
         x,
         _mm512_set1_ps(std::f32::consts::LOG2_E),
     ));
-    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693_145_75), x);
-    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(1.428_606_8e-6), r);
+    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(scalar::LN2_HI), x);
+    let r = _mm512_fnmadd_ps(m, _mm512_set1_ps(scalar::LN2_LO), r);
     let mut p = _mm512_set1_ps(1.0 / 720.0);
-    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+    for c in scalar::EXP_TAYLOR {
         p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
     }
-    _mm512_scalef_ps(p, m)
+    let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(_mm512_cvtps_epi32(m), _mm512_set1_epi32(127)));
+    _mm512_mul_ps(p, _mm512_castsi512_ps(bits))
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]

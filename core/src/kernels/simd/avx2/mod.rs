@@ -13,6 +13,7 @@
 //! path computes exactly the scalar twin's integers.
 
 mod attend;
+mod attend_ymm;
 mod float;
 mod gemm;
 mod iq12;
@@ -142,7 +143,7 @@ macro_rules! table {
             axpy_f32: float::avx2::axpy_f32,
             scores_f16: float::avx2::scores_f16,
             mix_f16: float::avx2::mix_f16,
-            attend_f16: None,
+            attend_f16: Some(attend_ymm::attend_f16),
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
             silu: float::avx2::silu,

@@ -9,6 +9,7 @@
 //! function compiled with the feature it needs, so no path ever contains an
 //! instruction its CPU lacks.
 
+mod attend;
 mod float;
 mod gemm;
 mod i8mm;
@@ -141,7 +142,7 @@ macro_rules! table {
             axpy_f32: float::axpy_f32,
             scores_f16: float::scores_f16,
             mix_f16: float::mix_f16,
-            attend_f16: None,
+            attend_f16: Some(attend::attend_f16),
             state_read: float::state_read,
             state_update: float::state_update,
             silu: float::silu,
