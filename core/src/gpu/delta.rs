@@ -44,7 +44,7 @@ impl GpuDeltaRule {
                     storage_entry(3, false),
                     uniform_entry(4),
                 ],
-                super::shaders::delta(),
+                super::shaders::delta(gpu.kernels()),
             )
         })?;
         Ok(GpuDeltaRule { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })

@@ -2,7 +2,10 @@
 //! Linux, Metal on Apple).
 //!
 //! - [`Gpu`]: one headless device and its queue ([`Gpu::new`]); what the
-//!   adapter is and can do ([`AdapterInfo`]).
+//!   adapter is and can do ([`AdapterInfo`]), and which form of the kernels
+//!   it runs ([`KernelVariant`]: `shader-f16` and subgroups where the
+//!   adapter has them, else the portable form; [`GpuOptions::portable`]
+//!   forces the latter).
 //! - [`GpuCounters`]: what the device was asked to do (submissions,
 //!   dispatches, buffers, bytes uploaded and read back), counted where it
 //!   happens, for `pocket bench` and the tests.
@@ -33,7 +36,7 @@ mod info;
 use crate::quant::GgmlType;
 
 pub use counters::GpuCounters;
-pub use info::{AdapterInfo, GpuLimits};
+pub use info::{AdapterInfo, GpuLimits, KernelVariant};
 
 #[cfg(feature = "gpu")]
 mod attention;
@@ -135,4 +138,18 @@ pub struct GpuOptions {
     /// device's limit (tests force the two-dimensional row grid and the
     /// token batches with it); `None`: the device's limit.
     pub max_workgroups_per_dimension: Option<u32>,
+    /// Use no `shader-f16` even where the adapter offers it (the portable
+    /// f16 conversions; see [`KernelVariant`]).
+    pub no_f16: bool,
+    /// Use no subgroup operations even where the adapter offers them (the
+    /// workgroup-memory reductions; see [`KernelVariant`]).
+    pub no_subgroups: bool,
+}
+
+impl GpuOptions {
+    /// The portable kernels whatever the adapter offers: what an adapter
+    /// without `shader-f16` or subgroups runs, on this one.
+    pub fn portable() -> GpuOptions {
+        GpuOptions { no_f16: true, no_subgroups: true, ..Default::default() }
+    }
 }

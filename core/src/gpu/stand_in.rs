@@ -29,6 +29,10 @@ impl Gpu {
         match self.never {}
     }
 
+    pub fn kernels(&self) -> super::KernelVariant {
+        match self.never {}
+    }
+
     pub fn counters(&self) -> GpuCounters {
         match self.never {}
     }

@@ -131,7 +131,9 @@ pub fn run(args: Args) -> Result<(), String> {
         "load_ms": load_ms,
         "memory_budget": args.budget.bytes,
         "backend": model.backend_name(),
-        "adapter": model.adapter().map(|a| json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info})),
+        "adapter": model.adapter().map(|a| {
+            json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info, "kernels": a.kernels.name()})
+        }),
         "warmup": !args.no_warmup,
         "varied": args.varied,
     });

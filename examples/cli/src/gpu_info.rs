@@ -1,5 +1,6 @@
 //! `pocket gpu-info [--json]`: the GPU adapter Pocket would use, its
-//! features and the limits that shape the kernels.
+//! features, the limits that shape the kernels, and the form of the kernels
+//! it runs (`kernels`: `f16+subgroups` ... `portable`).
 
 use pocket_core::gpu::{AdapterInfo, Gpu, GpuOptions};
 use serde_json::{json, Map, Value};
@@ -24,6 +25,7 @@ pub fn run(args: Args) -> Result<(), String> {
     println!("vendor       {:#06x}, device {:#06x}", info.vendor, info.device);
     println!("shader-f16   {}", yes_no(info.shader_f16));
     println!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
+    println!("kernels      {}", info.kernels.name());
     println!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
     println!("limits");
     for (name, value) in info.limits.entries() {
@@ -56,5 +58,6 @@ fn to_json(info: &AdapterInfo) -> Value {
         "subgroup_max_size": info.subgroup_max_size,
         "features": info.features,
         "limits": limits,
+        "kernels": {"name": info.kernels.name(), "f16": info.kernels.f16, "subgroups": info.kernels.subgroups},
     })
 }

@@ -1,6 +1,7 @@
 //! [`GpuBackend`] against [`Cpu`], operation by operation, on random data:
 //! products over chosen rows (MoE experts), attention (and the device copy
-//! of the KV cache through rewrites), the delta rule. Without an adapter the
+//! of the KV cache through rewrites), the delta rule, each with the kernels
+//! the adapter offers and with the portable ones. Without an adapter the
 //! tests print why and pass; `POCKET_REQUIRE_GPU=1` makes that a failure.
 
 use super::super::blocks::attention::{AttnParams, Rope};
@@ -15,6 +16,19 @@ use crate::threads::ThreadPool;
 
 fn device() -> Option<Gpu> {
     device_with(&GpuOptions::default())
+}
+
+/// The device with the kernels the adapter offers (`shader-f16` and
+/// subgroups on lavapipe) and with the portable ones: one when they are the
+/// same, none without an adapter.
+fn devices() -> Vec<Gpu> {
+    let Some(best) = device() else { return Vec::new() };
+    let Some(portable) = device_with(&GpuOptions::portable()) else { return Vec::new() };
+    if best.kernels() == portable.kernels() {
+        vec![best]
+    } else {
+        vec![best, portable]
+    }
 }
 
 fn device_with(opts: &GpuOptions) -> Option<Gpu> {
@@ -37,7 +51,13 @@ fn device_with(opts: &GpuOptions) -> Option<Gpu> {
 /// on the same quantised activations, none on the CPU.
 #[test]
 fn products_over_chosen_rows_match_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        products_over_chosen_rows_match_the_cpu_on(&gpu);
+    }
+}
+
+fn products_over_chosen_rows_match_the_cpu_on(gpu: &Gpu) {
+    let kernels = gpu.kernels().name();
     let pool = ThreadPool::new(1);
     let mut rng = Rng::new(31);
     for ty in FORMATS {
@@ -74,7 +94,10 @@ fn products_over_chosen_rows_match_the_cpu() {
         for (j, (w, g)) in want.iter().zip(&got).enumerate() {
             let range = w.iter().fold(0f32, |m, v| m.max(v.abs()));
             for (i, (a, b)) in w.iter().zip(g).enumerate() {
-                assert!((a - b).abs() <= 1e-4 * range + 1e-5, "{ty} job {j} output {i}: cpu {a} vs gpu {b}");
+                assert!(
+                    (a - b).abs() <= 1e-4 * range + 1e-5,
+                    "{ty} ({kernels}) job {j} output {i}: cpu {a} vs gpu {b}"
+                );
             }
         }
     }
@@ -152,7 +175,13 @@ type Case = (usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usi
 /// workgroup and contexts longer than it.
 #[test]
 fn attention_matches_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        attention_matches_the_cpu_on(gpu);
+    }
+}
+
+fn attention_matches_the_cpu_on(gpu: Gpu) {
+    let kernels = gpu.kernels().name();
     let backend = GpuBackend::new(gpu, &[]);
     let mut rng = Rng::new(41);
     let cases: [Case; 6] = [
@@ -166,7 +195,7 @@ fn attention_matches_the_cpu() {
     for (n_head, n_kv, hd, hdv, window, gated, ty, prefill, decode) in cases {
         let p = layer(n_head, n_kv, hd, hdv, window);
         let mut cache = KvCache::new(ty, n_kv, hd, hdv, 96).unwrap();
-        let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?}");
+        let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?} ({kernels})");
         fill(&mut cache, 0..prefill, &mut rng);
         check(&backend, &cache, &p, 0, prefill, gated, &mut rng, &format!("{what}: prefill {prefill}"));
         for pos in prefill..prefill + decode {
@@ -288,7 +317,12 @@ fn the_device_copy_of_the_cache_follows_rewrites() {
 /// state carried from call to call; outputs and the advanced state.
 #[test]
 fn the_delta_rule_matches_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        the_delta_rule_matches_the_cpu_on(gpu);
+    }
+}
+
+fn the_delta_rule_matches_the_cpu_on(gpu: Gpu) {
     let backend = GpuBackend::new(gpu, &[]);
     let pool = ThreadPool::new(2);
     let mut rng = Rng::new(43);
