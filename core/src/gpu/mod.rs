@@ -20,8 +20,9 @@
 //! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
 //!   on the device (written only the positions that changed) and causal
 //!   attention over it (GQA, sliding windows, output gates; f16 or f32).
-//! - [`GpuDeltaRule`]: the gated delta rule of a Gated DeltaNet layer over
-//!   a pass's tokens (the recurrent state goes up and comes back per call).
+//! - [`GpuDeltaRule`] and [`GpuState`]: the gated delta rule of a Gated
+//!   DeltaNet layer over a pass's tokens, on a recurrent state that stays
+//!   on the device between calls (written and read back only on request).
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -57,14 +58,14 @@ pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
-pub use delta::GpuDeltaRule;
+pub use delta::{GpuDeltaRule, GpuState};
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, GpuState, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
