@@ -9,6 +9,8 @@
 mod common;
 
 use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+#[cfg(feature = "gpu")]
+use pocket_core::gpu::{KernelVariant, KERNELS_ENV};
 use pocket_core::model::{BackendKind, KvType, LoadOptions, Logits, Model};
 use pocket_core::sampler::SamplerConfig;
 use pocket_core::session::{GenerateOptions, Session, SessionOptions};
@@ -103,7 +105,11 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
     for name in files {
         let Some(gpu) = load_gpu(name) else { return };
         assert_eq!((gpu.backend_name(), gpu.backend()), ("gpu", BackendKind::Gpu));
-        assert!(gpu.adapter().is_some());
+        // The adapter's form of the kernels, or the portable one when asked.
+        let kernels = gpu.adapter().unwrap().kernels;
+        if std::env::var(KERNELS_ENV).is_ok_and(|v| v == "portable") {
+            assert_eq!(kernels, KernelVariant::PORTABLE);
+        }
         // Weights go up on first use, not at load.
         assert_eq!(gpu.backend_counters().unwrap().device.weight_bytes_uploaded, 0);
         let cpu = Model::load(path(name)).unwrap();
@@ -137,7 +143,8 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         let diff = || want.iter().zip(&got).map(|(a, b)| (a - b).abs());
         let (worst, mean) = (diff().fold(0f32, f32::max), diff().sum::<f32>() / want.len() as f32);
         eprintln!(
-            "{name}: {counters:?}, largest difference {worst}, mean {mean}, |logit| <= {range}, top-1 {agree}/{}",
+            "{name} ({} kernels): {counters:?}, largest difference {worst}, mean {mean}, |logit| <= {range}, top-1 {agree}/{}",
+            kernels.name(),
             want.len() / v
         );
         let (max_worst, max_mean) = tolerance(name, range);

@@ -4,8 +4,8 @@
 //! - [`Gpu`]: one headless device and its queue ([`Gpu::new`]); what the
 //!   adapter is and can do ([`AdapterInfo`]), and which form of the kernels
 //!   it runs ([`KernelVariant`]: `shader-f16` and subgroups where the
-//!   adapter has them, else the portable form; [`GpuOptions::portable`]
-//!   forces the latter).
+//!   adapter has them, else the portable form; [`GpuOptions::portable`], or
+//!   `POCKET_GPU_KERNELS=portable` for a model, forces the latter).
 //! - [`GpuCounters`]: what the device was asked to do (submissions,
 //!   dispatches, buffers, bytes uploaded and read back), counted where it
 //!   happens, for `pocket bench` and the tests.
@@ -147,10 +147,26 @@ pub struct GpuOptions {
     pub no_subgroups: bool,
 }
 
+/// The environment variable that forces a model's GPU kernels to the
+/// portable form: `POCKET_GPU_KERNELS=portable` (as `POCKET_ISA` forces a
+/// lower instruction set on the CPU); any other value, or none, lets the
+/// adapter decide.
+pub const KERNELS_ENV: &str = "POCKET_GPU_KERNELS";
+
 impl GpuOptions {
     /// The portable kernels whatever the adapter offers: what an adapter
     /// without `shader-f16` or subgroups runs, on this one.
     pub fn portable() -> GpuOptions {
         GpuOptions { no_f16: true, no_subgroups: true, ..Default::default() }
+    }
+
+    /// The options a model's device is opened with (and `pocket gpu-info`
+    /// describes): the defaults, or [`portable`](Self::portable) when
+    /// [`KERNELS_ENV`] says `portable`.
+    pub fn from_env() -> GpuOptions {
+        match std::env::var(KERNELS_ENV) {
+            Ok(v) if v == "portable" => GpuOptions::portable(),
+            _ => GpuOptions::default(),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! `pocket gpu-info [--json]`: the GPU adapter Pocket would use, its
 //! features, the limits that shape the kernels, and the form of the kernels
-//! it runs (`kernels`: `f16+subgroups` ... `portable`).
+//! it runs (`kernels`: `f16+subgroups` ... `portable`; a model's too, since
+//! both honour `POCKET_GPU_KERNELS=portable`).
 
 use pocket_core::gpu::{AdapterInfo, Gpu, GpuOptions};
 use serde_json::{json, Map, Value};
@@ -14,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let gpu = Gpu::new(&GpuOptions::default()).map_err(|e| e.to_string())?;
+    let gpu = Gpu::new(&GpuOptions::from_env()).map_err(|e| e.to_string())?;
     let info = gpu.info();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(info)).map_err(|e| e.to_string())?);
