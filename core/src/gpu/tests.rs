@@ -287,7 +287,7 @@ fn every_module_translates_to_msl_and_spirv() {
                 let bare = Validator::new(ValidationFlags::all(), Capabilities::empty()).validate(&module);
                 assert!(bare.is_err(), "{what} validates without its capabilities");
             }
-            let msl_options = naga::back::msl::Options { lang_version: (2, 1), ..Default::default() };
+            let msl_options = naga::back::msl::Options { lang_version: (2, 0), ..Default::default() };
             let (msl, _) = naga::back::msl::write_string(&module, &info, &msl_options, &Default::default())
                 .unwrap_or_else(|e| panic!("{what} to MSL: {e}"));
             assert!(msl.contains("kernel void"), "{what}: no compute kernel in the MSL");
