@@ -54,9 +54,12 @@ step "x86-64 tests (cargo test --workspace)"
 export POCKET_REQUIRE_GPU=1
 cargo test --workspace
 
-step "GPU kernels and GPU-backend logits on lavapipe (cargo test -p pocket-core --features gpu)"
+# The kernels' tests run every form (shader-f16 and subgroups on and off);
+# the workspace run above took the fixture models through the adapter's
+# form (f16+subgroups on lavapipe), this one through the portable form.
+step "GPU kernels and GPU-backend logits on lavapipe, portable kernels (cargo test -p pocket-core --features gpu)"
 cargo test -p pocket-core --features gpu --lib gpu::
-cargo test -p pocket-core --features gpu --test gpu_backend
+POCKET_GPU_KERNELS=portable cargo test -p pocket-core --features gpu --test gpu_backend
 
 step "pocket-core without the gpu feature (the stand-in)"
 cargo test -p pocket-core --lib gpu::

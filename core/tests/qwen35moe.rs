@@ -48,7 +48,7 @@ fn checkpoint_then_continue_equals_a_fresh_run() {
     // Turn 1, checkpoint, a detour the user throws away, restore, turn 2.
     let mut st = m.new_state(64, KvType::F32).unwrap();
     m.forward(&pool, &mut st, turn1, Logits::Last).unwrap();
-    let cp = st.checkpoint();
+    let cp = st.checkpoint().unwrap();
     eprintln!("checkpoint at {} tokens holds {} bytes", cp.n_past(), cp.bytes());
     assert!(cp.bytes() > 0);
     m.forward(&pool, &mut st, &[7, 8, 9], Logits::Last).unwrap();
@@ -67,9 +67,9 @@ fn stale_checkpoints_and_rewinds_are_refused() {
     let pool = ThreadPool::new(1);
     let mut st = m.new_state(32, KvType::F16).unwrap();
     m.forward(&pool, &mut st, &[1, 2, 3, 4], Logits::None).unwrap();
-    let early = st.checkpoint();
+    let early = st.checkpoint().unwrap();
     m.forward(&pool, &mut st, &[5, 6], Logits::None).unwrap();
-    let late = st.checkpoint();
+    let late = st.checkpoint().unwrap();
     // A recurrent state cannot simply be truncated.
     assert!(st.truncate(2).is_err());
     // Back to 4 tokens, then overwrite positions 4.. : the later checkpoint is gone.
@@ -87,7 +87,7 @@ fn pure_attention_models_checkpoint_for_free() {
     let pool = ThreadPool::new(1);
     let mut st = m.new_state(16, KvType::F16).unwrap();
     m.forward(&pool, &mut st, &[1, 2, 3], Logits::None).unwrap();
-    let cp = st.checkpoint();
+    let cp = st.checkpoint().unwrap();
     assert_eq!(cp.bytes(), 0);
     st.truncate(1).unwrap();
     assert_eq!(st.n_past(), 1);

@@ -165,19 +165,20 @@ impl GpuAttention {
     /// Compile the kernel.
     pub fn new(gpu: &Gpu) -> Result<GpuAttention> {
         use super::context::{storage_entry, uniform_entry};
+        let mut entries = vec![
+            storage_entry(0, true),
+            storage_entry(1, true),
+            storage_entry(2, true),
+            storage_entry(3, false),
+            storage_entry(4, false),
+            uniform_entry(5),
+        ];
+        if gpu.kernels().f16 {
+            // Keys and values again, as f16 values (`shaders/kv_f16.wgsl`).
+            entries.extend([storage_entry(6, true), storage_entry(7, true)]);
+        }
         let (layout, pipeline) = gpu.scoped("compiling the attention kernel", || {
-            gpu.compute_pipeline(
-                "attention",
-                &[
-                    storage_entry(0, true),
-                    storage_entry(1, true),
-                    storage_entry(2, true),
-                    storage_entry(3, false),
-                    storage_entry(4, false),
-                    uniform_entry(5),
-                ],
-                super::shaders::attention(),
-            )
+            gpu.compute_pipeline("attention", &entries, super::shaders::attention(gpu.kernels()))
         })?;
         Ok(GpuAttention { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })
     }
@@ -239,17 +240,24 @@ impl GpuAttention {
         gpu.scoped("running attention", || {
             queue.write_buffer(&io.q, 0, f32_bytes(q));
             tally.activations(q_bytes as u64);
+            let mut entries = vec![
+                wgpu::BindGroupEntry { binding: 0, resource: kv.k.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: kv.v.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: io.q.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: io.out.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 4, resource: io.sc.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 5, resource: io.params.as_entire_binding() },
+            ];
+            if gpu.kernels().f16 {
+                entries.extend([
+                    wgpu::BindGroupEntry { binding: 6, resource: kv.k.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 7, resource: kv.v.as_entire_binding() },
+                ]);
+            }
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("attention"),
                 layout: &self.layout,
-                entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: kv.k.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 1, resource: kv.v.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 2, resource: io.q.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 3, resource: io.out.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 4, resource: io.sc.as_entire_binding() },
-                    wgpu::BindGroupEntry { binding: 5, resource: io.params.as_entire_binding() },
-                ],
+                entries: &entries,
             });
             // One submission per dispatch: each writes its own parameters
             // first (a queue write lands before the commands submitted after it).

@@ -141,17 +141,15 @@ impl GpuBatch {
                     size: NonZeroU64::new(JOB_BYTES),
                 };
                 for (weights, params, grid) in job.matrix.chunks() {
+                    let mut entries = gpu.matvec_entries(weights, &io.x, &io.y, params);
+                    entries.extend([
+                        wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::Buffer(at.clone()) },
+                        wgpu::BindGroupEntry { binding: 5, resource: io.idx.as_entire_binding() },
+                    ]);
                     let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some("matvec rows"),
                         layout: gpu.rows_layout(),
-                        entries: &[
-                            wgpu::BindGroupEntry { binding: 0, resource: weights.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 1, resource: io.x.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 2, resource: io.y.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 3, resource: params.as_entire_binding() },
-                            wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::Buffer(at.clone()) },
-                            wgpu::BindGroupEntry { binding: 5, resource: io.idx.as_entire_binding() },
-                        ],
+                        entries: &entries,
                     });
                     groups.push((j, group, grid, job.rows.len() as u32));
                 }

@@ -5,10 +5,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::counters::{GpuCounters, Tally};
-use super::info::{AdapterInfo, GpuLimits};
+use super::info::{AdapterInfo, GpuLimits, KernelVariant};
 use super::{shaders, GpuOptions};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
+
+/// Storage bindings the attention kernel takes with `shader-f16` (keys and
+/// values bound twice); an adapter that allows fewer runs the portable kernels.
+const F16_STORAGE_BINDINGS: u32 = 7;
 
 /// One headless GPU device and its queue. Clones share the device.
 #[derive(Clone)]
@@ -59,13 +63,26 @@ impl Gpu {
         };
         let adapter = pollster::block_on(instance.request_adapter(&options))
             .map_err(|e| Error::GpuUnavailable(format!("no Vulkan or Metal adapter: {e}")))?;
-        let info = describe(&adapter);
+        // The kernels' form, once: each capability where the adapter has it
+        // and the caller did not turn it off. The f16 kernels bind their
+        // f16 data twice (attention: 7 storage bindings).
+        let offered = adapter.features();
+        let kernels = KernelVariant {
+            f16: offered.contains(wgpu::Features::SHADER_F16)
+                && adapter.limits().max_storage_buffers_per_shader_stage >= F16_STORAGE_BINDINGS
+                && !opts.no_f16,
+            subgroups: offered.contains(wgpu::Features::SUBGROUP) && !opts.no_subgroups,
+        };
+        let mut features = wgpu::Features::empty();
+        features.set(wgpu::Features::SHADER_F16, kernels.f16);
+        features.set(wgpu::Features::SUBGROUP, kernels.subgroups);
+        let info = describe(&adapter, kernels);
         // Ask for everything the adapter offers: the storage binding size in
         // particular decides how large matrices are split.
         let limits = adapter.limits();
         let request = wgpu::DeviceDescriptor {
             label: Some("pocket"),
-            required_features: wgpu::Features::empty(),
+            required_features: features,
             required_limits: limits.clone(),
             ..Default::default()
         };
@@ -89,8 +106,12 @@ impl Gpu {
             .min(opts.max_workgroups_per_dimension.unwrap_or(u32::MAX))
             .max(1);
 
-        let matvec_entries =
-            [storage_entry(0, true), storage_entry(1, true), storage_entry(2, false), uniform_entry(3)];
+        let mut matvec_entries =
+            vec![storage_entry(0, true), storage_entry(1, true), storage_entry(2, false), uniform_entry(3)];
+        if kernels.f16 {
+            // The weights again, as f16 values (`shaders/weights_f16.wgsl`).
+            matvec_entries.push(storage_entry(6, true));
+        }
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("pocket matvec"),
             entries: &matvec_entries,
@@ -100,7 +121,7 @@ impl Gpu {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let mut rows_entries = matvec_entries.to_vec();
+        let mut rows_entries = matvec_entries.clone();
         rows_entries.extend([uniform_entry(4), storage_entry(5, true)]);
         let rows_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some("pocket matvec rows"),
@@ -136,6 +157,11 @@ impl Gpu {
     /// The adapter this device runs on.
     pub fn info(&self) -> &AdapterInfo {
         &self.inner.info
+    }
+
+    /// The form of the kernels this device runs.
+    pub fn kernels(&self) -> KernelVariant {
+        self.inner.info.kernels
     }
 
     /// The most bytes one storage binding holds (see [`GpuOptions`]).
@@ -175,6 +201,27 @@ impl Gpu {
         &self.inner.rows_layout
     }
 
+    /// The bind group entries of a matrix product: weights, x, y, params
+    /// (and the weights again as f16 values for the f16 kernels).
+    pub(super) fn matvec_entries<'a>(
+        &self,
+        weights: &'a wgpu::Buffer,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        params: &'a wgpu::Buffer,
+    ) -> Vec<wgpu::BindGroupEntry<'a>> {
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: 0, resource: weights.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: x.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: y.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: params.as_entire_binding() },
+        ];
+        if self.kernels().f16 {
+            entries.push(wgpu::BindGroupEntry { binding: 6, resource: weights.as_entire_binding() });
+        }
+        entries
+    }
+
     /// Offsets of uniform bindings are multiples of this (at least 16).
     pub(super) fn uniform_align(&self) -> u64 {
         self.inner.uniform_align
@@ -191,8 +238,8 @@ impl Gpu {
             false => (&self.inner.pipeline_layout, "main"),
             true => (&self.inner.rows_pipeline_layout, "main_rows"),
         };
-        let source =
-            shaders::matvec(ty).ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
+        let source = shaders::matvec(ty, self.kernels())
+            .ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
         let device = &self.inner.device;
         let pipeline = self.scoped(&format!("compiling the {ty} kernel"), || {
             let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -323,7 +370,7 @@ pub(super) fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLay
 }
 
 /// wgpu's adapter description as plain data.
-fn describe(adapter: &wgpu::Adapter) -> AdapterInfo {
+fn describe(adapter: &wgpu::Adapter, kernels: KernelVariant) -> AdapterInfo {
     let i = adapter.get_info();
     let f = adapter.features();
     let l = adapter.limits();
@@ -357,5 +404,6 @@ fn describe(adapter: &wgpu::Adapter) -> AdapterInfo {
             max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
         },
+        kernels,
     }
 }

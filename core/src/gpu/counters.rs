@@ -21,6 +21,15 @@ pub struct GpuCounters {
     pub activation_bytes_uploaded: u64,
     /// KV cache bytes written to the device (the positions that changed).
     pub cache_bytes_uploaded: u64,
+    /// Recurrent (delta-rule) states written to the device whole, and their
+    /// bytes: when the host's copy changed under the device's (a new
+    /// sequence, a restored checkpoint, a loaded snapshot, a pass on the
+    /// CPU), never per decoded token.
+    pub state_uploads: u64,
+    pub state_bytes_uploaded: u64,
+    /// Recurrent states read back (for a checkpoint, a snapshot, a pass on
+    /// the CPU); counted among `readbacks` too.
+    pub state_readbacks: u64,
     /// Readbacks waited for (each a map of a readback buffer).
     pub readbacks: u64,
     /// Bytes read back to the host.
@@ -28,9 +37,13 @@ pub struct GpuCounters {
 }
 
 impl GpuCounters {
-    /// Every byte copied to the device: weights, activations and KV entries.
+    /// Every byte copied to the device: weights, activations, KV entries
+    /// and recurrent states.
     pub fn bytes_uploaded(&self) -> u64 {
-        self.weight_bytes_uploaded + self.activation_bytes_uploaded + self.cache_bytes_uploaded
+        self.weight_bytes_uploaded
+            + self.activation_bytes_uploaded
+            + self.cache_bytes_uploaded
+            + self.state_bytes_uploaded
     }
 }
 
@@ -49,6 +62,9 @@ macro_rules! fieldwise {
                     weight_bytes_uploaded: self.weight_bytes_uploaded.$op(o.weight_bytes_uploaded),
                     activation_bytes_uploaded: self.activation_bytes_uploaded.$op(o.activation_bytes_uploaded),
                     cache_bytes_uploaded: self.cache_bytes_uploaded.$op(o.cache_bytes_uploaded),
+                    state_uploads: self.state_uploads.$op(o.state_uploads),
+                    state_bytes_uploaded: self.state_bytes_uploaded.$op(o.state_bytes_uploaded),
+                    state_readbacks: self.state_readbacks.$op(o.state_readbacks),
                     readbacks: self.readbacks.$op(o.readbacks),
                     readback_bytes: self.readback_bytes.$op(o.readback_bytes),
                 }
@@ -71,6 +87,9 @@ pub(super) struct Tally {
     weight_bytes_uploaded: std::sync::atomic::AtomicU64,
     activation_bytes_uploaded: std::sync::atomic::AtomicU64,
     cache_bytes_uploaded: std::sync::atomic::AtomicU64,
+    state_uploads: std::sync::atomic::AtomicU64,
+    state_bytes_uploaded: std::sync::atomic::AtomicU64,
+    state_readbacks: std::sync::atomic::AtomicU64,
     readbacks: std::sync::atomic::AtomicU64,
     readback_bytes: std::sync::atomic::AtomicU64,
 }
@@ -98,6 +117,15 @@ impl Tally {
         self.cache_bytes_uploaded.fetch_add(bytes, RELAXED);
     }
 
+    pub(super) fn state_up(&self, bytes: u64) {
+        self.state_uploads.fetch_add(1, RELAXED);
+        self.state_bytes_uploaded.fetch_add(bytes, RELAXED);
+    }
+
+    pub(super) fn state_read(&self) {
+        self.state_readbacks.fetch_add(1, RELAXED);
+    }
+
     pub(super) fn read_back(&self, bytes: u64) {
         self.readbacks.fetch_add(1, RELAXED);
         self.readback_bytes.fetch_add(bytes, RELAXED);
@@ -111,6 +139,9 @@ impl Tally {
             weight_bytes_uploaded: self.weight_bytes_uploaded.load(RELAXED),
             activation_bytes_uploaded: self.activation_bytes_uploaded.load(RELAXED),
             cache_bytes_uploaded: self.cache_bytes_uploaded.load(RELAXED),
+            state_uploads: self.state_uploads.load(RELAXED),
+            state_bytes_uploaded: self.state_bytes_uploaded.load(RELAXED),
+            state_readbacks: self.state_readbacks.load(RELAXED),
             readbacks: self.readbacks.load(RELAXED),
             readback_bytes: self.readback_bytes.load(RELAXED),
         }

@@ -2,9 +2,11 @@
 //! (`shaders/delta.wgsl`): one workgroup per value head, the pass's tokens
 //! in order.
 //!
-//! The recurrent state is the caller's (the CPU's copy is what checkpoints
-//! and snapshots save): each call uploads it with the pass's inputs and
-//! reads it back with the outputs, one submission and one readback.
+//! The recurrent state stays on the device between calls ([`GpuState`]):
+//! a call uploads the pass's inputs and reads back its outputs, one
+//! submission and one readback; the state goes up only when the caller
+//! writes it ([`GpuState::write`]: a new sequence, a restored checkpoint)
+//! and comes back only when asked ([`GpuState::read`]).
 
 use std::sync::Mutex;
 
@@ -12,9 +14,84 @@ use super::matrix::f32_bytes;
 use super::{DeltaShape, Gpu, MAX_D_K};
 use crate::{Error, Result};
 
-/// State, inputs, outputs and readback of the largest call so far.
+/// One layer's recurrent state (`[n_v_heads][d_k][d_v]` f32) on the device.
+pub struct GpuState {
+    gpu: Gpu,
+    values: wgpu::Buffer,
+    len: usize,
+    /// Made on the first read.
+    readback: Mutex<Option<wgpu::Buffer>>,
+}
+
+impl GpuState {
+    /// A device buffer of `len` values, undefined until written.
+    pub fn new(gpu: &Gpu, len: usize) -> Result<GpuState> {
+        let bytes = (len as u64).checked_mul(4).filter(|&b| b > 0 && b <= gpu.max_binding_bytes());
+        let Some(bytes) = bytes else {
+            return Err(Error::InvalidArgument(format!("a delta-rule state of {len} values for the GPU")));
+        };
+        use wgpu::BufferUsages as U;
+        let values = gpu.scoped("allocating a delta-rule state", || {
+            gpu.buffer("delta state", bytes, U::STORAGE | U::COPY_DST | U::COPY_SRC)
+        })?;
+        gpu.tally().created(1);
+        Ok(GpuState { gpu: gpu.clone(), values, len, readback: Mutex::default() })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Replace the device's values with `values` (counted as a state upload).
+    pub fn write(&self, values: &[f32]) -> Result<()> {
+        if values.len() != self.len {
+            return Err(Error::InvalidArgument(format!("{} values for a state of {}", values.len(), self.len)));
+        }
+        let bytes = f32_bytes(values);
+        self.gpu.scoped("writing a delta-rule state", || self.gpu.queue().write_buffer(&self.values, 0, bytes))?;
+        self.gpu.tally().state_up(bytes.len() as u64);
+        Ok(())
+    }
+
+    /// The device's values, after every submitted pass (one submission and
+    /// one readback, counted as a state readback).
+    pub fn read(&self, out: &mut [f32]) -> Result<()> {
+        if out.len() != self.len {
+            return Err(Error::InvalidArgument(format!("{} values for a state of {}", out.len(), self.len)));
+        }
+        let gpu = &self.gpu;
+        let mut readback = self.readback.lock().map_err(|_| Error::Gpu("state readback poisoned".into()))?;
+        let bytes = self.values.size();
+        if readback.is_none() {
+            use wgpu::BufferUsages as U;
+            let made = gpu.scoped("allocating a state readback", || {
+                gpu.buffer("delta state readback", bytes, U::MAP_READ | U::COPY_DST)
+            })?;
+            gpu.tally().created(1);
+            *readback = Some(made);
+        }
+        let Some(readback) = readback.as_ref() else { unreachable!("made above") };
+        gpu.scoped("reading a delta-rule state", || {
+            let mut enc =
+                gpu.device().create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("state readback") });
+            enc.copy_buffer_to_buffer(&self.values, 0, readback, 0, bytes);
+            gpu.queue().submit([enc.finish()]);
+            gpu.tally().submitted(0);
+        })?;
+        let mut got = Vec::new();
+        gpu.read_f32(readback, bytes, &mut got)?;
+        gpu.tally().state_read();
+        out.copy_from_slice(&got);
+        Ok(())
+    }
+}
+
+/// Inputs, outputs and readback of the largest call so far.
 struct Io {
-    state: wgpu::Buffer,
     qkv: wgpu::Buffer,
     gb: wgpu::Buffer,
     out: wgpu::Buffer,
@@ -44,22 +121,23 @@ impl GpuDeltaRule {
                     storage_entry(3, false),
                     uniform_entry(4),
                 ],
-                super::shaders::delta(),
+                super::shaders::delta(gpu.kernels()),
             )
         })?;
         Ok(GpuDeltaRule { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })
     }
 
-    /// Advance `state` (`[n_v_heads][d_k][d_v]`) over `s.n` tokens of `qkv`
-    /// (`[n][conv_dim]`: q | k | v, q and k normalised), log decays `g` and
-    /// update strengths `beta` (`[n][n_v_heads]` each), writing each token's
-    /// output (`[n][n_v_heads * d_v]`) into `out`. A shape the kernel or the
-    /// device cannot take is [`Error::InvalidArgument`] (nothing runs, the
-    /// state is untouched).
+    /// Advance `state` (`[n_v_heads][d_k][d_v]`, on this device) over
+    /// `s.n` tokens of `qkv` (`[n][conv_dim]`: q | k | v, q and k
+    /// normalised), log decays `g` and update strengths `beta`
+    /// (`[n][n_v_heads]` each), writing each token's output
+    /// (`[n][n_v_heads * d_v]`) into `out`. A shape the kernel or the device
+    /// cannot take is [`Error::InvalidArgument`] (nothing runs, the state is
+    /// untouched); after any other error the state may have advanced.
     pub fn run(
         &self,
         s: &DeltaShape,
-        state: &mut [f32],
+        state: &GpuState,
         qkv: &[f32],
         g: &[f32],
         beta: &[f32],
@@ -74,15 +152,16 @@ impl GpuDeltaRule {
             && s.d_v > 0
             && s.n_v_heads > 0
             && s.n_v_heads <= gpu.max_groups()
-            && state.len() == s.n_v_heads * s.d_k * s.d_v
+            && state.len == s.n_v_heads * s.d_k * s.d_v
+            && state.gpu.same_device(gpu)
             && qkv.len() == s.n * conv_dim
             && g.len() == s.n * s.n_v_heads
             && beta.len() == g.len()
             && out.len() == s.n * vd;
         if !fits {
-            return Err(Error::InvalidArgument(format!("the delta rule of {s:?} over {} state values", state.len())));
+            return Err(Error::InvalidArgument(format!("the delta rule of {s:?} over {} state values", state.len)));
         }
-        let sizes = [4 * state.len(), 4 * qkv.len(), 8 * g.len(), 4 * out.len()].map(|b| b as u64);
+        let sizes = [4 * qkv.len(), 8 * g.len(), 4 * out.len()].map(|b| b as u64);
         let limit = gpu.max_binding_bytes();
         if sizes.iter().any(|&b| b > limit) {
             return Err(Error::InvalidArgument(format!(
@@ -91,9 +170,9 @@ impl GpuDeltaRule {
         }
 
         let mut io = self.io.lock().map_err(|_| Error::Gpu("delta-rule buffers poisoned".into()))?;
-        let have = |io: &Io| [io.state.size(), io.qkv.size(), io.gb.size(), io.out.size()];
+        let have = |io: &Io| [io.qkv.size(), io.gb.size(), io.out.size()];
         if !io.as_ref().is_some_and(|io| have(io).iter().zip(&sizes).all(|(h, s)| h >= s)) {
-            let old = io.as_ref().map_or([0; 4], have);
+            let old = io.as_ref().map_or([0; 3], have);
             let want: Vec<u64> = sizes.iter().zip(old).map(|(&s, o)| s.max(o).max(16).next_multiple_of(16)).collect();
             *io = Some(gpu.scoped("allocating delta-rule buffers", || self.make_io(&want))?);
         }
@@ -111,21 +190,20 @@ impl GpuDeltaRule {
         ];
         let params: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let (device, queue, tally) = (gpu.device(), gpu.queue(), gpu.tally());
-        let (state_bytes, out_bytes) = (sizes[0], sizes[3]);
+        let out_bytes = sizes[2];
         gpu.scoped("running the delta rule", || {
-            queue.write_buffer(&io.state, 0, f32_bytes(state));
             queue.write_buffer(&io.qkv, 0, f32_bytes(qkv));
             // exp as the CPU takes it (a driver's exp may differ in the last bits).
             let decays: Vec<f32> = g.iter().map(|g| g.exp()).collect();
             queue.write_buffer(&io.gb, 0, f32_bytes(&decays));
             queue.write_buffer(&io.gb, 4 * g.len() as u64, f32_bytes(beta));
             queue.write_buffer(&io.params, 0, &params);
-            tally.activations(sizes[0] + sizes[1] + sizes[2] + params.len() as u64);
+            tally.activations(sizes[0] + sizes[1] + params.len() as u64);
             let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("delta rule"),
                 layout: &self.layout,
                 entries: &[
-                    wgpu::BindGroupEntry { binding: 0, resource: io.state.as_entire_binding() },
+                    wgpu::BindGroupEntry { binding: 0, resource: state.values.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 1, resource: io.qkv.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 2, resource: io.gb.as_entire_binding() },
                     wgpu::BindGroupEntry { binding: 3, resource: io.out.as_entire_binding() },
@@ -139,32 +217,29 @@ impl GpuDeltaRule {
                 pass.set_bind_group(0, &group, &[]);
                 pass.dispatch_workgroups(s.n_v_heads as u32, 1, 1);
             }
-            // The outputs, then the advanced state.
+            // The outputs only: the advanced state stays.
             enc.copy_buffer_to_buffer(&io.out, 0, &io.readback, 0, out_bytes);
-            enc.copy_buffer_to_buffer(&io.state, 0, &io.readback, out_bytes, state_bytes);
             queue.submit([enc.finish()]);
             tally.submitted(1);
         })?;
         let mut back = Vec::new();
-        gpu.read_f32(&io.readback, out_bytes + state_bytes, &mut back)?;
-        let (o, st) = back.split_at(out.len());
-        out.copy_from_slice(o);
-        state.copy_from_slice(st);
+        gpu.read_f32(&io.readback, out_bytes, &mut back)?;
+        let got =
+            back.get(..out.len()).ok_or_else(|| Error::Gpu(format!("{} of {} outputs", back.len(), out.len())))?;
+        out.copy_from_slice(got);
         Ok(())
     }
 
-    /// Buffers of `[state, qkv, g and beta, out]` bytes (the readback holds
-    /// out and state).
+    /// Buffers of `[qkv, g and beta, out]` bytes (the readback as large as out).
     fn make_io(&self, sizes: &[u64]) -> Io {
         let buffer = |label, size: u64, usage| self.gpu.buffer(label, size, usage);
         use wgpu::BufferUsages as U;
-        self.gpu.tally().created(6);
+        self.gpu.tally().created(5);
         Io {
-            state: buffer("delta state", sizes[0], U::STORAGE | U::COPY_DST | U::COPY_SRC),
-            qkv: buffer("delta qkv", sizes[1], U::STORAGE | U::COPY_DST),
-            gb: buffer("delta g beta", sizes[2], U::STORAGE | U::COPY_DST),
-            out: buffer("delta out", sizes[3], U::STORAGE | U::COPY_SRC),
-            readback: buffer("delta readback", sizes[3] + sizes[0], U::MAP_READ | U::COPY_DST),
+            qkv: buffer("delta qkv", sizes[0], U::STORAGE | U::COPY_DST),
+            gb: buffer("delta g beta", sizes[1], U::STORAGE | U::COPY_DST),
+            out: buffer("delta out", sizes[2], U::STORAGE | U::COPY_SRC),
+            readback: buffer("delta readback", sizes[2], U::MAP_READ | U::COPY_DST),
             params: buffer("delta params", 32, U::UNIFORM | U::COPY_DST),
         }
     }

@@ -26,6 +26,46 @@ pub struct AdapterInfo {
     /// Every optional feature the adapter offers, as wgpu names them.
     pub features: Vec<String>,
     pub limits: GpuLimits,
+    /// The kernels this device was opened with: what of `shader_f16` and
+    /// `subgroups` they use (less than the adapter offers when
+    /// [`GpuOptions`](super::GpuOptions) says so).
+    pub kernels: KernelVariant,
+}
+
+/// Which optional capabilities a device's kernels use, chosen once when the
+/// device is opened: each where the adapter offers it (and the caller does
+/// not turn it off), else the portable form.
+///
+/// - `f16`: f16 values (block scales, F16 weights, an f16 KV cache) are
+///   widened by the hardware's f16 type (`enable f16;`); subnormals stay
+///   integer arithmetic, so a device that flushes them changes no value.
+///   Without it, integer arithmetic throughout (`shaders/half.wgsl`).
+/// - `subgroups`: the workgroup sums and maxima of the matrix products and
+///   attention reduce each subgroup with `subgroupAdd` / `subgroupMax`, then
+///   the subgroups' results in workgroup memory. Without it, a tree over
+///   workgroup memory with a barrier per level.
+///
+/// All arithmetic is f32 in both forms; results differ only in the order of
+/// the sums.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KernelVariant {
+    pub f16: bool,
+    pub subgroups: bool,
+}
+
+impl KernelVariant {
+    /// The portable form: neither capability.
+    pub const PORTABLE: KernelVariant = KernelVariant { f16: false, subgroups: false };
+
+    /// `f16+subgroups`, `f16`, `subgroups` or `portable`.
+    pub fn name(self) -> &'static str {
+        match (self.f16, self.subgroups) {
+            (true, true) => "f16+subgroups",
+            (true, false) => "f16",
+            (false, true) => "subgroups",
+            (false, false) => "portable",
+        }
+    }
 }
 
 /// The adapter limits that decide how Pocket's kernels are laid out.

@@ -225,12 +225,7 @@ impl GpuMatrix {
                 device.create_bind_group(&wgpu::BindGroupDescriptor {
                     label: Some("matvec"),
                     layout: self.gpu.layout(),
-                    entries: &[
-                        wgpu::BindGroupEntry { binding: 0, resource: c.weights.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 1, resource: x.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 2, resource: y.as_entire_binding() },
-                        wgpu::BindGroupEntry { binding: 3, resource: c.params.as_entire_binding() },
-                    ],
+                    entries: &self.gpu.matvec_entries(&c.weights, &x, &y, &c.params),
                 })
             })
             .collect();

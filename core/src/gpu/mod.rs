@@ -2,7 +2,10 @@
 //! Linux, Metal on Apple).
 //!
 //! - [`Gpu`]: one headless device and its queue ([`Gpu::new`]); what the
-//!   adapter is and can do ([`AdapterInfo`]).
+//!   adapter is and can do ([`AdapterInfo`]), and which form of the kernels
+//!   it runs ([`KernelVariant`]: `shader-f16` and subgroups where the
+//!   adapter has them, else the portable form; [`GpuOptions::portable`], or
+//!   `POCKET_GPU_KERNELS=portable` for a model, forces the latter).
 //! - [`GpuCounters`]: what the device was asked to do (submissions,
 //!   dispatches, buffers, bytes uploaded and read back), counted where it
 //!   happens, for `pocket bench` and the tests.
@@ -17,8 +20,9 @@
 //! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
 //!   on the device (written only the positions that changed) and causal
 //!   attention over it (GQA, sliding windows, output gates; f16 or f32).
-//! - [`GpuDeltaRule`]: the gated delta rule of a Gated DeltaNet layer over
-//!   a pass's tokens (the recurrent state goes up and comes back per call).
+//! - [`GpuDeltaRule`] and [`GpuState`]: the gated delta rule of a Gated
+//!   DeltaNet layer over a pass's tokens, on a recurrent state that stays
+//!   on the device between calls (written and read back only on request).
 //!
 //! The CPU path is the reference: every format is tested against
 //! dequantisation with [`crate::quant`] and an f32 dot product (`tests.rs`).
@@ -33,7 +37,7 @@ mod info;
 use crate::quant::GgmlType;
 
 pub use counters::GpuCounters;
-pub use info::{AdapterInfo, GpuLimits};
+pub use info::{AdapterInfo, GpuLimits, KernelVariant};
 
 #[cfg(feature = "gpu")]
 mod attention;
@@ -54,14 +58,14 @@ pub use batch::{GpuBatch, RowsJob};
 #[cfg(feature = "gpu")]
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
-pub use delta::GpuDeltaRule;
+pub use delta::{GpuDeltaRule, GpuState};
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 
 #[cfg(not(feature = "gpu"))]
 mod stand_in;
 #[cfg(not(feature = "gpu"))]
-pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, KvMirror, RowsJob};
+pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, GpuState, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
 mod tests;
@@ -135,4 +139,34 @@ pub struct GpuOptions {
     /// device's limit (tests force the two-dimensional row grid and the
     /// token batches with it); `None`: the device's limit.
     pub max_workgroups_per_dimension: Option<u32>,
+    /// Use no `shader-f16` even where the adapter offers it (the portable
+    /// f16 conversions; see [`KernelVariant`]).
+    pub no_f16: bool,
+    /// Use no subgroup operations even where the adapter offers them (the
+    /// workgroup-memory reductions; see [`KernelVariant`]).
+    pub no_subgroups: bool,
+}
+
+/// The environment variable that forces a model's GPU kernels to the
+/// portable form: `POCKET_GPU_KERNELS=portable` (as `POCKET_ISA` forces a
+/// lower instruction set on the CPU); any other value, or none, lets the
+/// adapter decide.
+pub const KERNELS_ENV: &str = "POCKET_GPU_KERNELS";
+
+impl GpuOptions {
+    /// The portable kernels whatever the adapter offers: what an adapter
+    /// without `shader-f16` or subgroups runs, on this one.
+    pub fn portable() -> GpuOptions {
+        GpuOptions { no_f16: true, no_subgroups: true, ..Default::default() }
+    }
+
+    /// The options a model's device is opened with (and `pocket gpu-info`
+    /// describes): the defaults, or [`portable`](Self::portable) when
+    /// [`KERNELS_ENV`] says `portable`.
+    pub fn from_env() -> GpuOptions {
+        match std::env::var(KERNELS_ENV) {
+            Ok(v) if v == "portable" => GpuOptions::portable(),
+            _ => GpuOptions::default(),
+        }
+    }
 }

@@ -1,13 +1,30 @@
 //! The WGSL sources: one matrix-vector kernel (`shaders/matvec.wgsl`) and,
 //! per block format, the file that teaches it to read one block; attention
-//! over a KV cache (`shaders/attention.wgsl`); the f16 conversions both use
-//! (`shaders/half.wgsl`); the Gated DeltaNet delta rule (`shaders/delta.wgsl`).
+//! over a KV cache (`shaders/attention.wgsl`); the Gated DeltaNet delta rule
+//! (`shaders/delta.wgsl`).
+//!
+//! The pieces that depend on the device's [`KernelVariant`] come in two
+//! forms with the same functions: reading f16 values (`weights_half.wgsl`
+//! and `kv_half.wgsl`, or under `enable f16;` `weights_f16.wgsl` and
+//! `kv_f16.wgsl`, which read a second binding of the same buffer as
+//! `array<f16>`) and workgroup reductions (`reduce.wgsl`, or
+//! `reduce_subgroups.wgsl`). A module is its pieces
+//! joined (WGSL declarations may come in any order), after the `enable`
+//! directive when there is one.
 
+use super::KernelVariant;
 use crate::quant::GgmlType;
 
 const MATVEC: &str = include_str!("shaders/matvec.wgsl");
 const K4_SCALES: &str = include_str!("shaders/k4_scales.wgsl");
 const HALF: &str = include_str!("shaders/half.wgsl");
+const WEIGHTS_HALF: &str = include_str!("shaders/weights_half.wgsl");
+const WEIGHTS_F16: &str = include_str!("shaders/weights_f16.wgsl");
+const KV_HALF: &str = include_str!("shaders/kv_half.wgsl");
+const KV_F16: &str = include_str!("shaders/kv_f16.wgsl");
+const ROUND_HALF: &str = include_str!("shaders/round_half.wgsl");
+const REDUCE: &str = include_str!("shaders/reduce.wgsl");
+const REDUCE_SUBGROUPS: &str = include_str!("shaders/reduce_subgroups.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const DELTA: &str = include_str!("shaders/delta.wgsl");
 
@@ -32,20 +49,42 @@ fn block(ty: GgmlType) -> Option<&'static str> {
     })
 }
 
-/// The whole matrix-vector module for weights of type `ty` (WGSL declarations
-/// may come in any order, so the pieces are simply joined).
-pub fn matvec(ty: GgmlType) -> Option<String> {
-    let body = block(ty)?;
-    let k4 = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { K4_SCALES } else { "" };
-    Some(format!("{MATVEC}\n{HALF}\n{k4}\n{body}"))
+/// The pieces every module of variant `v` starts with: the `enable`
+/// directive, the exact f16 widening and the reductions.
+fn common(v: KernelVariant) -> String {
+    let enable = if v.f16 { "enable f16;\n" } else { "" };
+    let reduce = if v.subgroups { REDUCE_SUBGROUPS } else { REDUCE };
+    format!("{enable}{HALF}\n{reduce}")
 }
 
-/// The delta-rule module (`shaders/delta.wgsl`).
-pub fn delta() -> String {
+/// The whole matrix-vector module for weights of type `ty`. With `f16`
+/// it reads the weights' f16 values through a second binding (6) of them.
+pub fn matvec(ty: GgmlType, v: KernelVariant) -> Option<String> {
+    let body = block(ty)?;
+    let k4 = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { K4_SCALES } else { "" };
+    let f16_at = if v.f16 { WEIGHTS_F16 } else { WEIGHTS_HALF };
+    Some(format!("{}\n{MATVEC}\n{f16_at}\n{k4}\n{body}", common(v)))
+}
+
+/// The delta-rule module (`shaders/delta.wgsl`: one invocation per column
+/// of the state, no reductions; the same in every variant).
+pub fn delta(_v: KernelVariant) -> String {
     DELTA.to_string()
 }
 
-/// The attention module (`shaders/attention.wgsl`).
-pub fn attention() -> String {
-    format!("{ATTENTION}\n{HALF}")
+/// The attention module (`shaders/attention.wgsl`). With `f16` it reads
+/// an f16 cache's keys and values through second bindings (6, 7) of them.
+pub fn attention(v: KernelVariant) -> String {
+    let kv = if v.f16 { KV_F16 } else { KV_HALF };
+    format!("{}\n{ATTENTION}\n{kv}\n{ROUND_HALF}", common(v))
+}
+
+/// Every module of variant `v`, named (for the translation tests).
+#[cfg(test)]
+pub fn all(v: KernelVariant) -> Vec<(String, String)> {
+    let mut modules: Vec<(String, String)> =
+        super::FORMATS.iter().filter_map(|&ty| Some((ty.to_string(), matvec(ty, v)?))).collect();
+    modules.push(("attention".into(), attention(v)));
+    modules.push(("delta rule".into(), delta(v)));
+    modules
 }

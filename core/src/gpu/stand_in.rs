@@ -29,6 +29,10 @@ impl Gpu {
         match self.never {}
     }
 
+    pub fn kernels(&self) -> super::KernelVariant {
+        match self.never {}
+    }
+
     pub fn counters(&self) -> GpuCounters {
         match self.never {}
     }
@@ -135,12 +139,39 @@ impl GpuDeltaRule {
     pub fn run(
         &self,
         _s: &DeltaShape,
-        _state: &mut [f32],
+        _state: &GpuState,
         _qkv: &[f32],
         _g: &[f32],
         _beta: &[f32],
         _out: &mut [f32],
     ) -> Result<()> {
+        match self.never {}
+    }
+}
+
+/// Stand-in for a recurrent state on the GPU: no value of it can exist.
+pub struct GpuState {
+    never: std::convert::Infallible,
+}
+
+impl GpuState {
+    pub fn new(gpu: &Gpu, _len: usize) -> Result<GpuState> {
+        match gpu.never {}
+    }
+
+    pub fn len(&self) -> usize {
+        match self.never {}
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self.never {}
+    }
+
+    pub fn write(&self, _values: &[f32]) -> Result<()> {
+        match self.never {}
+    }
+
+    pub fn read(&self, _out: &mut [f32]) -> Result<()> {
         match self.never {}
     }
 }

@@ -3,10 +3,14 @@
 //! format, odd row counts and odd lengths, one and several tokens, with and
 //! without a matrix split over bindings.
 //!
+//! The tests of the kernels run every form of them the adapter can run
+//! ([`KernelVariant`]: with and without `shader-f16`, with and without
+//! subgroups; lavapipe has both).
+//!
 //! Without an adapter the tests print why and pass; `POCKET_REQUIRE_GPU=1`
 //! (set by `scripts/test.sh`, which installs lavapipe) makes that a failure.
 
-use super::{Gpu, GpuBatch, GpuMatrix, GpuOptions, RowsJob, FORMATS};
+use super::{Gpu, GpuBatch, GpuMatrix, GpuOptions, KernelVariant, RowsJob, FORMATS};
 use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{self};
 use crate::quant::GgmlType;
@@ -24,6 +28,21 @@ fn device(opts: &GpuOptions) -> Option<Gpu> {
             None
         }
     }
+}
+
+/// A device per form of the kernels the adapter can run (each of
+/// `shader-f16` and subgroups on and off where offered), or none.
+fn variants(base: &GpuOptions) -> Vec<Gpu> {
+    let mut seen = Vec::new();
+    let mut gpus = Vec::new();
+    for (no_f16, no_subgroups) in [(false, false), (true, false), (false, true), (true, true)] {
+        let Some(gpu) = device(&GpuOptions { no_f16, no_subgroups, ..base.clone() }) else { return Vec::new() };
+        if !seen.contains(&gpu.kernels()) {
+            seen.push(gpu.kernels());
+            gpus.push(gpu);
+        }
+    }
+    gpus
 }
 
 /// Columns of a test matrix: a few blocks, odd where the format allows.
@@ -62,25 +81,31 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], scale: &[f64]) {
 
 #[test]
 fn every_format_matches_the_cpu_reference() {
-    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    for gpu in variants(&GpuOptions::default()) {
+        every_format_matches_the_cpu_reference_on(&gpu);
+    }
+}
+
+fn every_format_matches_the_cpu_reference_on(gpu: &Gpu) {
     let mut rng = Rng::new(24);
     let rows = 37;
+    let v = gpu.kernels().name();
     for ty in FORMATS {
         let cols = test_cols(ty);
         let w = random_weights(ty, rows, cols, &mut rng);
-        let m = GpuMatrix::upload(&gpu, ty, rows, cols, &w).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        let m = GpuMatrix::upload(gpu, ty, rows, cols, &w).unwrap_or_else(|e| panic!("{ty} ({v}): {e}"));
         assert_eq!(m.bindings(), 1, "{ty}");
         for n in [1, 3] {
             let x = rng.vec(n * cols, 1.0);
             let mut got = Vec::new();
-            m.matmul(&x, n, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+            m.matmul(&x, n, &mut got).unwrap_or_else(|e| panic!("{ty} ({v}): {e}"));
             let (want, scale) = reference(ty, rows, cols, &w, &x, n);
-            assert_close(&format!("{ty} {rows}x{cols}, {n} tokens"), &got, &want, &scale);
+            assert_close(&format!("{ty} {rows}x{cols}, {n} tokens ({v})"), &got, &want, &scale);
         }
         // matvec is the one-token product.
         let x = rng.vec(cols, 1.0);
         let (want, scale) = reference(ty, rows, cols, &w, &x, 1);
-        assert_close(&format!("{ty} matvec"), &m.matvec(&x).unwrap(), &want, &scale);
+        assert_close(&format!("{ty} matvec ({v})"), &m.matvec(&x).unwrap(), &want, &scale);
     }
 }
 
@@ -92,16 +117,21 @@ type Pick<'a> = (&'a GpuMatrix, &'a [u8], usize, usize, &'a [usize]);
 /// and out of order, an empty job among them, all in one submission.
 #[test]
 fn products_over_chosen_rows_match_the_cpu_reference() {
-    let Some(gpu) = device(&GpuOptions::default()) else { return };
+    for gpu in variants(&GpuOptions::default()) {
+        products_over_chosen_rows_match_the_cpu_reference_on(&gpu);
+    }
+}
+
+fn products_over_chosen_rows_match_the_cpu_reference_on(gpu: &Gpu) {
     let mut rng = Rng::new(25);
-    let batch = GpuBatch::new(&gpu);
+    let batch = GpuBatch::new(gpu);
     for ty in FORMATS {
         let cols = test_cols(ty);
         let (n, rows_a, rows_b) = (5, 37, 11);
         let wa = random_weights(ty, rows_a, cols, &mut rng);
         let wb = random_weights(ty, rows_b, cols, &mut rng);
-        let a = GpuMatrix::upload(&gpu, ty, rows_a, cols, &wa).unwrap();
-        let b = GpuMatrix::upload(&gpu, ty, rows_b, cols, &wb).unwrap();
+        let a = GpuMatrix::upload(gpu, ty, rows_a, cols, &wa).unwrap();
+        let b = GpuMatrix::upload(gpu, ty, rows_b, cols, &wb).unwrap();
         let x0 = rng.vec(n * cols, 1.0);
         let x1 = rng.vec(3 * cols, 1.0);
         let picks: [Pick; 4] = [
@@ -215,41 +245,55 @@ fn rows_past_the_grid_limit_and_token_batches_give_the_same_products() {
 /// run past the 65,535 workgroups of one grid dimension.
 #[test]
 fn every_f16_value_decodes_exactly() {
-    let Some(gpu) = device(&GpuOptions::default()) else { return };
-    let w: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
-    let m = GpuMatrix::upload(&gpu, GgmlType::F16, 1 << 16, 1, &w).unwrap();
-    let got = m.matvec(&[1.0]).unwrap();
-    for (h, g) in (0..=u16::MAX).zip(got) {
-        let want = half::f16::from_bits(h).to_f32();
-        // Zeros lose their sign in the workgroup sum (0 + -0 = 0).
-        assert!(g == want || (g.is_nan() && want.is_nan()), "{h:#06x}: gpu {g} vs {want}");
+    // With and without `shader-f16` (the subgroups do not matter here).
+    let mut forms = vec![GpuOptions { no_subgroups: true, ..Default::default() }, GpuOptions::portable()];
+    forms.dedup_by_key(|o| device(o).map(|g| g.kernels()));
+    for opts in forms {
+        let Some(gpu) = device(&opts) else { return };
+        let v = gpu.kernels().name();
+        let w: Vec<u8> = (0..=u16::MAX).flat_map(|h| h.to_le_bytes()).collect();
+        let m = GpuMatrix::upload(&gpu, GgmlType::F16, 1 << 16, 1, &w).unwrap();
+        let got = m.matvec(&[1.0]).unwrap();
+        for (h, g) in (0..=u16::MAX).zip(got) {
+            let want = half::f16::from_bits(h).to_f32();
+            // Zeros lose their sign in the workgroup sum (0 + -0 = 0).
+            assert!(g == want || (g.is_nan() && want.is_nan()), "{h:#06x} ({v}): gpu {g} vs {want}");
+        }
     }
 }
 
-/// Every module parses and validates in naga and translates to MSL (the
-/// Metal backend's input, which no machine here runs) and SPIR-V, with and
-/// without the f16 and subgroup capabilities.
+/// Every module of every form parses and validates in naga and translates
+/// to MSL (the Metal backend's input, which no machine here runs) and
+/// SPIR-V: validated with exactly the capabilities its form uses, and a
+/// form that uses `shader-f16` or subgroups fails validation without them
+/// (so it really uses them, and the portable form needs neither).
 #[test]
 fn every_module_translates_to_msl_and_spirv() {
     use naga::valid::{Capabilities, ValidationFlags, Validator};
-    let mut modules: Vec<(String, String)> =
-        FORMATS.iter().map(|&ty| (ty.to_string(), super::shaders::matvec(ty).unwrap())).collect();
-    modules.push(("attention".into(), super::shaders::attention()));
-    modules.push(("delta rule".into(), super::shaders::delta()));
-    for (ty, source) in modules {
-        let module =
-            naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{ty}: {}", e.emit_to_string(&source)));
-        for caps in [Capabilities::empty(), Capabilities::SHADER_FLOAT16 | Capabilities::SUBGROUP] {
+    for (f16, subgroups) in [(false, false), (true, false), (false, true), (true, true)] {
+        let v = KernelVariant { f16, subgroups };
+        let mut caps = Capabilities::empty();
+        caps.set(Capabilities::SHADER_FLOAT16, f16);
+        caps.set(Capabilities::SUBGROUP, subgroups);
+        for (ty, source) in super::shaders::all(v) {
+            let what = format!("{ty} ({})", v.name());
+            let module = naga::front::wgsl::parse_str(&source)
+                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
             let info = Validator::new(ValidationFlags::all(), caps)
                 .validate(&module)
-                .unwrap_or_else(|e| panic!("{ty} ({caps:?}): {}", e.emit_to_string(&source)));
+                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+            // The delta rule has no reductions and no f16: one form for all.
+            if v != KernelVariant::PORTABLE && ty != "delta rule" {
+                let bare = Validator::new(ValidationFlags::all(), Capabilities::empty()).validate(&module);
+                assert!(bare.is_err(), "{what} validates without its capabilities");
+            }
             let msl_options = naga::back::msl::Options { lang_version: (2, 0), ..Default::default() };
             let (msl, _) = naga::back::msl::write_string(&module, &info, &msl_options, &Default::default())
-                .unwrap_or_else(|e| panic!("{ty} to MSL: {e}"));
-            assert!(msl.contains("kernel void"), "{ty}: no compute kernel in the MSL");
+                .unwrap_or_else(|e| panic!("{what} to MSL: {e}"));
+            assert!(msl.contains("kernel void"), "{what}: no compute kernel in the MSL");
             let spv = naga::back::spv::write_vec(&module, &info, &Default::default(), None)
-                .unwrap_or_else(|e| panic!("{ty} to SPIR-V: {e}"));
-            assert_eq!(spv.first(), Some(&0x0723_0203), "{ty}: SPIR-V magic");
+                .unwrap_or_else(|e| panic!("{what} to SPIR-V: {e}"));
+            assert_eq!(spv.first(), Some(&0x0723_0203), "{what}: SPIR-V magic");
         }
     }
 }
@@ -277,6 +321,14 @@ fn the_adapter_describes_itself() {
     assert!(info.backend == "vulkan" || info.backend == "metal", "{}", info.backend);
     assert!(info.limits.max_storage_buffer_binding_size >= 16 << 20, "{:?}", info.limits);
     assert_eq!(gpu.max_binding_bytes() % 4, 0);
+    // The kernels use what the adapter offers, unless told not to.
+    eprintln!("{}: kernels {}", info.name, info.kernels.name());
+    assert_eq!(info.kernels, KernelVariant { f16: info.shader_f16, subgroups: info.subgroups });
+    assert_eq!(gpu.kernels(), info.kernels);
+    let Some(portable) = device(&GpuOptions::portable()) else { return };
+    assert_eq!(portable.kernels(), KernelVariant::PORTABLE);
+    let Some(no_f16) = device(&GpuOptions { no_f16: true, ..Default::default() }) else { return };
+    assert_eq!(no_f16.kernels(), KernelVariant { f16: false, subgroups: info.subgroups });
 }
 
 /// `round_to_half` (`shaders/half.wgsl`: the f16 rounding of an f16 KV
@@ -312,7 +364,7 @@ fn rounding_to_f16_matches_the_cpu() {
              }}
          }}
          {}",
-        include_str!("shaders/half.wgsl")
+        include_str!("shaders/round_half.wgsl")
     );
     let device = gpu.device();
     let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {

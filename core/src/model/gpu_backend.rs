@@ -20,10 +20,15 @@
 //!   rewritten: the cache counts its writes per position). A q8_0 cache, a
 //!   cache larger than one binding, a head larger than [`MAX_HEAD_DIM`], or
 //!   a call the device fails runs on the CPU, counted;
-//! - the delta rule (Gated DeltaNet) runs on the GPU, the recurrent state
-//!   uploaded and read back with each call (the CPU's copy stays the one
-//!   checkpoints and snapshots save); a key head larger than [`MAX_D_K`] or
-//!   a call the device fails runs on the CPU, counted;
+//! - the delta rule (Gated DeltaNet) runs on the GPU over a device copy of
+//!   each layer's recurrent state ([`GpuState`], keyed by the state's id
+//!   and dropped with it) that stays there between calls: the state holds
+//!   it as its newest values ([`Ssm::advanced_on`]) and reads it back only
+//!   when the CPU needs them (a checkpoint, a snapshot, a pass on the CPU);
+//!   it is uploaded only when the host's copy was written since (a new
+//!   sequence, a restored checkpoint, a loaded snapshot: the state counts
+//!   its writes). A key head larger than [`MAX_D_K`], a state larger than
+//!   one binding, or a call the device fails runs on the CPU, counted;
 //! - the per-row arithmetic (norms, RoPE, the DeltaNet conv, routing,
 //!   activations) runs on the CPU;
 //! - the activations are the ones the CPU kernels would use (quantised to
@@ -37,9 +42,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
+use super::ssm::{DeviceCopy, Ssm};
 use crate::gpu::{
-    AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, KvMirror,
-    RowsJob, MAX_D_K, MAX_HEAD_DIM,
+    AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, GpuState,
+    KvMirror, RowsJob, MAX_D_K, MAX_HEAD_DIM,
 };
 use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
@@ -68,6 +74,8 @@ pub struct GpuBackend {
     delta: OnceLock<Option<GpuDeltaRule>>,
     /// The device copies of the KV caches, by cache id.
     mirrors: Mutex<HashMap<u64, Mirror>>,
+    /// The device copies of the recurrent states, by state id.
+    states: Mutex<HashMap<u64, StateMirror>>,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
     attn_gpu: AtomicU64,
@@ -86,6 +94,34 @@ struct Mirror {
     /// Positions `..valid` were copied when the cache had seen `writes` writes.
     valid: usize,
     writes: u64,
+}
+
+/// A recurrent state's device copy.
+struct StateMirror {
+    /// `None`: the device refused a copy of this state (too large); its
+    /// delta rule stays on the CPU.
+    copy: Option<Arc<DeviceState>>,
+    /// Dies with the state.
+    life: Weak<()>,
+    /// The copy equals the host's when the state had seen `writes` writes
+    /// (`u64::MAX`: never).
+    writes: u64,
+}
+
+/// A [`GpuState`] as a state's newer copy. `lost`: a failed call may have
+/// advanced it halfway, so it can no longer be read back.
+struct DeviceState {
+    gpu: GpuState,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+impl DeviceCopy for DeviceState {
+    fn read_back(&self, out: &mut [f32]) -> Result<()> {
+        if self.lost.load(Relaxed) {
+            return Err(crate::Error::Gpu("a recurrent state on the GPU was lost to a failed call".into()));
+        }
+        self.gpu.read(out)
+    }
 }
 
 /// How many matrix products ran where since load, and what the device was
@@ -151,6 +187,7 @@ impl GpuBackend {
             attention: OnceLock::new(),
             delta: OnceLock::new(),
             mirrors: Mutex::default(),
+            states: Mutex::default(),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
             attn_gpu: AtomicU64::new(0),
@@ -342,6 +379,60 @@ impl GpuBackend {
     }
 }
 
+impl GpuBackend {
+    /// The delta rule on the device, over its copy of `state`: `Ok(false)`
+    /// when it does not take this shape or state (the CPU does, quietly),
+    /// an error when it failed.
+    fn try_delta(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut Ssm, out: &mut [f32]) -> Result<bool> {
+        let p = d.p;
+        let shape = DeltaShape { n_k_heads: p.n_k_heads, n_v_heads: p.n_v_heads, d_k: p.d_k, d_v: p.d_v, n: pass.n };
+        if p.d_k > MAX_D_K {
+            return Ok(false);
+        }
+        let kernel = self.delta.get_or_init(|| {
+            GpuDeltaRule::new(&self.gpu).map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}")).ok()
+        });
+        let Some(kernel) = kernel else { return Ok(false) };
+        let mut states = self.states.lock().map_err(|_| crate::Error::Gpu("state mirrors poisoned".into()))?;
+        // Copies of states that are gone free their device memory.
+        states.retain(|_, m| m.life.strong_count() > 0);
+        let (id, life) = state.identity();
+        let m = states.entry(id).or_insert_with(|| {
+            let copy = GpuState::new(&self.gpu, state.len())
+                .map_err(|e| log::warn!("gpu: a recurrent state stays on the CPU: {e}"))
+                .ok()
+                .map(|gpu| Arc::new(DeviceState { gpu, lost: false.into() }));
+            StateMirror { copy, life, writes: u64::MAX }
+        });
+        let Some(copy) = m.copy.clone() else { return Ok(false) };
+        // Whose values are the newest: this copy's, another device's, or the host's.
+        let mine = state.ahead().is_some_and(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(&copy)));
+        if !mine {
+            if state.ahead().is_some() {
+                state.host_mut()?;
+            }
+            if m.writes != state.writes() {
+                copy.gpu.write(state.host())?;
+                m.writes = state.writes();
+            }
+        }
+        match kernel.run(&shape, &copy.gpu, d.qkv, d.g, d.beta, out) {
+            Ok(()) => {
+                state.advanced_on(copy);
+                Ok(true)
+            }
+            // Nothing ran: the copy is as it was.
+            Err(e @ crate::Error::InvalidArgument(_)) => Err(e),
+            Err(e) => {
+                // It may have advanced halfway: never read it, never use it again.
+                copy.lost.store(true, Relaxed);
+                states.remove(&id);
+                Err(e)
+            }
+        }
+    }
+}
+
 impl Backend for GpuBackend {
     fn name(&self) -> &'static str {
         "gpu"
@@ -376,28 +467,24 @@ impl Backend for GpuBackend {
         Cpu.attend(pass, a, out, scratch)
     }
 
-    fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
-        let p = d.p;
-        let shape = DeltaShape { n_k_heads: p.n_k_heads, n_v_heads: p.n_v_heads, d_k: p.d_k, d_v: p.d_v, n: pass.n };
-        let kernel = (p.d_k <= MAX_D_K)
-            .then(|| {
-                self.delta.get_or_init(|| {
-                    GpuDeltaRule::new(&self.gpu)
-                        .map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}"))
-                        .ok()
-                })
-            })
-            .and_then(Option::as_ref);
-        if let Some(kernel) = kernel {
-            match kernel.run(&shape, state, d.qkv, d.g, d.beta, out) {
-                Ok(()) => {
-                    self.delta_gpu.fetch_add(1, Relaxed);
-                    return;
-                }
-                Err(e) => log::warn!("gpu: the delta rule fell back to the CPU: {e}"),
+    fn delta_rule(
+        &self,
+        pass: &Pass,
+        d: &DeltaRule<'_>,
+        state: &mut Ssm,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) -> Result<()> {
+        match self.try_delta(pass, d, state, out) {
+            Ok(true) => {
+                self.delta_gpu.fetch_add(1, Relaxed);
+                return Ok(());
             }
+            Ok(false) => {}
+            Err(e) => log::warn!("gpu: the delta rule fell back to the CPU: {e}"),
         }
         self.delta_cpu.fetch_add(1, Relaxed);
+        // Reads the state back first when the device holds it.
         Cpu.delta_rule(pass, d, state, out, scratch)
     }
 }

@@ -18,11 +18,12 @@ mod network;
 pub mod pass;
 mod qwen35moe;
 mod scratch;
+pub mod ssm;
 mod state;
 mod trunk;
 mod weights;
 
-pub use blocks::deltanet::DeltaState;
+pub use blocks::deltanet::{DeltaState, SavedDelta};
 pub use blocks::moe::Routing;
 pub use budget::{default_context, MemoryPlan, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};

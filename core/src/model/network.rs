@@ -251,7 +251,7 @@ impl Model {
                 return Err(Error::InvalidArgument("the GPU backend does not run under a memory budget yet".into()))
             }
             BackendKind::Gpu => {
-                let gpu = Gpu::new(&GpuOptions::default())?;
+                let gpu = Gpu::new(&GpuOptions::from_env())?;
                 Device::Gpu(Box::new(GpuBackend::new(gpu, file.source().bytes())))
             }
         };

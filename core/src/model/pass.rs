@@ -11,10 +11,12 @@ use super::blocks::attention::AttnParams;
 use super::blocks::deltanet::DeltaParams;
 use super::cache::KvCache;
 use super::expert_cache::ExpertCache;
+use super::ssm::Ssm;
 use super::weights::{Experts, Matrix};
 use crate::gguf::Source;
 use crate::kernels::{self, MatJob, QActs};
 use crate::threads::ThreadPool;
+use crate::Result;
 
 /// What one forward pass evaluates, and with what.
 pub struct Pass<'a> {
@@ -122,8 +124,18 @@ pub trait Backend: Send + Sync {
     fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>);
 
     /// Advance `state` (`[n_v_heads][d_k][d_v]`) over the pass's tokens,
-    /// writing each token's output (`[n][value_dim]`) into `out`.
-    fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>);
+    /// writing each token's output (`[n][value_dim]`) into `out`. A backend
+    /// may leave the advanced state on its device ([`Ssm::advanced_on`]);
+    /// one that needs the host's copy reads it back first, which is the
+    /// only way this fails.
+    fn delta_rule(
+        &self,
+        pass: &Pass,
+        d: &DeltaRule<'_>,
+        state: &mut Ssm,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) -> Result<()>;
 }
 
 /// The CPU: the kernels of [`crate::kernels`] on the worker pool.
@@ -146,7 +158,15 @@ impl Backend for Cpu {
         super::blocks::attention::attend_cpu(pass, a, out, scratch)
     }
 
-    fn delta_rule(&self, pass: &Pass, d: &DeltaRule<'_>, state: &mut [f32], out: &mut [f32], scratch: &mut Vec<f32>) {
-        super::blocks::deltanet::delta_rule_cpu(pass, d, state, out, scratch)
+    fn delta_rule(
+        &self,
+        pass: &Pass,
+        d: &DeltaRule<'_>,
+        state: &mut Ssm,
+        out: &mut [f32],
+        scratch: &mut Vec<f32>,
+    ) -> Result<()> {
+        super::blocks::deltanet::delta_rule_cpu(pass, d, state.host_mut()?, out, scratch);
+        Ok(())
     }
 }

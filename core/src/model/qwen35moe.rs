@@ -184,7 +184,7 @@ impl Network for Qwen35Moe {
             // x += Mixer(RMSNorm(x))   (DeltaNet or gated attention)
             layer.attn_norm.forward(x, xn);
             match (&layer.mixer, state) {
-                (Mixer::Delta(d), LayerState::Recurrent(st)) => d.forward(pass, st, &mut b.delta, xn, out),
+                (Mixer::Delta(d), LayerState::Recurrent(st)) => d.forward(pass, st, &mut b.delta, xn, out)?,
                 (Mixer::Attention(a), LayerState::Attention(cache)) => a.forward(pass, cache, &mut b.attn, xn, out),
                 _ => return Err(foreign_state()),
             }

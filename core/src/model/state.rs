@@ -3,7 +3,7 @@
 //! the recurrent layers, and the scratch its forward passes reuse.
 
 use super::blocks::attention::{AttnParams, AttnScratch};
-use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState};
+use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta};
 use super::blocks::ffn::FfnScratch;
 use super::blocks::moe::{MoeScratch, Routing};
 use super::cache::{KvCache, KvType};
@@ -117,7 +117,7 @@ impl Scratch {
 pub struct Checkpoint {
     n_past: usize,
     clock: u64,
-    recurrent: Vec<(usize, DeltaState)>,
+    recurrent: Vec<(usize, SavedDelta)>,
 }
 
 impl Checkpoint {
@@ -128,7 +128,7 @@ impl Checkpoint {
 
     /// Memory the checkpoint holds (recurrent state copies; the KV prefix is shared).
     pub fn bytes(&self) -> usize {
-        self.recurrent.iter().map(|(_, s)| s.bytes()).sum()
+        self.recurrent.iter().map(|(_, s)| (s.conv.len() + s.ssm.len()) * 4).sum()
     }
 
     /// The state's clock when the checkpoint was taken.
@@ -137,12 +137,12 @@ impl Checkpoint {
     }
 
     /// The copied recurrent layers: (layer index, state), in layer order.
-    pub(crate) fn recurrent(&self) -> &[(usize, DeltaState)] {
+    pub(crate) fn recurrent(&self) -> &[(usize, SavedDelta)] {
         &self.recurrent
     }
 
     /// A checkpoint read back from a snapshot (the reader checked it against the state).
-    pub(crate) fn from_parts(n_past: usize, clock: u64, recurrent: Vec<(usize, DeltaState)>) -> Checkpoint {
+    pub(crate) fn from_parts(n_past: usize, clock: u64, recurrent: Vec<(usize, SavedDelta)>) -> Checkpoint {
         Checkpoint { n_past, clock, recurrent }
     }
 }
@@ -217,18 +217,19 @@ impl State {
         Ok(())
     }
 
-    /// Save the current position (see [`Checkpoint`]).
-    pub fn checkpoint(&self) -> Checkpoint {
+    /// Save the current position (see [`Checkpoint`]). Fails only when a
+    /// recurrent state the GPU holds cannot be read back.
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
         let recurrent = self
             .layers
             .iter()
             .enumerate()
             .filter_map(|(il, l)| match l {
-                LayerState::Recurrent(r) => Some((il, r.clone())),
+                LayerState::Recurrent(r) => Some(r.save().map(|s| (il, s))),
                 LayerState::Attention(_) => None,
             })
-            .collect();
-        Checkpoint { n_past: self.n_past, clock: self.clock, recurrent }
+            .collect::<Result<_>>()?;
+        Ok(Checkpoint { n_past: self.n_past, clock: self.clock, recurrent })
     }
 
     /// Return to a checkpoint of this state. Fails when a position before it
@@ -239,7 +240,7 @@ impl State {
         }
         for (il, saved) in &cp.recurrent {
             if let LayerState::Recurrent(r) = &mut self.layers[*il] {
-                r.clone_from(saved);
+                r.load(saved)?;
             }
         }
         self.n_past = cp.n_past;
@@ -257,8 +258,10 @@ impl State {
     /// rewritten since it was taken.
     pub fn holds(&self, cp: &Checkpoint) -> bool {
         let stale = self.stamps.len() < cp.n_past || self.stamps[..cp.n_past].iter().any(|&s| s > cp.clock);
-        let layers_match =
-            cp.recurrent.iter().all(|(il, _)| matches!(self.layers.get(*il), Some(LayerState::Recurrent(_))));
+        let layers_match = cp.recurrent.iter().all(|(il, saved)| {
+            matches!(self.layers.get(*il), Some(LayerState::Recurrent(r))
+                if r.conv.len() == saved.conv.len() && r.ssm.len() == saved.ssm.len())
+        });
         !stale && layers_match
     }
 

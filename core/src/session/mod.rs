@@ -298,7 +298,7 @@ impl Session {
             self.eval(chunk, if last { Logits::Last } else { Logits::None })?;
             stats.prompt_tokens_evaluated += chunk.len();
         }
-        self.save_checkpoint();
+        self.save_checkpoint()?;
         let prefill_secs = prefill_start.elapsed().as_secs_f64();
         if stats.prompt_tokens_evaluated > 0 && prefill_secs > 0.0 {
             stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated as f64 / prefill_secs;
@@ -371,7 +371,7 @@ impl Session {
             // Keep the cache equal to the conversation so far.
             self.eval_generated(t)?;
         }
-        self.save_checkpoint();
+        self.save_checkpoint()?;
         let decode_secs = decode_start.elapsed().as_secs_f64();
         if stats.generated_tokens > 1 && decode_secs > 0.0 {
             stats.decode_tokens_per_second = (stats.generated_tokens - 1) as f64 / decode_secs;
@@ -468,18 +468,20 @@ impl Session {
         Ok(())
     }
 
-    /// Recurrent models: remember the current position.
-    fn save_checkpoint(&mut self) {
+    /// Recurrent models: remember the current position (which reads a
+    /// recurrent state the GPU holds back; only that can fail).
+    fn save_checkpoint(&mut self) -> Result<()> {
         if !self.state.is_recurrent() || self.cached.is_empty() {
-            return;
+            return Ok(());
         }
         if self.checkpoints.iter().any(|(t, _)| *t == self.cached) {
-            return;
+            return Ok(());
         }
         if self.checkpoints.len() == MAX_CHECKPOINTS {
             self.checkpoints.remove(0);
         }
-        self.checkpoints.push((self.cached.clone(), self.state.checkpoint()));
+        self.checkpoints.push((self.cached.clone(), self.state.checkpoint()?));
+        Ok(())
     }
 }
 

@@ -131,7 +131,9 @@ pub fn run(args: Args) -> Result<(), String> {
         "load_ms": load_ms,
         "memory_budget": args.budget.bytes,
         "backend": model.backend_name(),
-        "adapter": model.adapter().map(|a| json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info})),
+        "adapter": model.adapter().map(|a| {
+            json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info, "kernels": a.kernels.name()})
+        }),
         "warmup": !args.no_warmup,
         "varied": args.varied,
     });
@@ -337,11 +339,14 @@ impl GpuReport {
             "readback_bytes_per_token": self.per_token(d.readback_bytes),
             "bytes_uploaded_per_token": self.per_token(d.bytes_uploaded()),
             "buffers_created_per_token": self.per_token(d.buffers_created),
+            "state_uploads_per_token": self.per_token(d.state_uploads),
+            "state_readbacks_per_token": self.per_token(d.state_readbacks),
             "weight_bytes_uploaded_at_load": self.at_load.device.weight_bytes_uploaded,
             "bytes_uploaded_after_load": after.bytes_uploaded(),
             "weight_bytes_uploaded_after_load": after.weight_bytes_uploaded,
             "activation_bytes_uploaded_after_load": after.activation_bytes_uploaded,
             "cache_bytes_uploaded_after_load": after.cache_bytes_uploaded,
+            "state_bytes_uploaded_after_load": after.state_bytes_uploaded,
             "buffers_created_after_load": after.buffers_created,
         })
     }

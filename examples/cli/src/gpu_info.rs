@@ -1,5 +1,7 @@
 //! `pocket gpu-info [--json]`: the GPU adapter Pocket would use, its
-//! features and the limits that shape the kernels.
+//! features, the limits that shape the kernels, and the form of the kernels
+//! it runs (`kernels`: `f16+subgroups` ... `portable`; a model's too, since
+//! both honour `POCKET_GPU_KERNELS=portable`).
 
 use pocket_core::gpu::{AdapterInfo, Gpu, GpuOptions};
 use serde_json::{json, Map, Value};
@@ -13,7 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<(), String> {
-    let gpu = Gpu::new(&GpuOptions::default()).map_err(|e| e.to_string())?;
+    let gpu = Gpu::new(&GpuOptions::from_env()).map_err(|e| e.to_string())?;
     let info = gpu.info();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&to_json(info)).map_err(|e| e.to_string())?);
@@ -24,6 +26,7 @@ pub fn run(args: Args) -> Result<(), String> {
     println!("vendor       {:#06x}, device {:#06x}", info.vendor, info.device);
     println!("shader-f16   {}", yes_no(info.shader_f16));
     println!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
+    println!("kernels      {}", info.kernels.name());
     println!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
     println!("limits");
     for (name, value) in info.limits.entries() {
@@ -56,5 +59,6 @@ fn to_json(info: &AdapterInfo) -> Value {
         "subgroup_max_size": info.subgroup_max_size,
         "features": info.features,
         "limits": limits,
+        "kernels": {"name": info.kernels.name(), "f16": info.kernels.f16, "subgroups": info.kernels.subgroups},
     })
 }

@@ -65,6 +65,7 @@ fn bench_on_the_gpu_reports_the_adapter_and_what_the_device_did() {
     assert_eq!(config["backend"], "gpu");
     let name = config["adapter"]["name"].as_str().unwrap();
     assert!(!name.is_empty() && config["adapter"]["driver"].is_string(), "{config}");
+    assert!(config["adapter"]["kernels"].is_string(), "{config}");
     assert!(v["fingerprint"].as_str().unwrap().contains(&format!(" gpu:{}", name.replace(' ', "_"))));
 
     let g = &v["gpu"];

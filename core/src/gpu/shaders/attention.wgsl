@@ -5,16 +5,18 @@
 // times sigmoid(gate) per output when the queries carry gates.
 //
 // One workgroup per (query head, token): its invocations split the
-// positions for the scores and their softmax (reductions in workgroup
-// memory), then the output dimensions for the weighted sum of the values.
+// positions for the scores and their softmax (`max_all`, `sum_all`:
+// `reduce.wgsl`, or `reduce_subgroups.wgsl` where the adapter has
+// subgroups), then the output dimensions for the weighted sum of the values.
 // The scores live in `sc`, one row per (token, head) of a dispatch; a long
 // prompt over a long context goes in several dispatches of tokens
 // `t0 + wid.y`, so that their scores fit.
 //
 // The cache is `[kv_head][capacity][dim]` of f16 (two per word, low half
-// first) or f32 (`p.f16`). With an f16 cache the query and the softmax
-// weights are rounded to f16 before they meet the keys and the values, as
-// on the CPU (and in llama.cpp's f16 cache).
+// first; read by `kv_half.wgsl` or `kv_f16.wgsl`) or f32 (`p.f16`). With an
+// f16 cache the query and the softmax weights are rounded to f16 before
+// they meet the keys and the values, as on the CPU (and in llama.cpp's f16
+// cache).
 
 struct Params {
     n_head: u32,
@@ -50,56 +52,25 @@ const WG: u32 = 64u;
 // The largest head the query buffer holds (the host checks).
 const MAX_HEAD_DIM: u32 = 512u;
 var<workgroup> qs: array<f32, MAX_HEAD_DIM>;
-var<workgroup> red: array<f32, WG>;
 
 // Element `e` of the keys or values, as f32.
 fn k_at(e: u32) -> f32 {
     if (p.f16 != 0u) {
-        return half_to_f32((k[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu);
+        return k_half(e);
     }
     return bitcast<f32>(k[e]);
 }
 
 fn v_at(e: u32) -> f32 {
     if (p.f16 != 0u) {
-        return half_to_f32((v[e >> 1u] >> ((e & 1u) * 16u)) & 0xffffu);
+        return v_half(e);
     }
     return bitcast<f32>(v[e]);
 }
 
-// The largest of every invocation's `x` (all get it).
-fn max_all(x: f32, lid: u32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] = max(red[lid], red[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    // Nobody writes `red` again before everybody has read it.
-    workgroupBarrier();
-    return r;
-}
-
-// The sum of every invocation's `x` (all get it).
-fn sum_all(x: f32, lid: u32) -> f32 {
-    red[lid] = x;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
-        }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
+    let lid = lane.lid;
     let h = wid.x;
     let t = p.t0 + wid.y;
     let pos = p.pos0 + t;
@@ -133,7 +104,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         sc[sb + j] = s;
         m = max(m, s);
     }
-    m = max_all(m, lid);
+    m = max_all(m, lane);
 
     // Softmax: exponentials, their sum, the normalised weights.
     var total = 0.0;
@@ -142,7 +113,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         sc[sb + j] = e;
         total += e;
     }
-    let inv = 1.0 / sum_all(total, lid);
+    let inv = 1.0 / sum_all(total, lane);
     for (var j = lid; j < len; j += WG) {
         let w = sc[sb + j] * inv;
         sc[sb + j] = select(w, round_to_half(w), p.f16 != 0u);

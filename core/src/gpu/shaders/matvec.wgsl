@@ -5,12 +5,14 @@
 // expert over the tokens routed to it).
 //
 // The weights are the file's bytes as they lie (`array<u32>`, read with the
-// byte helpers below); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
+// byte helpers below; `f16_at` from `weights_half.wgsl` or
+// `weights_f16.wgsl`, which may bind them a second time as f16 values); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
 // and `block_dot(offset, xi)`: the dot product of the block at byte `offset`
 // with x[xi .. xi + BLOCK_ELEMS], accumulated in f32.
 //
 // One workgroup per (row, token): its invocations stride over the row's
-// blocks, then sum their partial dots in workgroup memory.
+// blocks, then sum their partial dots (`sum_all`: `reduce.wgsl`, or
+// `reduce_subgroups.wgsl` where the adapter has subgroups).
 
 struct Params {
     // Rows in this binding, row length in elements and in bytes.
@@ -45,7 +47,6 @@ struct Job {
 @group(0) @binding(5) var<storage, read> idx: array<u32>;
 
 const WG: u32 = 64u;
-var<workgroup> partial: array<f32, WG>;
 
 // Byte `off` of the weights.
 fn byte_at(off: u32) -> u32 {
@@ -68,11 +69,6 @@ fn u32_at(off: u32) -> u32 {
     return (lo >> s) | (w[(off >> 2u) + 1u] << (32u - s));
 }
 
-// An f16 at any byte offset, exactly as f32 (`half.wgsl`).
-fn f16_at(off: u32) -> f32 {
-    return half_to_f32(u16_at(off));
-}
-
 // A byte as a signed 8-bit value.
 fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
@@ -81,40 +77,31 @@ fn i8_of(b: u32) -> f32 {
 // W[row] . x[x0 ..][..cols], summed over the workgroup (every invocation
 // gets the sum). Rows past the last (the y grid is rounded up) give 0 but
 // still meet at the barriers.
-fn row_dot(row: u32, x0: u32, lid: u32) -> f32 {
+fn row_dot(row: u32, x0: u32, lane: Lane) -> f32 {
     let nb = select(0u, p.cols / BLOCK_ELEMS, row < p.rows);
     var acc = 0.0;
-    for (var b = lid; b < nb; b += WG) {
+    for (var b = lane.lid; b < nb; b += WG) {
         acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, x0 + b * BLOCK_ELEMS);
     }
-    partial[lid] = acc;
-    workgroupBarrier();
-    // Tree sum of the partial dots.
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            partial[lid] += partial[lid + s];
-        }
-        workgroupBarrier();
-    }
-    return partial[0];
+    return sum_all(acc, lane);
 }
 
 @compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     let row = wid.y * p.groups_x + wid.x;
     let t = wid.z;
-    let sum = row_dot(row, t * p.cols, lid);
-    if (lid == 0u && row < p.rows) {
+    let sum = row_dot(row, t * p.cols, lane);
+    if (lane.lid == 0u && row < p.rows) {
         y[t * p.out_stride + p.row0 + row] = sum;
     }
 }
 
 @compute @workgroup_size(64)
-fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     let row = wid.y * p.groups_x + wid.x;
     let t = wid.z;
-    let sum = row_dot(row, job.x_base + idx[job.idx_base + t] * p.cols, lid);
-    if (lid == 0u && row < p.rows) {
+    let sum = row_dot(row, job.x_base + idx[job.idx_base + t] * p.cols, lane);
+    if (lane.lid == 0u && row < p.rows) {
         y[job.y_base + t * p.out_stride + p.row0 + row] = sum;
     }
 }

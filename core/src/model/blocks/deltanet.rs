@@ -17,8 +17,9 @@
 
 use super::super::pass::{DeltaRule, Pass};
 use super::super::scratch::{split, take, ActCache, SharedMut};
+use super::super::ssm::Ssm;
 use super::super::weights::{Loader, Matrix};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
 
@@ -99,17 +100,25 @@ fn taps_major(w: &[f32], taps: usize) -> Vec<f32> {
 }
 
 /// Recurrent state of one DeltaNet layer for one sequence.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub struct DeltaState {
     /// The last `d_conv - 1` conv inputs, oldest first: `[d_conv-1][conv_dim]`.
     pub conv: Vec<f32>,
-    /// Per value head, S as `[d_k][d_v]` (rows indexed by key dim).
+    /// Per value head, S as `[d_k][d_v]` (rows indexed by key dim); a
+    /// backend may hold its newest values on its device.
+    pub ssm: Ssm,
+}
+
+/// A copy of a [`DeltaState`]'s values (a checkpoint's, a snapshot's).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedDelta {
+    pub conv: Vec<f32>,
     pub ssm: Vec<f32>,
 }
 
 impl DeltaState {
     pub fn new(p: &DeltaParams) -> DeltaState {
-        DeltaState { conv: vec![0.0; (p.d_conv - 1) * p.conv_dim()], ssm: vec![0.0; p.n_v_heads * p.d_k * p.d_v] }
+        DeltaState { conv: vec![0.0; (p.d_conv - 1) * p.conv_dim()], ssm: Ssm::new(p.n_v_heads * p.d_k * p.d_v) }
     }
 
     pub fn bytes(&self) -> usize {
@@ -118,7 +127,33 @@ impl DeltaState {
 
     pub fn clear(&mut self) {
         self.conv.fill(0.0);
-        self.ssm.fill(0.0);
+        self.ssm.clear();
+    }
+
+    /// The values now (S read back from a device that holds newer ones).
+    pub fn save(&self) -> Result<SavedDelta> {
+        Ok(SavedDelta { conv: self.conv.clone(), ssm: self.ssm.read()?.into_owned() })
+    }
+
+    /// Zeros of this state's shape, to read saved values into.
+    pub fn blank(&self) -> SavedDelta {
+        SavedDelta { conv: vec![0.0; self.conv.len()], ssm: vec![0.0; self.ssm.len()] }
+    }
+
+    /// Take `saved`'s values (a device's copy of S is stale from then on).
+    pub fn load(&mut self, saved: &SavedDelta) -> Result<()> {
+        if saved.conv.len() != self.conv.len() || saved.ssm.len() != self.ssm.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a saved recurrent state of {} + {} values for one of {} + {}",
+                saved.conv.len(),
+                saved.ssm.len(),
+                self.conv.len(),
+                self.ssm.len()
+            )));
+        }
+        self.conv.copy_from_slice(&saved.conv);
+        self.ssm.overwrite().copy_from_slice(&saved.ssm);
+        Ok(())
     }
 }
 
@@ -141,8 +176,16 @@ pub struct DeltaScratch {
 
 impl DeltaNet {
     /// `out = DeltaNet(x)` for the pass's tokens (`[n][n_embd]` each); the
-    /// state advances by `n` tokens.
-    pub fn forward(&self, pass: &Pass, st: &mut DeltaState, s: &mut DeltaScratch, x: &[f32], out: &mut [f32]) {
+    /// state advances by `n` tokens. Fails only when S, newer on a device,
+    /// cannot be read back for the CPU.
+    pub fn forward(
+        &self,
+        pass: &Pass,
+        st: &mut DeltaState,
+        s: &mut DeltaScratch,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<()> {
         let (p, n) = (&self.p, pass.n);
         let (cd, vd, hv) = (p.conv_dim(), p.value_dim(), p.n_v_heads);
         let n_embd = x.len() / n;
@@ -202,7 +245,7 @@ impl DeltaNet {
         // The delta rule, on the backend.
         let o = take(&mut s.o, n * vd);
         let rule = DeltaRule { p, qkv: conv_out, g, beta };
-        pass.backend.delta_rule(pass, &rule, &mut st.ssm, o, &mut s.rule);
+        pass.backend.delta_rule(pass, &rule, &mut st.ssm, o, &mut s.rule)?;
 
         // Gated RMSNorm per head: RMSNorm(o) * SiLU(z).
         ops::silu(z);
@@ -213,6 +256,7 @@ impl DeltaNet {
 
         // Output projection.
         pass.project(&self.out, &mut s.heads, o, out);
+        Ok(())
     }
 }
 

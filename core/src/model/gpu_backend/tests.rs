@@ -1,12 +1,14 @@
 //! [`GpuBackend`] against [`Cpu`], operation by operation, on random data:
 //! products over chosen rows (MoE experts), attention (and the device copy
-//! of the KV cache through rewrites), the delta rule. Without an adapter the
+//! of the KV cache through rewrites), the delta rule, each with the kernels
+//! the adapter offers and with the portable ones. Without an adapter the
 //! tests print why and pass; `POCKET_REQUIRE_GPU=1` makes that a failure.
 
 use super::super::blocks::attention::{AttnParams, Rope};
 use super::super::blocks::deltanet::DeltaParams;
 use super::super::cache::{KvCache, KvType};
 use super::super::pass::{Attend, DeltaRule, Pass};
+use super::super::ssm::Ssm;
 use super::{Backend, Cpu, GpuBackend};
 use crate::gpu::{Gpu, GpuOptions, FORMATS};
 use crate::kernels::testing::{random_weights, Rng};
@@ -15,6 +17,19 @@ use crate::threads::ThreadPool;
 
 fn device() -> Option<Gpu> {
     device_with(&GpuOptions::default())
+}
+
+/// The device with the kernels the adapter offers (`shader-f16` and
+/// subgroups on lavapipe) and with the portable ones: one when they are the
+/// same, none without an adapter.
+fn devices() -> Vec<Gpu> {
+    let Some(best) = device() else { return Vec::new() };
+    let Some(portable) = device_with(&GpuOptions::portable()) else { return Vec::new() };
+    if best.kernels() == portable.kernels() {
+        vec![best]
+    } else {
+        vec![best, portable]
+    }
 }
 
 fn device_with(opts: &GpuOptions) -> Option<Gpu> {
@@ -37,7 +52,13 @@ fn device_with(opts: &GpuOptions) -> Option<Gpu> {
 /// on the same quantised activations, none on the CPU.
 #[test]
 fn products_over_chosen_rows_match_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        products_over_chosen_rows_match_the_cpu_on(&gpu);
+    }
+}
+
+fn products_over_chosen_rows_match_the_cpu_on(gpu: &Gpu) {
+    let kernels = gpu.kernels().name();
     let pool = ThreadPool::new(1);
     let mut rng = Rng::new(31);
     for ty in FORMATS {
@@ -74,7 +95,10 @@ fn products_over_chosen_rows_match_the_cpu() {
         for (j, (w, g)) in want.iter().zip(&got).enumerate() {
             let range = w.iter().fold(0f32, |m, v| m.max(v.abs()));
             for (i, (a, b)) in w.iter().zip(g).enumerate() {
-                assert!((a - b).abs() <= 1e-4 * range + 1e-5, "{ty} job {j} output {i}: cpu {a} vs gpu {b}");
+                assert!(
+                    (a - b).abs() <= 1e-4 * range + 1e-5,
+                    "{ty} ({kernels}) job {j} output {i}: cpu {a} vs gpu {b}"
+                );
             }
         }
     }
@@ -152,7 +176,13 @@ type Case = (usize, usize, usize, usize, Option<usize>, bool, KvType, usize, usi
 /// workgroup and contexts longer than it.
 #[test]
 fn attention_matches_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        attention_matches_the_cpu_on(gpu);
+    }
+}
+
+fn attention_matches_the_cpu_on(gpu: Gpu) {
+    let kernels = gpu.kernels().name();
     let backend = GpuBackend::new(gpu, &[]);
     let mut rng = Rng::new(41);
     let cases: [Case; 6] = [
@@ -166,7 +196,7 @@ fn attention_matches_the_cpu() {
     for (n_head, n_kv, hd, hdv, window, gated, ty, prefill, decode) in cases {
         let p = layer(n_head, n_kv, hd, hdv, window);
         let mut cache = KvCache::new(ty, n_kv, hd, hdv, 96).unwrap();
-        let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?}");
+        let what = format!("{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, {ty:?} ({kernels})");
         fill(&mut cache, 0..prefill, &mut rng);
         check(&backend, &cache, &p, 0, prefill, gated, &mut rng, &format!("{what}: prefill {prefill}"));
         for pos in prefill..prefill + decode {
@@ -288,7 +318,12 @@ fn the_device_copy_of_the_cache_follows_rewrites() {
 /// state carried from call to call; outputs and the advanced state.
 #[test]
 fn the_delta_rule_matches_the_cpu() {
-    let Some(gpu) = device() else { return };
+    for gpu in devices() {
+        the_delta_rule_matches_the_cpu_on(gpu);
+    }
+}
+
+fn the_delta_rule_matches_the_cpu_on(gpu: Gpu) {
     let backend = GpuBackend::new(gpu, &[]);
     let pool = ThreadPool::new(2);
     let mut rng = Rng::new(43);
@@ -297,10 +332,12 @@ fn the_delta_rule_matches_the_cpu() {
     for (n_k_heads, n_v_heads, d_k, d_v, calls) in cases {
         let p = DeltaParams { n_k_heads, n_v_heads, d_k, d_v, d_conv: 4, eps: 1e-6 };
         let what = format!("{n_k_heads}/{n_v_heads} heads of {d_k}/{d_v}");
-        let mut want_state = rng.vec(n_v_heads * d_k * d_v, 0.3);
-        let mut got_state = want_state.clone();
+        let start = rng.vec(n_v_heads * d_k * d_v, 0.3);
+        let (mut want_state, mut got_state) = (Ssm::new(start.len()), Ssm::new(start.len()));
+        want_state.overwrite().copy_from_slice(&start);
+        got_state.overwrite().copy_from_slice(&start);
         let mut pos0 = 0;
-        for n in calls {
+        for (call, n) in calls.into_iter().enumerate() {
             // q and k L2-normalised per head, as the layer hands them over.
             let mut qkv = rng.vec(n * p.conv_dim(), 1.0);
             for row in qkv.chunks_exact_mut(p.conv_dim()) {
@@ -312,19 +349,25 @@ fn the_delta_rule_matches_the_cpu() {
             let g: Vec<f32> = (0..n * n_v_heads).map(|_| -rng.f32() * 0.7).collect();
             let beta: Vec<f32> = (0..n * n_v_heads).map(|_| rng.f32()).collect();
             let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
-            let run = |b: &dyn Backend, state: &mut Vec<f32>| {
+            let run = |b: &dyn Backend, state: &mut Ssm| {
                 let pass =
                     Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
                 let mut out = vec![f32::NAN; n * p.value_dim()];
-                b.delta_rule(&pass, &rule, state, &mut out, &mut Vec::new());
+                b.delta_rule(&pass, &rule, state, &mut out, &mut Vec::new()).unwrap();
                 out
             };
             let want = run(&Cpu, &mut want_state);
+            let before = backend.counters().device;
             let got = run(&backend, &mut got_state);
+            // The state went up on the first call only and stays on the device.
+            let d = backend.counters().device - before;
+            assert_eq!((d.state_uploads, d.state_readbacks), (u64::from(call == 0), 0), "{what}, call {call}");
+            assert!(got_state.ahead().is_some(), "{what}");
             // Token by token both sides round alike (measured on lavapipe:
             // 1.5e-8 at most); the CPU's chunked form differs more (3.6e-7).
             let tol = if n >= 32 { 1e-5 } else { 1e-6 };
-            for (name, w, g) in [("output", &want, &got), ("state", &want_state, &got_state)] {
+            let (want_s, got_s) = (want_state.read().unwrap(), got_state.read().unwrap());
+            for (name, w, g) in [("output", &want[..], &got[..]), ("state", &want_s[..], &got_s[..])] {
                 let range = w.iter().fold(1f32, |m, v| m.max(v.abs()));
                 for (i, (a, b)) in w.iter().zip(g.iter()).enumerate() {
                     assert!(
@@ -338,4 +381,85 @@ fn the_delta_rule_matches_the_cpu() {
     }
     let c = backend.counters();
     assert_eq!((c.gpu_delta, c.cpu_delta), (9, 0));
+}
+
+/// The device's copy of a recurrent state follows what the session does to
+/// it, against the CPU on a twin state: uploaded once, then per decoded
+/// token neither uploaded nor read back; read back (once) for a
+/// checkpoint; uploaded again after a restore, a clear (a new sequence) or
+/// a pass on the CPU; dropped with the state.
+#[test]
+fn the_device_copy_of_a_recurrent_state_follows_rewrites() {
+    let Some(gpu) = device() else { return };
+    let backend = GpuBackend::new(gpu, &[]);
+    let pool = ThreadPool::new(2);
+    let mut rng = Rng::new(46);
+    let p = DeltaParams { n_k_heads: 2, n_v_heads: 4, d_k: 16, d_v: 12, d_conv: 4, eps: 1e-6 };
+    let len = p.n_v_heads * p.d_k * p.d_v;
+    let (mut cpu, mut gpu) = (Ssm::new(len), Ssm::new(len));
+    let step = |b: &dyn Backend, cpu: &mut Ssm, gpu: &mut Ssm, rng: &mut Rng| {
+        let n = 1 + rng.below(3);
+        let qkv: Vec<f32> = rng.vec(n * p.conv_dim(), 0.2);
+        let g: Vec<f32> = (0..n * p.n_v_heads).map(|_| -rng.f32() * 0.7).collect();
+        let beta: Vec<f32> = (0..n * p.n_v_heads).map(|_| rng.f32()).collect();
+        let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
+        let mut outs = Vec::new();
+        for (b, st) in [(&Cpu as &dyn Backend, cpu), (b, gpu)] {
+            let pass =
+                Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0: 0, n, observer: None };
+            let mut out = vec![0.0; n * p.value_dim()];
+            b.delta_rule(&pass, &rule, st, &mut out, &mut Vec::new()).unwrap();
+            outs.push(out);
+        }
+        let diff = outs[0].iter().zip(&outs[1]).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 1e-5, "outputs differ by {diff}");
+    };
+    let same = |cpu: &Ssm, gpu: &Ssm, what: &str| {
+        let (a, b) = (cpu.read().unwrap(), gpu.read().unwrap());
+        let diff = a.iter().zip(b.iter()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(diff <= 1e-5, "{what}: states differ by {diff}");
+    };
+    let counted = |backend: &GpuBackend, f: &mut dyn FnMut()| {
+        let before = backend.counters().device;
+        f();
+        let d = backend.counters().device - before;
+        (d.state_uploads, d.state_readbacks)
+    };
+    // Prefill, then decoded tokens: one upload, no readback.
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (1, 0));
+    for _ in 0..4 {
+        assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (0, 0));
+    }
+    // A checkpoint reads it back once; decoding goes on without an upload.
+    let mut saved = Vec::new();
+    assert_eq!(counted(&backend, &mut || saved = gpu.read().unwrap().into_owned()), (0, 1));
+    same(&cpu, &gpu, "checkpoint");
+    let cpu_saved = cpu.read().unwrap().into_owned();
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (0, 0));
+    // The checkpoint restored: uploaded again, once.
+    gpu.overwrite().copy_from_slice(&saved);
+    cpu.overwrite().copy_from_slice(&cpu_saved);
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (1, 0));
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (0, 0));
+    same(&cpu, &gpu, "after a restore");
+    // A pass on the CPU reads it back first; the next on the GPU uploads.
+    assert_eq!(counted(&backend, &mut || step(&Cpu, &mut cpu, &mut gpu, &mut rng)), (0, 1));
+    assert!(gpu.ahead().is_none());
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (1, 0));
+    // A new sequence: zeros go up.
+    gpu.clear();
+    cpu.clear();
+    assert_eq!(counted(&backend, &mut || step(&backend, &mut cpu, &mut gpu, &mut rng)), (1, 0));
+    same(&cpu, &gpu, "after a clear");
+    // Another state gets its own copy; a dropped one's goes.
+    let mut other = Ssm::new(len);
+    let mut other_cpu = Ssm::new(len);
+    step(&backend, &mut other_cpu, &mut other, &mut rng);
+    assert_eq!(backend.states.lock().unwrap().len(), 2);
+    drop(other);
+    step(&backend, &mut cpu, &mut gpu, &mut rng);
+    assert_eq!(backend.states.lock().unwrap().len(), 1);
+    same(&cpu, &gpu, "at the end");
+    let c = backend.counters();
+    assert_eq!(c.cpu_delta, 0);
 }

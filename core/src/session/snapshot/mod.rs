@@ -49,7 +49,7 @@ use container::{invalid, Reader, Writer};
 use fields::{put_f32s, put_u128, put_u32, put_u32s, put_u64, put_u64s, put_u8, Fields};
 
 use crate::error::{Error, Result};
-use crate::model::{Checkpoint, DeltaState, KvType, LayerState, Model, ModelIdentity, State};
+use crate::model::{Checkpoint, KvType, LayerState, Model, ModelIdentity, SavedDelta, State};
 
 pub(super) use durable::replace;
 
@@ -93,7 +93,7 @@ fn kv_of(code: u8) -> Option<KvType> {
 }
 
 /// Equal bit for bit (so -0.0 differs from 0.0 and a NaN equals itself).
-fn same_bits(a: &DeltaState, b: &DeltaState) -> bool {
+fn same_bits(a: &SavedDelta, b: &SavedDelta) -> bool {
     let eq = |x: &[f32], y: &[f32]| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
     eq(&a.conv, &b.conv) && eq(&a.ssm, &b.ssm)
 }
@@ -135,6 +135,8 @@ pub(super) fn write(w: &mut dyn Write, s: &Saved) -> Result<()> {
     put_u64s(&mut p, &state.stamps[..kept]);
     w.section(CLOCK, &p)?;
 
+    // The recurrent layers' values now (read back once from a GPU that holds them).
+    let mut current = Vec::new();
     for (il, layer) in state.layers.iter().enumerate() {
         p.clear();
         put_u32(&mut p, il as u32);
@@ -144,9 +146,11 @@ pub(super) fn write(w: &mut dyn Write, s: &Saved) -> Result<()> {
                 w.section(ATTENTION, &p)?;
             }
             LayerState::Recurrent(r) => {
-                put_f32s(&mut p, &r.conv);
-                put_f32s(&mut p, &r.ssm);
+                let now = r.save()?;
+                put_f32s(&mut p, &now.conv);
+                put_f32s(&mut p, &now.ssm);
                 w.section(RECURRENT, &p)?;
+                current.push((il, now));
             }
         }
     }
@@ -157,10 +161,8 @@ pub(super) fn write(w: &mut dyn Write, s: &Saved) -> Result<()> {
         put_u64(&mut p, cp.clock());
         put_u64(&mut p, tokens.len() as u64);
         put_u32s(&mut p, tokens);
-        let shared = cp
-            .recurrent()
-            .iter()
-            .all(|(il, saved)| matches!(state.layers.get(*il), Some(LayerState::Recurrent(r)) if same_bits(r, saved)));
+        let shared = cp.recurrent().len() == current.len()
+            && cp.recurrent().iter().zip(&current).all(|((il, saved), (at, now))| il == at && same_bits(now, saved));
         put_u8(&mut p, shared as u8);
         if !shared {
             for (_, r) in cp.recurrent() {
@@ -267,7 +269,7 @@ pub(super) fn read(
                 let mut f = Fields::new(&buf, &what);
                 layer_index(&mut f, il, &what)?;
                 f.f32s_into(&mut r.conv)?;
-                f.f32s_into(&mut r.ssm)?;
+                f.f32s_into(r.ssm.overwrite())?;
                 f.finish()?;
             }
         }
@@ -293,12 +295,12 @@ pub(super) fn read(
             LayerState::Recurrent(r) => Some((il, r)),
             LayerState::Attention(_) => None,
         });
-        let recurrent: Vec<(usize, DeltaState)> = match f.u8()? {
-            1 => recurrent.map(|(il, r)| (il, r.clone())).collect(),
+        let recurrent: Vec<(usize, SavedDelta)> = match f.u8()? {
+            1 => recurrent.map(|(il, r)| r.save().map(|s| (il, s))).collect::<Result<_>>()?,
             0 => {
                 let mut copies = Vec::new();
                 for (il, r) in recurrent {
-                    let mut s = r.clone();
+                    let mut s = r.blank();
                     f.f32s_into(&mut s.conv)?;
                     f.f32s_into(&mut s.ssm)?;
                     copies.push((il, s));
