@@ -225,6 +225,28 @@ pub struct AttendRows<'a> {
     pub scale: f32,
 }
 
+impl AttendRows<'_> {
+    /// The kernels' lane layout: the queries transposed into `qt` (`d` rows
+    /// of [`ATTEND_ROWS`] lanes, lanes past the block zero), each lane's key
+    /// range as floats (`lo..hi`; positions are far below 2^24; lanes past
+    /// the block see no key), and the union `jlo..jhi` of the ranges.
+    pub(crate) fn lanes(&self, qt: &mut [f32]) -> ([f32; ATTEND_ROWS], [f32; ATTEND_ROWS], usize, usize) {
+        let rows = self.ranges.len();
+        for i in 0..self.d {
+            for r in 0..ATTEND_ROWS {
+                qt[i * ATTEND_ROWS + r] = if r < rows { self.q[r * self.d + i] } else { 0.0 };
+            }
+        }
+        let (mut lo, mut hi) = ([0f32; ATTEND_ROWS], [0f32; ATTEND_ROWS]);
+        for (r, &(l, h)) in self.ranges.iter().enumerate() {
+            (lo[r], hi[r]) = (l as f32, h as f32);
+        }
+        let jlo = self.ranges.iter().map(|r| r.0).min().unwrap_or(0);
+        let jhi = self.ranges.iter().map(|r| r.1).max().unwrap_or(0);
+        (lo, hi, jlo, jhi)
+    }
+}
+
 /// Scratch `f32`s [`attend_f16`] needs for keys of length `d` and `n` positions.
 pub fn attend_f16_scratch(d: usize, n: usize) -> usize {
     ATTEND_ROWS * (d + n) + ATTEND_KEYS * d

@@ -228,16 +228,27 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
             // SAFETY: the item owns heads h0..h0 + per_item of token t.
             let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, per_item * hdv) };
             cache.v_mix(kvh, lo, sc, per_item, out);
-            if a.gated {
-                for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
-                    let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
-                    for (o, &gv) in o.iter_mut().zip(gate) {
-                        *o *= ops::sigmoid(gv);
-                    }
-                }
-            }
+            a.gate(t, h0, out);
         }
     });
+}
+
+impl Attend<'_> {
+    /// A gated layer's output gates on token `t`'s heads from `h0` on
+    /// (`out`: whole heads): each value times the sigmoid of its gate, which
+    /// follows the head's query in `q`. Nothing for an ungated layer.
+    fn gate(&self, t: usize, h0: usize, out: &mut [f32]) {
+        if !self.gated {
+            return;
+        }
+        let (hd, hdv) = (self.p.head_dim, self.p.head_dim_v);
+        for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
+            let gate = &self.q[t * self.q_rows + (h0 + g) * 2 * hd + hd..][..hd];
+            for (o, &gv) in o.iter_mut().zip(gate) {
+                *o *= ops::sigmoid(gv);
+            }
+        }
+    }
 }
 
 /// [`attend_cpu`] for a prompt over an f16 cache with the tiled kernel:
@@ -290,14 +301,7 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
                 // SAFETY: the item owns heads h0..h0 + heads of its tokens.
                 let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, heads * hdv) };
                 out.copy_from_slice(&os[(t - t0) * heads * hdv..][..heads * hdv]);
-                if a.gated {
-                    for (g, o) in out.chunks_exact_mut(hdv).enumerate() {
-                        let gate = &q[t * q_rows + (h0 + g) * q_stride + hd..][..hd];
-                        for (o, &gv) in o.iter_mut().zip(gate) {
-                            *o *= ops::sigmoid(gv);
-                        }
-                    }
-                }
+                a.gate(t, h0, out);
             }
         }
     });

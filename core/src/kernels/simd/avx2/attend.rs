@@ -63,18 +63,8 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
     let (qt, rest) = scratch.split_at_mut(LANES * d);
     let (kf, st) = rest.split_at_mut(ATTEND_KEYS * d);
     let st = &mut st[..LANES * n];
-    for i in 0..d {
-        for r in 0..LANES {
-            qt[i * LANES + r] = if r < rows { a.q[r * d + i] } else { 0.0 };
-        }
-    }
-    let (mut lo, mut hi) = ([0i32; LANES], [0i32; LANES]);
-    for (r, &(l, h)) in a.ranges.iter().enumerate() {
-        (lo[r], hi[r]) = (l as i32, h as i32);
-    }
-    let (jlo, jhi) = (lo[..rows].iter().min().copied().unwrap_or(0), hi[..rows].iter().max().copied().unwrap_or(0));
-    let (lo, hi) = (_mm512_loadu_si512(lo.as_ptr().cast()), _mm512_loadu_si512(hi.as_ptr().cast()));
-    let (jlo, jhi) = (jlo as usize, jhi as usize);
+    let (lo, hi, jlo, jhi) = a.lanes(qt);
+    let (lo, hi) = (_mm512_loadu_ps(lo.as_ptr()), _mm512_loadu_ps(hi.as_ptr()));
     let kp = a.k.as_ptr().cast::<u16>();
 
     // Scores, ATTEND_KEYS keys at a time, then one at a time.
@@ -82,8 +72,8 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
     let mut max = _mm512_set1_ps(f32::MIN);
     // Key j's scaled scores of every row, -inf where j is outside the row's range.
     let mut store = |j: usize, acc: __m512| {
-        let jv = _mm512_set1_epi32(j as i32);
-        let inside = _mm512_cmpge_epi32_mask(jv, lo) & _mm512_cmplt_epi32_mask(jv, hi);
+        let jv = _mm512_set1_ps(j as f32);
+        let inside = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(jv, lo) & _mm512_cmp_ps_mask::<_CMP_LT_OQ>(jv, hi);
         let s = _mm512_mask_mul_ps(_mm512_set1_ps(f32::NEG_INFINITY), inside, acc, scale);
         max = _mm512_max_ps(max, s);
         _mm512_storeu_ps(st.as_mut_ptr().add(j * LANES), s);

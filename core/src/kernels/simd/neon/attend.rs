@@ -81,18 +81,7 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
     let (qt, rest) = scratch.split_at_mut(LANES * d);
     let (kf, st) = rest.split_at_mut(ATTEND_KEYS * d);
     let st = &mut st[..LANES * n];
-    for i in 0..d {
-        for r in 0..LANES {
-            qt[i * LANES + r] = if r < rows { a.q[r * d + i] } else { 0.0 };
-        }
-    }
-    // Row ranges as floats (positions are far below 2^24); unused rows see nothing.
-    let (mut lo, mut hi) = ([0f32; LANES], [0f32; LANES]);
-    for (r, &(l, h)) in a.ranges.iter().enumerate() {
-        (lo[r], hi[r]) = (l as f32, h as f32);
-    }
-    let jlo = a.ranges.iter().map(|r| r.0).min().unwrap_or(0);
-    let jhi = a.ranges.iter().map(|r| r.1).max().unwrap_or(0);
+    let (lo, hi, jlo, jhi) = a.lanes(qt);
     let lo: [float32x4_t; QUADS] = std::array::from_fn(|g| vld1q_f32(lo.as_ptr().add(4 * g)));
     let hi: [float32x4_t; QUADS] = std::array::from_fn(|g| vld1q_f32(hi.as_ptr().add(4 * g)));
 
