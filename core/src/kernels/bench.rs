@@ -30,6 +30,10 @@ pub struct Options {
     pub working_set: Option<usize>,
     /// Rows of the head-sized matrix (columns: 2048).
     pub head_rows: usize,
+    /// Activation rows per product: 1 is decode (a matvec, bound by memory);
+    /// more is a prompt's tokens meeting each matrix (prefill, bound by the
+    /// kernels' arithmetic).
+    pub tokens: usize,
 }
 
 impl Default for Options {
@@ -50,6 +54,7 @@ impl Default for Options {
             min_time: Duration::from_millis(300),
             working_set: None,
             head_rows: 102_400,
+            tokens: 1,
         }
     }
 }
@@ -81,8 +86,10 @@ pub struct Case {
     pub threads: usize,
     /// Weight bytes streamed per second, in GB/s (1e9).
     pub gbps: f64,
-    /// Microseconds per matvec.
+    /// Microseconds per product.
     pub us_per_call: f64,
+    /// Multiply-adds per second (weights x tokens), in billions.
+    pub gmacs: f64,
 }
 
 /// The whole run.
@@ -94,6 +101,8 @@ pub struct Report {
     /// Read bandwidth (multi-threaded sum), GB/s: one thread, all threads.
     pub read_gbps_1: f64,
     pub read_gbps_all: f64,
+    /// Activation rows per product ([`Options::tokens`]).
+    pub tokens: usize,
     pub cases: Vec<Case>,
 }
 
@@ -180,10 +189,11 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&Case)) -> Report {
                 .map(|i| QMatrix::new(ty, &buf.bytes()[i * mat_bytes..(i + 1) * mat_bytes], shape.rows, shape.cols))
                 .collect::<crate::Result<_>>()
                 .expect("bench matrices are well-formed");
-            let x = rng.vec(shape.cols, 1.0);
+            let n = opts.tokens.max(1);
+            let x = rng.vec(n * shape.cols, 1.0);
             let mut acts = QActs::new();
-            acts.quantize(ty, &x, 1, shape.cols);
-            let mut out = vec![0.0f32; shape.rows];
+            acts.quantize(ty, &x, n, shape.cols);
+            let mut out = vec![0.0f32; n * shape.rows];
             for &isa in &opts.isas {
                 let Some(k) = Kernels::for_isa(isa) else { continue };
                 let pools: &[&ThreadPool] = if threads > 1 { &[&one, &all] } else { &[&one] };
@@ -203,6 +213,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&Case)) -> Report {
                         threads: pool.n_threads(),
                         gbps: (calls * mat_bytes) as f64 / secs / 1e9,
                         us_per_call: secs * 1e6 / calls as f64,
+                        gmacs: (calls * n * shape.rows * shape.cols) as f64 / secs / 1e9,
                     };
                     progress(&case);
                     cases.push(case);
@@ -210,5 +221,13 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&Case)) -> Report {
             }
         }
     }
-    Report { threads, working_set, last_level_cache: llc, read_gbps_1, read_gbps_all, cases }
+    Report {
+        threads,
+        working_set,
+        last_level_cache: llc,
+        read_gbps_1,
+        read_gbps_all,
+        tokens: opts.tokens.max(1),
+        cases,
+    }
 }

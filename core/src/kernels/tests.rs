@@ -328,8 +328,9 @@ fn matmul_equals_per_row_dots() {
                 let cols = cols_for(ty, nb);
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
-                // 16 and 17: tiles with enough activation rows to decode Q4_0 /
-                // Q5_0 weights; 33 (one thread): Q2_K weights too.
+                // 5 on: tiles with enough activation rows for Q4_0 / Q5_0
+                // panels (AVX-512) and decoded rows; 9 on: K-quant panels
+                // (AVX-512; NEON from 4); 33 (one thread): decoded Q2_K rows.
                 for n in [1, 2, 3, 5, 9, 16, 17, 33] {
                     let x = rng.vec(n * cols, 1.0);
                     let mut acts = QActs::new();

@@ -30,6 +30,10 @@ pub struct Args {
     /// Rows of the head-sized matrix (2048 columns)
     #[arg(long, value_name = "N", default_value_t = Options::default().head_rows, allow_negative_numbers = true)]
     head_rows: usize,
+    /// Activation rows per product: 1 measures decode (GB/s of weights), more
+    /// a prompt's tokens meeting each matrix (prefill: G multiply-adds/s)
+    #[arg(long, value_name = "N", default_value_t = 1, allow_negative_numbers = true)]
+    tokens: usize,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -68,12 +72,13 @@ pub fn run(args: Args) -> Result<(), String> {
         opts.working_set = Some(mib << 20);
     }
     opts.head_rows = args.head_rows.max(1);
+    opts.tokens = args.tokens.max(1);
     let json = args.json;
     let report = bench::run(&opts, |c| {
         if !json {
             eprint!(
-                "\r{:<6} {:<16} {:<10} {} thread(s): {:6.1} GB/s   ",
-                c.format, c.shape.name, c.isa, c.threads, c.gbps
+                "\r{:<6} {:<16} {:<10} {} thread(s): {:6.1} GB/s {:7.1} GMAC/s   ",
+                c.format, c.shape.name, c.isa, c.threads, c.gbps, c.gmacs
             );
             let _ = std::io::stderr().flush();
         }
@@ -95,6 +100,7 @@ fn to_json(r: &Report) -> serde_json::Value {
         "working_set_bytes": r.working_set,
         "last_level_cache_bytes": r.last_level_cache,
         "read_gbps": {"1": r.read_gbps_1, "all": r.read_gbps_all},
+        "tokens": r.tokens,
         "selected_isa": pocket_core::kernels::isa().name(),
         "cases": r.cases.iter().map(|c| json!({
             "format": c.format.name(),
@@ -105,6 +111,7 @@ fn to_json(r: &Report) -> serde_json::Value {
             "threads": c.threads,
             "gbps": c.gbps,
             "us_per_call": c.us_per_call,
+            "gmacs": c.gmacs,
             "fraction_of_read_bw": c.gbps / if c.threads == 1 { r.read_gbps_1 } else { r.read_gbps_all },
         })).collect::<Vec<_>>(),
     })
@@ -112,8 +119,13 @@ fn to_json(r: &Report) -> serde_json::Value {
 
 fn print_table(r: &Report) {
     let mib = |b: usize| b >> 20;
+    let prefill = r.tokens > 1;
+    if prefill {
+        println!("{} tokens per product: G multiply-adds per second (weights x tokens)", r.tokens);
+    }
     println!(
-        "matvec throughput, GB/s of weight bytes (working set {} MiB{}; head {} rows)",
+        "{} throughput, GB/s of weight bytes (working set {} MiB{}; head {} rows)",
+        if prefill { "and" } else { "matvec" },
         mib(r.working_set),
         r.last_level_cache.map_or(String::new(), |c| format!(", last-level cache {} MiB", mib(c))),
         r.cases.iter().find(|c| c.shape.name == "head").map_or(0, |c| c.shape.rows),
@@ -139,8 +151,10 @@ fn print_table(r: &Report) {
         let key = (c.format, c.shape.name);
         let (f, s) = if last == Some(key) { (String::new(), "") } else { (c.format.to_string(), c.shape.name) };
         last = Some(key);
-        let cell = |d: Option<&Case>, bw: f64| {
-            d.map_or(String::from("-"), |d| format!("{:6.1} ({:3.0}%)", d.gbps, 100.0 * d.gbps / bw))
+        let cell = |d: Option<&Case>, bw: f64| match d {
+            None => String::from("-"),
+            Some(d) if prefill => format!("{:7.1} GMAC/s", d.gmacs),
+            Some(d) => format!("{:6.1} ({:3.0}%)", d.gbps, 100.0 * d.gbps / bw),
         };
         println!(
             "{:<6} {:<16} {:<11} {:>18} {:>18}",
@@ -151,5 +165,7 @@ fn print_table(r: &Report) {
             if r.threads > 1 { cell(find(c, r.threads), r.read_gbps_all) } else { String::new() },
         );
     }
-    println!("\n(percentages: of the read bandwidth with the same thread count)");
+    if !prefill {
+        println!("\n(percentages: of the read bandwidth with the same thread count)");
+    }
 }

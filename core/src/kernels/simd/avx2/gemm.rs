@@ -24,9 +24,10 @@
 // by one counter; iterator chains would hide which lanes meet.
 #![allow(clippy::needless_range_loop)]
 use super::fp16;
+use super::kquants::{q2_mins, q3_scales, zmm};
 use super::legacy::Signed32;
 use crate::quant::{
-    as_blocks, q3_k, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
+    as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
     BlockQ8_0F,
 };
 use std::arch::x86_64::*;
@@ -35,13 +36,17 @@ use std::arch::x86_64::*;
 pub(crate) const HEIGHT: usize = 16;
 /// Tokens per kernel call, at most.
 pub(crate) const ACTS: usize = 8;
-/// Decode from this many tokens on (below, the four-token kernels): a
-/// panel's decoding costs about what 20-30 tokens' products with it do, so
-/// MoE experts with a few tokens each keep the packed kernels. Measured on
-/// the mid qwen35moe Q4_K_M file, pp128, 2 threads, 3 draws twice: from 6
-/// tokens 281-287 t/s, from 16 301-305, from 24 308-318, from 32 319-327, from
-/// 48 315-319, never 276-283.
-pub(crate) const MIN_ACTS: usize = 32;
+/// Decode K-quant panels from this many tokens on (below, the four-token
+/// kernels). A panel's decoding (the rows' values, then a transpose in
+/// registers) costs about what 5-10 tokens' products with it do. Measured
+/// with `pocket bench-kernels --tokens N --threads 1 --working-set-mib 8` on
+/// the expert shapes (GMAC/s, four-token kernels -> panels): 6 tokens Q2_K
+/// 51 -> 39, Q4_K 44 -> 35; 8 tokens Q2_K 62 -> 68, Q3_K 55 -> 59, Q4_K 55 ->
+/// 55; 16 tokens Q2_K 60 -> 71, Q3_K 55 -> 66, Q4_K 54 -> 66.
+pub(crate) const MIN_ACTS: usize = 8;
+/// The same for Q4_0 / Q5_0 panels, whose decoding is a fraction of the
+/// K-quants' (4 tokens Q4_0 27 -> 31, 6 tokens 31 -> 46 GMAC/s).
+pub(crate) const LEGACY_MIN_ACTS: usize = 4;
 
 const VALUES: usize = 64 * 64;
 const SCALES: usize = 16 * 64;
@@ -49,23 +54,26 @@ const PAIRS: usize = 8 * 64;
 /// One decoded block of a panel: values, group scales, minimum pairs, `dmin`.
 pub(crate) const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 64;
 
-/// What a format's decoder gives per row and block (`q` first: the panel's
-/// gathers read it at a fixed stride).
-#[repr(C)]
+/// What a format's decoder gives per row and block. Aligned to and sized in
+/// whole 64-byte registers: the decoder loads 64 bytes from `q`, `sd` and
+/// `m` of each row (`m`'s register runs into `dm` and the padding).
+#[repr(C, align(64))]
 struct RowBlock {
     /// The 256 values as unsigned bytes.
     q: [u8; 256],
-    /// Group scales times `d` (Q2_K: `d` alone, in group 0).
+    /// Group scales times `d` (not Q2_K).
     sd: [f32; 16],
     /// Minimums or offset terms as i16, per group of 16 values.
     m: [i16; 16],
     /// The factor of the minimums: `dmin` (or `d`).
     dm: f32,
+    /// The row's `d`, where the values carry the group scales (Q2_K).
+    d: f32,
 }
 
 impl RowBlock {
     fn new() -> RowBlock {
-        RowBlock { q: [0; 256], sd: [0.0; 16], m: [0; 16], dm: 0.0 }
+        RowBlock { q: [0; 256], sd: [0.0; 16], m: [0; 16], dm: 0.0, d: 0.0 }
     }
 }
 
@@ -73,7 +81,63 @@ impl RowBlock {
 /// a closure: a closure would be compiled without the wrappers' target
 /// features, and the intrinsics in it would become calls.)
 trait PanelBlock: crate::quant::FileBlock {
+    /// Whether the panel kernel reads all 16 group scales (Q2_K folds its
+    /// scales into the values and reads only `d`, in group 0).
+    const GROUP_SCALES: bool = true;
     unsafe fn row(&self, rb: &mut RowBlock);
+}
+
+/// Index vectors of [`transpose16`]'s stages: for stage `k` (distance `b =
+/// 2^k`), the lanes of the pair's first and second result.
+static TRANSPOSE_IDX: [[[u32; 16]; 2]; 4] = {
+    let mut t = [[[0u32; 16]; 2]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let b = 1 << k;
+        let mut c = 0;
+        while c < 16 {
+            let low = c & b == 0;
+            t[k][0][c] = if low { c } else { 16 + c - b } as u32;
+            t[k][1][c] = if low { c + b } else { 16 + c } as u32;
+            c += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// Transpose 16 registers of 16 words: lane `c` of register `r` moves to
+/// lane `r` of register `c`. Four stages of two-source permutes; stage `k`
+/// swaps bit `k` of the register and lane numbers (the off-diagonal blocks of
+/// size `2^k` trade places), so all four together transpose. (The panels
+/// used to be filled by gathers, one per register: on this VM's Xeon they
+/// cost ~40 cycles each, a panel's decoding ~50 tokens' products.)
+#[inline(always)]
+unsafe fn transpose16(r: &mut [__m512i; 16]) {
+    for k in 0..4 {
+        let b = 1 << k;
+        let lo = _mm512_loadu_si512(TRANSPOSE_IDX[k][0].as_ptr().cast());
+        let hi = _mm512_loadu_si512(TRANSPOSE_IDX[k][1].as_ptr().cast());
+        for i in 0..16 {
+            if i & b == 0 {
+                let (a, c) = (r[i], r[i | b]);
+                r[i] = _mm512_permutex2var_epi32(a, lo, c);
+                r[i | b] = _mm512_permutex2var_epi32(a, hi, c);
+            }
+        }
+    }
+}
+
+/// Words `16c..16c + 16` of `bytes` (64-byte chunk `c`), for 16 rows at a
+/// `stride`, transposed: register `i` holds word `16c + i` of every row.
+#[inline(always)]
+unsafe fn transposed(base: *const u8, stride: usize, at: usize) -> [__m512i; 16] {
+    let mut r = [_mm512_setzero_si512(); 16];
+    for (row, v) in r.iter_mut().enumerate() {
+        *v = _mm512_loadu_si512(base.add(row * stride + at).cast());
+    }
+    transpose16(&mut r);
+    r
 }
 
 /// The decoders' shared part: `rows` (16) weight rows of blocks `B` into
@@ -85,33 +149,35 @@ unsafe fn decode_with<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
     let nb = x[0].len();
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * BLOCK_BYTES, "decode: row lengths differ");
     let mut rb: [RowBlock; HEIGHT] = std::array::from_fn(|_| RowBlock::new());
+    let stride = std::mem::size_of::<RowBlock>();
+    let base = rb.as_ptr().cast::<u8>();
     for b in 0..nb {
         for r in 0..HEIGHT {
             x[r][b].row(&mut rb[r]);
         }
         let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
-        // Values: word j of every row into register j (a gather per register).
-        let base = rb.as_ptr().cast::<u8>();
-        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        let idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(std::mem::size_of::<RowBlock>() as i32));
-        for j in 0..64 {
-            let v = _mm512_i32gather_epi32::<1>(idx, base.add(4 * j).cast());
-            _mm512_storeu_si512(p.add(64 * j).cast(), v);
+        // Values: word j of every row into register j, 16 registers at a time.
+        for c in 0..4 {
+            for (i, v) in transposed(base, stride, 64 * c).into_iter().enumerate() {
+                _mm512_storeu_si512(p.add(64 * (16 * c + i)).cast(), v);
+            }
         }
-        // Scales, minimum pairs and `dm`: one gather per register too.
-        let rb_base = rb.as_ptr().cast::<u8>();
-        let sd_at = std::mem::offset_of!(RowBlock, sd);
-        for g in 0..16 {
-            let v = _mm512_i32gather_ps::<1>(idx, rb_base.add(sd_at + 4 * g).cast());
-            _mm512_storeu_ps(p.add(VALUES + 64 * g).cast(), v);
+        // Scales: 16 f32 per row, or `d` alone (below).
+        if B::GROUP_SCALES {
+            for (g, v) in transposed(base, stride, std::mem::offset_of!(RowBlock, sd)).into_iter().enumerate() {
+                _mm512_storeu_si512(p.add(VALUES + 64 * g).cast(), v);
+            }
         }
-        let m_at = std::mem::offset_of!(RowBlock, m);
+        // The register from `m` holds its 8 words of pairs, then `dm` and `d`.
+        // (Scalar loops over the rows here become gathers.)
+        let t = transposed(base, stride, std::mem::offset_of!(RowBlock, m));
         for pair in 0..8 {
-            let v = _mm512_i32gather_epi32::<1>(idx, rb_base.add(m_at + 4 * pair).cast());
-            _mm512_storeu_si512(p.add(VALUES + SCALES + 64 * pair).cast(), v);
+            _mm512_storeu_si512(p.add(VALUES + SCALES + 64 * pair).cast(), t[pair]);
         }
-        let v = _mm512_i32gather_ps::<1>(idx, rb_base.add(std::mem::offset_of!(RowBlock, dm)).cast());
-        _mm512_storeu_ps(p.add(VALUES + SCALES + PAIRS).cast(), v);
+        _mm512_storeu_si512(p.add(VALUES + SCALES + PAIRS).cast(), t[8]);
+        if !B::GROUP_SCALES {
+            _mm512_storeu_si512(p.add(VALUES).cast(), t[9]);
+        }
     }
 }
 
@@ -175,50 +241,35 @@ unsafe fn q5_k_row(b: &BlockQ5K, rb: &mut RowBlock) {
     k4_scales(&b.scales, fp16(b.d), fp16(b.dmin), rb);
 }
 
-/// `[0, s, 2s, 3s]` in every word, `s` the scale of Q2_K group `g`
-/// (`3 * 15 < 256`: the bytes never carry).
+/// A block's four value registers into `rb.q` (aligned: `q` opens the
+/// 64-byte aligned `RowBlock`).
 #[inline(always)]
-unsafe fn q2_table(b: &BlockQ2K, g: usize) -> __m128i {
-    _mm_set1_epi32(((b.scales[g] & 15) as u32 * 0x0302_0100) as i32)
+unsafe fn store_values(rb: &mut RowBlock, u: [__m512i; 4]) {
+    for (p, v) in u.into_iter().enumerate() {
+        _mm512_store_si512(rb.q.as_mut_ptr().add(64 * p).cast(), v);
+    }
 }
 
-/// Q2_K: values times their group's scale (`q * s <= 45`) by a byte shuffle
-/// of `[0, s, 2s, 3s]`.
+/// Q2_K: values times their group's scale (`q * s <= 45`, the four-token
+/// kernel's byte table), so the panel needs `d` alone.
 #[inline(always)]
 unsafe fn q2_k_row(b: &BlockQ2K, rb: &mut RowBlock) {
-    for h in 0..2 {
-        let v = ld(b.qs.as_ptr().add(32 * h));
-        for j in 0..4 {
-            let q = bits(v, 2 * j as i32, 3);
-            let g = 8 * h + 2 * j;
-            let t = _mm256_set_m128i(q2_table(b, g + 1), q2_table(b, g));
-            st(&mut rb.q, 128 * h + 32 * j, _mm256_shuffle_epi8(t, q));
-        }
-    }
-    rb.sd = [0.0; 16];
-    rb.sd[0] = fp16(b.d);
-    for g in 0..16 {
-        rb.m[g] = (b.scales[g] >> 4) as i16;
-    }
+    let packed = _mm_loadu_si128(b.scales.as_ptr().cast());
+    store_values(rb, zmm::q2_k_scaled(b, packed));
+    rb.d = fp16(b.d);
+    _mm256_storeu_si256(rb.m.as_mut_ptr().cast(), q2_mins(packed));
     rb.dm = fp16(b.dmin);
 }
 
 /// Q3_K: 3-bit values 0..8 (the scalar format's `q - 4` plus 4).
 #[inline(always)]
 unsafe fn q3_k_row(b: &BlockQ3K, rb: &mut RowBlock) {
-    let hm = ld(b.hmask.as_ptr());
-    for h in 0..2 {
-        let v = ld(b.qs.as_ptr().add(32 * h));
-        for j in 0..4 {
-            let q = _mm256_or_si256(bits(v, 2 * j as i32, 3), up(bits(hm, (4 * h + j) as i32, 1), 2));
-            st(&mut rb.q, 128 * h + 32 * j, q);
-        }
-    }
+    store_values(rb, zmm::q3_k_values(b));
+    let sc8 = q3_scales(&b.scales);
     let d = fp16(b.d);
-    for (g, s) in q3_k::unpack_scales(&b.scales).into_iter().enumerate() {
-        rb.sd[g] = d * s as f32;
-        rb.m[g] = 4 * s as i16;
-    }
+    let sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)), _mm512_set1_ps(d));
+    _mm512_storeu_ps(rb.sd.as_mut_ptr(), sd);
+    _mm256_storeu_si256(rb.m.as_mut_ptr().cast(), _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(sc8)));
     rb.dm = d;
 }
 
@@ -315,6 +366,7 @@ unsafe fn panel_dot<const T: usize, const G: usize, const FOLD: bool>(dec: &[u8]
 macro_rules! panels {
     ($($name:ident, $decode:ident = $row:ident($block:ident), $g:literal, $fold:literal;)*) => {$(
         impl PanelBlock for $block {
+            const GROUP_SCALES: bool = !$fold;
             #[inline(always)]
             unsafe fn row(&self, rb: &mut RowBlock) {
                 $row(self, rb)
@@ -364,19 +416,18 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
     let nb = x[0].len();
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
-    let mut q = [[0u8; 32]; HEIGHT];
-    let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    let idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(32));
     for b in 0..nb {
         let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
+        // One register per row: its 32 values, then `d` (in every word of
+        // the high half), transposed: registers 0..8 the values, 8 the `d`s.
+        let mut q = [_mm512_setzero_si512(); HEIGHT];
         for r in 0..HEIGHT {
-            let v = _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF));
-            _mm256_storeu_si256(q[r].as_mut_ptr().cast(), v);
-            let d = _mm256_cvtss_f32(x[r][b].scale_x8());
-            p.add(LEGACY_VALUES + 4 * r).cast::<f32>().write_unaligned(d);
+            let values = _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF));
+            let d = _mm256_castps_si256(x[r][b].scale_x8());
+            q[r] = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(values), d);
         }
-        for j in 0..8 {
-            let v = _mm512_i32gather_epi32::<1>(idx, q.as_ptr().cast::<u8>().add(4 * j).cast());
+        transpose16(&mut q);
+        for (j, v) in q.into_iter().take(9).enumerate() {
             _mm512_storeu_si512(p.add(64 * j).cast(), v);
         }
     }
@@ -455,7 +506,14 @@ pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     k.q5_k.panels = p(decode_q5_k, q5_k);
     k.q6_k.panels = p(decode_q6_k, q6_k);
     let l = |decode: Decode, dot: PanelDot<BlockQ8_0F>| {
-        Some(Panels { height: HEIGHT, block_bytes: LEGACY_BLOCK_BYTES, min_acts: MIN_ACTS, acts: ACTS, decode, dot })
+        Some(Panels {
+            height: HEIGHT,
+            block_bytes: LEGACY_BLOCK_BYTES,
+            min_acts: LEGACY_MIN_ACTS,
+            acts: ACTS,
+            decode,
+            dot,
+        })
     };
     k.q4_0.panels = l(decode_q4_0, q4_0);
     k.q5_0.panels = l(decode_q5_0, q5_0);

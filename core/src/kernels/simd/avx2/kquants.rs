@@ -235,7 +235,7 @@ unsafe fn split4(v: __m128) -> [f32; 4] {
 /// A Q2_K block's 16 minimums (the high nibbles of its 16 scale bytes
 /// `packed`) as i16.
 #[inline(always)]
-unsafe fn q2_mins(packed: __m128i) -> __m256i {
+pub(super) unsafe fn q2_mins(packed: __m128i) -> __m256i {
     _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)))
 }
 
@@ -571,7 +571,7 @@ unsafe fn dot_q2_k_scaled<const V: u8>(x: &[BlockQ2KScaled], a: [&[BlockQ8K]; 4]
 /// 8..16); the top two bits of group `g` are bit pair `g / 4` of byte
 /// `8 + g % 4`, shifted per 32-bit lane with `vpsrlvd`.
 #[inline(always)]
-unsafe fn q3_scales(packed: &[u8; 12]) -> __m128i {
+pub(super) unsafe fn q3_scales(packed: &[u8; 12]) -> __m128i {
     let lo8 = _mm_loadl_epi64(packed.as_ptr().cast());
     let nib = _mm_set1_epi8(0x0F);
     let low = _mm_unpacklo_epi64(_mm_and_si128(lo8, nib), _mm_and_si128(_mm_srli_epi16(lo8, 4), nib));

@@ -154,6 +154,27 @@ unsafe fn dot4(acc: __m512i, u: __m512i, y: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(acc, u, y)
 }
 
+/// A Q2_K block's 256 values, each times its group's scale ([`q2_table`]),
+/// in order: register `p` holds values `64p..64p + 64`. (`packed`: the
+/// block's 16 scale bytes.)
+#[inline(always)]
+pub(crate) unsafe fn q2_k_scaled(xb: &BlockQ2K, packed: __m128i) -> [__m512i; 4] {
+    let table = q2_table(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+    let three = _mm512_set1_epi8(3);
+    let mut u = [_mm512_setzero_si512(); 4];
+    for h in 0..2 {
+        let q = both(xb.qs.as_ptr().add(32 * h));
+        for j in [0, 2] {
+            // bit pairs j and j + 1: registers r and r + 1 of the 256-bit
+            // kernels, groups 2r + L in lane L, which the table holds in slot r / 2
+            let r = 4 * h + j;
+            let v = _mm512_and_si512(_mm512_srlv_epi16(q, halves(2 * j as i16, 2 * j as i16 + 2)), three);
+            u[r / 2] = _mm512_shuffle_epi8(table, _mm512_or_si512(v, _mm512_set1_epi8(2 * r as i8)));
+        }
+    }
+    u
+}
+
 zmm_fn! {
     /// Q2_K: each 2-bit value is replaced by itself times its group's scale
     /// (a byte table lookup, [`q2_table`]), so every register meets each
@@ -163,27 +184,16 @@ zmm_fn! {
         let x = as_blocks::<BlockQ2K>(w);
         debug_assert!(a.iter().all(|r| r.len() == x.len()));
         let mut acc4 = _mm256_setzero_ps();
-        let three = _mm512_set1_epi8(3);
         for (i, xb) in x.iter().enumerate() {
             prefetch_ahead((xb as *const BlockQ2K).cast(), 84);
             let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
-            let table = q2_table(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-            let mins = q2_mins(packed);
             let mut sumi = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                let q = both(xb.qs.as_ptr().add(32 * h));
-                for j in [0, 2] {
-                    // bit pairs j and j + 1: registers r and r + 1, groups 2r + L
-                    // in lane L, which the table holds in slot r / 2
-                    let r = 4 * h + j;
-                    let v = _mm512_and_si512(_mm512_srlv_epi16(q, halves(2 * j as i16, 2 * j as i16 + 2)), three);
-                    let u = _mm512_shuffle_epi8(table, _mm512_or_si512(v, _mm512_set1_epi8(2 * r as i8)));
-                    for n in 0..4 {
-                        sumi[n] = dot4(sumi[n], u, acts64(&a[n][i], r));
-                    }
+            for (p, u) in q2_k_scaled(xb, packed).into_iter().enumerate() {
+                for n in 0..4 {
+                    sumi[n] = dot4(sumi[n], u, acts64(&a[n][i], 2 * p));
                 }
             }
-            let m = q2_mins4(mins, &a, i);
+            let m = q2_mins4(q2_mins(packed), &a, i);
             acc4 = tail4_min(acc4, &fold(sumi), &m, fp16(xb.d), fp16(xb.dmin), act_scales4(&a, i));
         }
         out4(finish4_min(acc4))
@@ -219,34 +229,44 @@ unsafe fn q2_k_scaled_row(x: &[BlockQ2KScaled], a: [&[BlockQ8K]; 4]) -> [f32; 4]
     finish4_min(acc4)
 }
 
+/// A Q3_K block's 256 values as `q + 4` (0..8), in order: register `p`
+/// holds values `64p..64p + 64`.
+#[inline(always)]
+pub(crate) unsafe fn q3_k_values(xb: &BlockQ3K) -> [__m512i; 4] {
+    let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
+    let hm = both(xb.hmask.as_ptr());
+    let mut u = [_mm512_setzero_si512(); 4];
+    for h in 0..2 {
+        let q = both(xb.qs.as_ptr().add(32 * h));
+        for j in [0, 2] {
+            let r = 4 * h + j;
+            let low = _mm512_and_si512(_mm512_srlv_epi16(q, halves(2 * j as i16, 2 * j as i16 + 2)), three);
+            // bit r (r + 1) of every hmask byte to bit 2 (value 4), per half
+            let high = if r == 0 {
+                _mm512_sllv_epi16(hm, halves(2, 1))
+            } else {
+                _mm512_srlv_epi16(hm, halves(r as i16 - 2, r as i16 - 1))
+            };
+            u[r / 2] = _mm512_or_si512(low, _mm512_and_si512(high, four));
+        }
+    }
+    u
+}
+
 zmm_fn! {
     fn q3_k_x4(w: &[u8], a: [&[BlockQ8K]; 4]) -> [f32; 4] {
         let x = as_blocks::<BlockQ3K>(w);
         debug_assert!(a.iter().all(|r| r.len() == x.len()));
         let mut acc4 = _mm_setzero_ps();
-        let (three, four) = (_mm512_set1_epi8(3), _mm512_set1_epi8(4));
         for (i, xb) in x.iter().enumerate() {
             prefetch_ahead((xb as *const BlockQ3K).cast(), 110);
             let sc8 = q3_scales(&xb.scales);
             let sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(sc8));
-            let hm = both(xb.hmask.as_ptr());
             let mut sumi = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                let q = both(xb.qs.as_ptr().add(32 * h));
-                for j in [0, 2] {
-                    let r = 4 * h + j;
-                    let low = _mm512_and_si512(_mm512_srlv_epi16(q, halves(2 * j as i16, 2 * j as i16 + 2)), three);
-                    // bit r (r + 1) of every hmask byte to bit 2 (value 4), per half
-                    let high = if r == 0 {
-                        _mm512_sllv_epi16(hm, halves(2, 1))
-                    } else {
-                        _mm512_srlv_epi16(hm, halves(r as i16 - 2, r as i16 - 1))
-                    };
-                    let u = _mm512_or_si512(low, _mm512_and_si512(high, four));
-                    let s = scales16(sc, r);
-                    for n in 0..4 {
-                        sumi[n] = madd(sumi[n], u, acts64(&a[n][i], r), s);
-                    }
+            for (p, u) in q3_k_values(xb).into_iter().enumerate() {
+                let s = scales16(sc, 2 * p);
+                for n in 0..4 {
+                    sumi[n] = madd(sumi[n], u, acts64(&a[n][i], 2 * p), s);
                 }
             }
             let t = remove_offset::<4, 2>(fold(sumi), _mm256_cvtepi8_epi16(sc8), &a, i);
