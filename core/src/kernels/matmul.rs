@@ -262,10 +262,9 @@ impl<B: 'static> Job<'_, B> {
                     let mut out = [0f32; MAX_ROWS * MAX_ACTS];
                     // SAFETY: as above; activation rows match the weights (checked in `run`).
                     unsafe { (p.dot)(d, &acts[..je - j], &mut out) };
+                    let r = r0 + h * i;
                     for (t, o) in out.chunks_exact(h).take(je - j).enumerate() {
-                        for (k, &v) in o.iter().enumerate() {
-                            self.store(j + t, r0 + h * i + k, v);
-                        }
+                        self.out_row(j + t, r, r + h).copy_from_slice(o);
                     }
                 }
             }

@@ -1,4 +1,5 @@
-//! Prefill as a GEMM for the K-quants (Q2_K..Q6_K) on AVX-512 VNNI.
+//! Prefill as a GEMM for the K-quants (Q2_K..Q6_K), Q4_0 / Q5_0 and F32 on
+//! AVX-512 VNNI.
 //!
 //! The four-token kernels unpack every weight block once per four tokens.
 //! Here a tile's weight rows are decoded once, sixteen rows at a time, into
@@ -493,7 +494,82 @@ legacy_panels! {
     q5_0, decode_q5_0 = BlockQ5_0, 16;
 }
 
-/// The panels of every K-quant and of Q4_0 / Q5_0, for the AVX-512 VNNI table.
+// ---- F32 (MoE routers): f32 weights against f32 activations --------------
+
+/// Bytes of one decoded F32 "block" (one column of the panel's 16 rows).
+const F32_COLUMN: usize = 64;
+/// Decode F32 panels from this many tokens on: the transpose of 16 columns
+/// costs about what a dozen tokens' products with them do.
+const F32_MIN_ACTS: usize = 32;
+
+/// 16 f32 weight rows into panel columns: column `c` (16 lanes, one per row)
+/// at `64c`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn decode_f32(rows: &[&[u8]], out: &mut [u8]) {
+    assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
+    let k = rows[0].len() / 4;
+    assert!(rows.iter().all(|r| r.len() == 4 * k) && out.len() >= k * F32_COLUMN, "decode: row lengths differ");
+    let whole = k / 16 * 16;
+    for c in (0..whole).step_by(16) {
+        let mut r = [_mm512_setzero_si512(); HEIGHT];
+        for (row, v) in r.iter_mut().enumerate() {
+            *v = _mm512_loadu_si512(rows[row].as_ptr().add(4 * c).cast());
+        }
+        transpose16(&mut r);
+        for (i, v) in r.into_iter().enumerate() {
+            _mm512_storeu_si512(out.as_mut_ptr().add(F32_COLUMN * (c + i)).cast(), v);
+        }
+    }
+    for c in whole..k {
+        for (row, w) in rows.iter().enumerate() {
+            out[F32_COLUMN * c + 4 * row..F32_COLUMN * c + 4 * row + 4].copy_from_slice(&w[4 * c..4 * c + 4]);
+        }
+    }
+}
+
+/// `T` tokens against one decoded F32 panel: `out[16 t + r]`. Even and odd
+/// columns in two sets of sums, for twice the independent chains.
+#[inline(always)]
+unsafe fn f32_dot<const T: usize>(dec: &[u8], a: &[&[f32]], out: &mut [f32]) {
+    let k = a[0].len();
+    assert!(a.len() == T && a.iter().all(|x| x.len() == k) && dec.len() >= k * F32_COLUMN && out.len() >= 16 * T);
+    let mut acc = [[_mm512_setzero_ps(); T]; 2];
+    let p = dec.as_ptr();
+    for c in (0..k / 2 * 2).step_by(2) {
+        for h in 0..2 {
+            let w = _mm512_loadu_ps(p.add(F32_COLUMN * (c + h)).cast());
+            for t in 0..T {
+                acc[h][t] = _mm512_fmadd_ps(w, _mm512_set1_ps(*a[t].get_unchecked(c + h)), acc[h][t]);
+            }
+        }
+    }
+    if k % 2 == 1 {
+        let w = _mm512_loadu_ps(p.add(F32_COLUMN * (k - 1)).cast());
+        for t in 0..T {
+            acc[0][t] = _mm512_fmadd_ps(w, _mm512_set1_ps(a[t][k - 1]), acc[0][t]);
+        }
+    }
+    for t in 0..T {
+        _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), _mm512_add_ps(acc[0][t], acc[1][t]));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn f32_panel(dec: &[u8], a: &[&[f32]], out: &mut [f32]) {
+    match a.len() {
+        1 => f32_dot::<1>(dec, a, out),
+        2 => f32_dot::<2>(dec, a, out),
+        3 => f32_dot::<3>(dec, a, out),
+        4 => f32_dot::<4>(dec, a, out),
+        5 => f32_dot::<5>(dec, a, out),
+        6 => f32_dot::<6>(dec, a, out),
+        7 => f32_dot::<7>(dec, a, out),
+        _ => f32_dot::<8>(dec, a, out),
+    }
+}
+
+/// The panels of every K-quant, of Q4_0 / Q5_0 and of F32, for the AVX-512
+/// VNNI table.
 pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     use crate::kernels::table::{PanelDot, Panels};
     type Decode = unsafe fn(&[&[u8]], &mut [u8]);
@@ -517,4 +593,12 @@ pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     };
     k.q4_0.panels = l(decode_q4_0, q4_0);
     k.q5_0.panels = l(decode_q5_0, q5_0);
+    k.f32.panels = Some(Panels {
+        height: HEIGHT,
+        block_bytes: F32_COLUMN,
+        min_acts: F32_MIN_ACTS,
+        acts: ACTS,
+        decode: decode_f32,
+        dot: f32_panel,
+    });
 }
