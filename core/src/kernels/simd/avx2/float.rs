@@ -322,3 +322,71 @@ pub(crate) mod avx2 {
         crate::kernels::scalar::silu(chunks.into_remainder());
     }
 }
+
+/// The recurrent-state read on 512-bit registers (the `avx512vnni` table
+/// with AVX-512 F): the Gated DeltaNet's chunked prefill spends most of its
+/// time here, over 32-column blocks of the state and over the chunk's rows.
+pub(crate) mod zmm {
+    use std::arch::x86_64::*;
+
+    /// `u = S^T k`, `out = S^T q` (see `kernels::scalar::state_read`): 32 (then
+    /// 16) columns at a time, even and odd rows in separate sums so that
+    /// eight (four) chains of multiply-adds are in flight.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f")]
+    pub(crate) unsafe fn state_read(s: &[f32], k: &[f32], q: &[f32], u: &mut [f32], out: &mut [f32]) {
+        let dv = u.len();
+        let rows = k.len().min(q.len()).min(s.len() / dv.max(1));
+        let sp = s.as_ptr();
+        let mut c = 0;
+        while c + 32 <= dv {
+            cols::<2>(sp, dv, c, &k[..rows], &q[..rows], u, out);
+            c += 32;
+        }
+        if c + 16 <= dv {
+            cols::<1>(sp, dv, c, &k[..rows], &q[..rows], u, out);
+            c += 16;
+        }
+        crate::kernels::scalar::state_read_cols(s, k, q, u, out, c);
+    }
+
+    /// Columns `c..c + 16 W` of [`state_read`].
+    #[inline(always)]
+    unsafe fn cols<const W: usize>(
+        sp: *const f32,
+        dv: usize,
+        c: usize,
+        k: &[f32],
+        q: &[f32],
+        u: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let mut au = [[_mm512_setzero_ps(); W]; 2];
+        let mut ao = [[_mm512_setzero_ps(); W]; 2];
+        let rows = k.len();
+        for r in (0..rows / 2 * 2).step_by(2) {
+            for h in 0..2 {
+                let (kr, qr) = (_mm512_set1_ps(*k.get_unchecked(r + h)), _mm512_set1_ps(*q.get_unchecked(r + h)));
+                let p = sp.add((r + h) * dv + c);
+                for i in 0..W {
+                    let v = _mm512_loadu_ps(p.add(16 * i));
+                    au[h][i] = _mm512_fmadd_ps(kr, v, au[h][i]);
+                    ao[h][i] = _mm512_fmadd_ps(qr, v, ao[h][i]);
+                }
+            }
+        }
+        if rows % 2 == 1 {
+            let r = rows - 1;
+            let (kr, qr) = (_mm512_set1_ps(k[r]), _mm512_set1_ps(q[r]));
+            let p = sp.add(r * dv + c);
+            for i in 0..W {
+                let v = _mm512_loadu_ps(p.add(16 * i));
+                au[0][i] = _mm512_fmadd_ps(kr, v, au[0][i]);
+                ao[0][i] = _mm512_fmadd_ps(qr, v, ao[0][i]);
+            }
+        }
+        for i in 0..W {
+            _mm512_storeu_ps(u.as_mut_ptr().add(c + 16 * i), _mm512_add_ps(au[0][i], au[1][i]));
+            _mm512_storeu_ps(out.as_mut_ptr().add(c + 16 * i), _mm512_add_ps(ao[0][i], ao[1][i]));
+        }
+    }
+}

@@ -54,6 +54,7 @@ pub(crate) fn detected() -> Vec<Kernels> {
         kquants::zmm::install(&mut k);
         gemm::install(&mut k);
         k.attend_f16 = Some(attend::attend_f16);
+        k.state_read = float::zmm::state_read;
         out.push(k);
     }
     out
