@@ -168,9 +168,15 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&Case)) -> Report {
     let mut rng = Rng::new(1);
     let llc = last_level_cache();
     let working_set = opts.working_set.unwrap_or_else(|| (3 * llc.unwrap_or(64 << 20)).max(512 << 20));
-    let head_bytes =
-        opts.formats.iter().filter_map(|t| t.row_bytes(2048)).map(|rb| rb as usize * opts.head_rows).max().unwrap_or(0);
-    let mut buf = Pool::new(working_set.max(head_bytes), &mut rng);
+    // Room for at least one of the largest matrix (a working set smaller than
+    // a matrix still measures it, from the caches).
+    let largest = opts
+        .formats
+        .iter()
+        .flat_map(|t| shapes(opts.head_rows).map(|s| t.row_bytes(s.cols as u64).map_or(0, |rb| rb as usize * s.rows)))
+        .max()
+        .unwrap_or(0);
+    let mut buf = Pool::new(working_set.max(largest), &mut rng);
     let threads = opts.threads.max(1);
     let (one, all) = (ThreadPool::new(1), ThreadPool::new(threads));
 

@@ -107,3 +107,20 @@ fn value_forms_scripts_use_still_parse() {
     let v: serde_json::Value = serde_json::from_str(&out).expect("JSON output");
     assert_eq!(v["tokens"].as_array().unwrap().len(), 2, "{v}");
 }
+
+#[test]
+fn bench_kernels_measures_prefill_products_with_tokens() {
+    // A tiny run: every case reports its multiply-adds per second for the
+    // given token count (and, as ever, GB/s of weights).
+    let args = ["bench-kernels", "--formats", "q4_k,f32", "--isa", "scalar", "--threads", "1", "--time-ms", "1"];
+    let args = [&args[..], &["--working-set-mib", "1", "--head-rows", "16", "--tokens", "5", "--json"]].concat();
+    let v: serde_json::Value = serde_json::from_str(&ok(&args)).expect("JSON");
+    assert_eq!(v["tokens"], 5);
+    let cases = v["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 6, "two formats x three shapes: {v}");
+    for c in cases {
+        assert!(c["gmacs"].as_f64().is_some_and(|g| g > 0.0) && c["gbps"].as_f64().is_some_and(|g| g > 0.0), "{c}");
+    }
+    let table = ok(&args[..args.len() - 1]);
+    assert!(table.starts_with("5 tokens per product") && table.contains("GMAC/s"), "{table}");
+}
