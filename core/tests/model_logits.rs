@@ -115,9 +115,16 @@ fn decoding_one_token_at_a_time_equals_the_batch() {
                 // rounding, but where an expert routing is a near-tie the
                 // rounding can pick another expert, and in a recurrent
                 // model (Gated DeltaNet) that difference carries on to the
-                // later positions. So: the same distribution, far tighter
-                // than the llama.cpp comparison (median KL 5e-3, top-1 12).
-                assert!(med <= 1e-6 && top1 >= 15, "{file}: median KL {med}, top-1 {top1}/16, max |Δ| {worst}");
+                // later positions; in an attention model, through the KV
+                // cache. Measured: qwen3moe-tiny-Q2_K on the AVX-512 panels
+                // (experts from 8 tokens) has one such flip, median KL
+                // 8.2e-5, max |Δ| 0.08; with either its Q2_K or its Q3_K
+                // panels off, 3e-14 and 3e-6 (so a near-tie met by the two
+                // formats' rounding together, not a wrong product; every
+                // other path and llama.cpp agree within 3e-6). So: the same
+                // distribution, 20x tighter than the llama.cpp comparison
+                // (median KL 5e-3, top-1 12).
+                assert!(med <= 2.5e-4 && top1 >= 15, "{file}: median KL {med}, top-1 {top1}/16, max |Δ| {worst}");
             }
         }
     }

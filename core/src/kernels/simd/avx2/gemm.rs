@@ -83,7 +83,8 @@ impl RowBlock {
 /// features, and the intrinsics in it would become calls.)
 trait PanelBlock: crate::quant::FileBlock {
     /// Whether the panel kernel reads all 16 group scales (Q2_K folds its
-    /// scales into the values and reads only `d`, in group 0).
+    /// scales into the values and reads only `d`, in group 0; its other 15
+    /// scale registers are left unwritten).
     const GROUP_SCALES: bool = true;
     unsafe fn row(&self, rb: &mut RowBlock);
 }
@@ -129,8 +130,8 @@ unsafe fn transpose16(r: &mut [__m512i; 16]) {
     }
 }
 
-/// Words `16c..16c + 16` of `bytes` (64-byte chunk `c`), for 16 rows at a
-/// `stride`, transposed: register `i` holds word `16c + i` of every row.
+/// The 64 bytes at `at` of 16 rows `stride` apart from `base`, transposed:
+/// register `i` holds their word `i` of every row.
 #[inline(always)]
 unsafe fn transposed(base: *const u8, stride: usize, at: usize) -> [__m512i; 16] {
     let mut r = [_mm512_setzero_si512(); 16];
