@@ -229,7 +229,6 @@ pub(crate) enum Multi<B: 'static> {
     Tile2x2(Tile2x2<B>),
     /// One weight row with up to four activation rows: each unpacked weight
     /// register serves every token.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Acts(Acts<B>),
 }
 

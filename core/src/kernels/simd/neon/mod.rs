@@ -103,26 +103,16 @@ macro_rules! table {
                 rows: Some(kquants::$m::q6_k_rows),
                 panels: quads!($q, q6_k, decode_q6_k),
             },
-            iq2_xxs: Dot {
-                one: iq12::$m::iq2_xxs,
-                multi: Multi::None,
-                rows: Some(iq12::$m::iq2_xxs_rows),
-                panels: None,
-            },
-            iq2_xs: Dot { one: iq12::$m::iq2_xs, multi: Multi::None, rows: Some(iq12::$m::iq2_xs_rows), panels: None },
-            iq2_s: Dot { one: iq12::$m::iq2_s, multi: Multi::None, rows: Some(iq12::$m::iq2_s_rows), panels: None },
-            iq1_s: Dot { one: iq12::$m::iq1_s, multi: Multi::None, rows: Some(iq12::$m::iq1_s_rows), panels: None },
-            iq1_m: Dot { one: iq12::$m::iq1_m, multi: Multi::None, rows: Some(iq12::$m::iq1_m_rows), panels: None },
-            iq4_nl: Dot { one: iq34::$m::iq4_nl, multi: Multi::None, rows: Some(iq34::$m::iq4_nl_rows), panels: None },
-            mxfp4: Dot { one: iq34::$m::mxfp4, multi: Multi::None, rows: Some(iq34::$m::mxfp4_rows), panels: None },
-            iq4_xs: Dot { one: iq34::$m::iq4_xs, multi: Multi::None, rows: Some(iq34::$m::iq4_xs_rows), panels: None },
-            iq3_xxs: Dot {
-                one: iq34::$m::iq3_xxs,
-                multi: Multi::None,
-                rows: Some(iq34::$m::iq3_xxs_rows),
-                panels: None,
-            },
-            iq3_s: Dot { one: iq34::$m::iq3_s, multi: Multi::None, rows: Some(iq34::$m::iq3_s_rows), panels: None },
+            iq2_xxs: acts_dot!(iq12::$m::iq2_xxs),
+            iq2_xs: acts_dot!(iq12::$m::iq2_xs),
+            iq2_s: acts_dot!(iq12::$m::iq2_s),
+            iq1_s: acts_dot!(iq12::$m::iq1_s),
+            iq1_m: acts_dot!(iq12::$m::iq1_m),
+            iq4_nl: acts_dot!(iq34::$m::iq4_nl),
+            mxfp4: acts_dot!(iq34::$m::mxfp4),
+            iq4_xs: acts_dot!(iq34::$m::iq4_xs),
+            iq3_xxs: acts_dot!(iq34::$m::iq3_xxs),
+            iq3_s: acts_dot!(iq34::$m::iq3_s),
             tq1_0: Dot {
                 one: ternary::$m::tq1_0,
                 multi: Multi::None,
@@ -193,6 +183,68 @@ macro_rules! paths {
 }
 use paths;
 
+/// Like [`paths!`], for bodies `$body::<D, N>` of one weight row with `N`
+/// activation rows: module `$m::$name` (`$m` = `neon`, `dotprod`) holds
+/// `one`, `x2`, `x3`, `x4` (for [`Multi::Acts`]) and `rows` (consecutive
+/// weight rows with one activation row).
+macro_rules! acts_paths {
+    ($($name:ident = $body:ident ($act:ty);)*) => {
+        acts_paths!(@path neon, "neon", false; $($name = $body ($act);)*);
+        acts_paths!(@path dotprod, "neon,dotprod", true; $($name = $body ($act);)*);
+    };
+    (@path $m:ident, $feat:literal, $d:literal; $($name:ident = $body:ident ($act:ty);)*) => {
+        pub(crate) mod $m {
+            $(
+                pub(crate) mod $name {
+                    #[allow(unused_imports)]
+                    use crate::quant::*;
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn one(w: &[u8], a: &[$act]) -> f32 {
+                        super::super::$body::<$d, 1>(w, [a])[0]
+                    }
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn x2(w: &[u8], a: [&[$act]; 2]) -> [f32; 2] {
+                        super::super::$body::<$d, 2>(w, a)
+                    }
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn x3(w: &[u8], a: [&[$act]; 3]) -> [f32; 3] {
+                        super::super::$body::<$d, 3>(w, a)
+                    }
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn x4(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
+                        super::super::$body::<$d, 4>(w, a)
+                    }
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
+                        for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                            *o = super::super::$body::<$d, 1>(row, [a])[0];
+                        }
+                    }
+                }
+            )*
+        }
+    };
+}
+use acts_paths;
+
+/// The [`Dot`] of a format from its [`acts_paths!`] module.
+macro_rules! acts_dot {
+    ($($p:ident)::+) => {
+        Dot {
+            one: $($p)::+::one,
+            multi: Multi::Acts(crate::kernels::table::Acts {
+                two: $($p)::+::x2,
+                three: $($p)::+::x3,
+                four: $($p)::+::x4,
+                decoded: None,
+            }),
+            rows: Some($($p)::+::rows),
+            panels: None,
+        }
+    };
+}
+use acts_dot;
+
 // ---- shared helpers ------------------------------------------------------
 
 /// `acc + a . b` on 16 int8 lanes, summed into 4 i32 lanes (which lane gets
@@ -252,6 +304,13 @@ pub(super) unsafe fn fp16x2(p: *const u8) -> float32x4_t {
     let out: float32x4_t;
     asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) out, i = in(vreg) bits, options(pure, nomem, nostack));
     out
+}
+
+/// The little-endian 32-bit word at byte `at` of `b`.
+#[inline(always)]
+pub(super) unsafe fn word(b: &[u8], at: usize) -> u32 {
+    debug_assert!(at + 4 <= b.len());
+    u32::from_le(b.as_ptr().add(at).cast::<u32>().read_unaligned())
 }
 
 /// 16 bytes from `p` as int8 lanes.
