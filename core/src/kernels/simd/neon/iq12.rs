@@ -14,7 +14,7 @@
 //! `8 * grid + delta` (|v| <= 9). The integers are the scalar twin's exactly;
 //! per block `d * d_y * sum`, and 1/8 at the end (see `quant::iq`).
 
-use super::{acts_paths, dot16, fp16, ld_s8, word};
+use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, odd, opaque, widen16, word};
 use crate::quant::iq::{KSIGN_BYTES, SIGN_BYTES};
 use crate::quant::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 use crate::quant::{as_blocks, iq1_m, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockQ8K, FileBlock};
@@ -47,19 +47,6 @@ trait IqBlock: FileBlock {
 #[inline(always)]
 unsafe fn rows2(lo: u64, hi: u64) -> int8x16_t {
     vcombine_s8(vcreate_s8(lo), vcreate_s8(hi))
-}
-
-/// u32 lanes `v` as the scales `2v + 1`.
-#[inline(always)]
-unsafe fn odd(v: uint32x4_t) -> int32x4_t {
-    vreinterpretq_s32_u32(vorrq_u32(vshlq_n_u32::<1>(v), vdupq_n_u32(1)))
-}
-
-/// Sixteen u8 lanes widened to four registers of u32 lanes.
-#[inline(always)]
-unsafe fn widen16(v: uint8x16_t) -> [uint32x4_t; 4] {
-    let (lo, hi) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
-    [vmovl_u16(vget_low_u16(lo)), vmovl_high_u16(lo), vmovl_u16(vget_low_u16(hi)), vmovl_high_u16(hi)]
 }
 
 /// Sixteen 4-bit scales, two to a byte (the low nibble first), as `2s + 1`.
@@ -223,17 +210,6 @@ impl IqBlock for BlockIQ1M {
     }
 }
 
-/// `acc + p * s[lane]` (`lane` a constant once inlined).
-#[inline(always)]
-unsafe fn mla_lane(acc: int32x4_t, p: int32x4_t, s: int32x4_t, lane: usize) -> int32x4_t {
-    match lane {
-        0 => vmlaq_laneq_s32::<0>(acc, p, s),
-        1 => vmlaq_laneq_s32::<1>(acc, p, s),
-        2 => vmlaq_laneq_s32::<2>(acc, p, s),
-        _ => vmlaq_laneq_s32::<3>(acc, p, s),
-    }
-}
-
 /// Chunk `C` of a block with `N` activation rows (`y`: their blocks'
 /// values), into the integer sums.
 #[inline(always)]
@@ -265,7 +241,7 @@ unsafe fn dot_iq<B: IqBlock, const D: bool, const N: usize>(w: &[u8], a: [&[Bloc
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut sum = [0.0f32; N];
     for (i, xb) in x.iter().enumerate() {
-        let sc = xb.scales();
+        let sc = xb.scales().map(|v| opaque(v));
         let y: [*const i8; N] = std::array::from_fn(|n| a[n].get_unchecked(i).qs.as_ptr());
         let mut sumi = [vdupq_n_s32(0); N];
         // The eight chunks written out, so that each one's scale lane is a constant.

@@ -12,7 +12,7 @@
 //! sums into an i32 accumulator: one float multiply-add per block (IQ4_NL,
 //! MXFP4) or super-block.
 
-use super::{acts_paths, dot16, fp16, ld_s8, word};
+use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, nibbles8, odd, opaque, word};
 use crate::quant::iq::KSIGN_BYTES;
 use crate::quant::iq4::KVALUES_IQ4NL;
 use crate::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
@@ -104,27 +104,33 @@ unsafe fn dot_mxfp4<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; 
 
 // ---- super-blocks of 256, Q8_K activations ---------------------------------
 
-/// Super-blocks of eight groups of 32 weights: `group(xb, g)` unpacks group
-/// `g` into signed int8 lanes and its integer scale, once for all `N`
+/// Super-blocks of eight groups of 32 weights: `scales(xb)` gives the eight
+/// integer group scales (group `g` in lane `g % 4` of register `g / 4`),
+/// `group(xb, g)` unpacks group `g` into signed int8 lanes once for all `N`
 /// activation rows; `d(xb)` is the super-block scale.
 #[inline(always)]
-unsafe fn dot_groups<B, const D: bool, const N: usize>(
+unsafe fn dot_groups<B, G: Fn(&B, usize) -> [int8x16_t; 2], const D: bool, const N: usize>(
     x: &[B],
     a: [&[BlockQ8K]; N],
     d: impl Fn(&B) -> f32,
-    group: impl Fn(&B, usize) -> ([int8x16_t; 2], i32),
+    scales: impl Fn(&B) -> [int32x4_t; 2],
+    group: G,
 ) -> [f32; N] {
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [vdupq_n_f32(0.0); N];
     for (i, xb) in x.iter().enumerate() {
+        let sc = scales(xb).map(|v| opaque(v));
+        let y: [*const i8; N] = std::array::from_fn(|n| a[n].get_unchecked(i).qs.as_ptr());
         let mut isum = [vdupq_n_s32(0); N];
-        for g in 0..8 {
-            let (w, s) = group(xb, g);
-            for n in 0..N {
-                let y = a[n].get_unchecked(i).qs.as_ptr().add(32 * g);
-                isum[n] = vmlaq_n_s32(isum[n], dot32::<D>(w, y), s);
-            }
-        }
+        // The eight groups written out, so that each one's scale lane is a constant.
+        group_step::<B, G, D, N, 0>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 1>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 2>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 3>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 4>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 5>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 6>(&group, xb, &sc, y, &mut isum);
+        group_step::<B, G, D, N, 7>(&group, xb, &sc, y, &mut isum);
         let d = d(xb);
         for n in 0..N {
             acc[n] = vfmaq_n_f32(acc[n], vcvtq_f32_s32(isum[n]), d * a[n].get_unchecked(i).d);
@@ -133,23 +139,64 @@ unsafe fn dot_groups<B, const D: bool, const N: usize>(
     acc.map(|v| vaddvq_f32(v))
 }
 
+/// Group `K` of a super-block with `N` activation rows (`y`: their blocks'
+/// values), into the integer sums.
+#[inline(always)]
+unsafe fn group_step<B, G: Fn(&B, usize) -> [int8x16_t; 2], const D: bool, const N: usize, const K: usize>(
+    group: &G,
+    xb: &B,
+    sc: &[int32x4_t; 2],
+    y: [*const i8; N],
+    isum: &mut [int32x4_t; N],
+) {
+    let w = group(xb, K);
+    for n in 0..N {
+        isum[n] = mla_lane(isum[n], dot32::<D>(w, y[n].add(32 * K)), sc[K / 4], K % 4);
+    }
+}
+
+/// Eight 4-bit scales, two to a byte, as `1 + 2s` (IQ3_S).
+#[inline(always)]
+unsafe fn odd_nibbles(b: [u8; 4]) -> [int32x4_t; 2] {
+    let v = vmovl_u8(nibbles8(b));
+    [odd(vmovl_u16(vget_low_u16(v))), odd(vmovl_high_u16(v))]
+}
+
 #[inline(always)]
 unsafe fn dot_iq4_xs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let t = vld1q_s8(KVALUES_IQ4NL.as_ptr());
-    dot_groups::<BlockIQ4XS, D, N>(
+    let scales = |xb: &BlockIQ4XS| {
+        // low nibbles | two high bits (group g at bits 2g of scales_h) << 4, minus 32
+        let h = vdupq_n_u16(u16::from_le_bytes(xb.scales_h));
+        let h = vandq_u16(vshlq_u16(h, vld1q_s16([0, -2, -4, -6, -8, -10, -12, -14].as_ptr())), vdupq_n_u16(3));
+        let ls = vorrq_u16(vmovl_u8(nibbles8(xb.scales_l)), vshlq_n_u16::<4>(h));
+        let s = vsubq_s16(vreinterpretq_s16_u16(ls), vdupq_n_s16(32));
+        [vmovl_s16(vget_low_s16(s)), vmovl_high_s16(s)]
+    };
+    dot_groups::<BlockIQ4XS, _, D, N>(
         as_blocks(w),
         a,
         |xb| fp16(xb.d),
-        |xb, g| (lookup(t, xb.qs.as_ptr().add(16 * g)), xb.scale(g)),
+        scales,
+        |xb, g| lookup(t, xb.qs.as_ptr().add(16 * g)),
     )
 }
 
 #[inline(always)]
 unsafe fn dot_iq3_xxs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
-    let sums = dot_groups::<BlockIQ3XXS, D, N>(
+    let scales = |xb: &BlockIQ3XXS| {
+        // 2 * (aux >> 28) + 1 is aux >> 27 | 1 (bit 27, a sign bit, lands on the 1)
+        let q = vld1q_u8_x2(xb.scales_signs.as_ptr());
+        let s = |v: uint8x16_t| {
+            vreinterpretq_s32_u32(vorrq_u32(vshrq_n_u32::<27>(vreinterpretq_u32_u8(v)), vdupq_n_u32(1)))
+        };
+        [s(q.0), s(q.1)]
+    };
+    let sums = dot_groups::<BlockIQ3XXS, _, D, N>(
         as_blocks(w),
         a,
         |xb| fp16(xb.d),
+        scales,
         |xb, g| {
             let aux = word(&xb.scales_signs, 4 * g);
             let (i0, i1) = (word(&xb.grid, 8 * g), word(&xb.grid, 8 * g + 4));
@@ -159,10 +206,7 @@ unsafe fn dot_iq3_xxs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; 
             }));
             // four 7-bit sign indices -> +-1 bytes (the eighth sign by parity)
             let sign = |l: u32| vcreate_s8(KSIGN_BYTES[(aux >> (7 * l) & 127) as usize]);
-            let s0 = vcombine_s8(sign(0), sign(1));
-            let s1 = vcombine_s8(sign(2), sign(3));
-            // 2 * (aux >> 28) + 1: bit 27 (a sign bit) lands on the 1.
-            ([vmulq_s8(q0, s0), vmulq_s8(q1, s1)], (aux >> 27 | 1) as i32)
+            [vmulq_s8(q0, vcombine_s8(sign(0), sign(1))), vmulq_s8(q1, vcombine_s8(sign(2), sign(3)))]
         },
     );
     sums.map(|s| 0.25 * s)
@@ -170,10 +214,12 @@ unsafe fn dot_iq3_xxs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; 
 
 #[inline(always)]
 unsafe fn dot_iq3_s<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
-    dot_groups::<BlockIQ3S, D, N>(
+    let scales = |xb: &BlockIQ3S| odd_nibbles(xb.scales);
+    dot_groups::<BlockIQ3S, _, D, N>(
         as_blocks(w),
         a,
         |xb| fp16(xb.d),
+        scales,
         |xb, g| {
             let (lo0, lo1, qh) = (word(&xb.qs, 8 * g), word(&xb.qs, 8 * g + 4), xb.qh[g] as u32);
             // 9-bit indices: a byte of qs and bit k of qh
@@ -183,7 +229,7 @@ unsafe fn dot_iq3_s<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]
             }));
             let [m0, m1] = sign_masks(word(&xb.signs, 4 * g));
             // negated where the mask is 0xFF: (q ^ m) - m
-            ([vsubq_s8(veorq_s8(q0, m0), m0), vsubq_s8(veorq_s8(q1, m1), m1)], xb.scale(g))
+            [vsubq_s8(veorq_s8(q0, m0), m0), vsubq_s8(veorq_s8(q1, m1), m1)]
         },
     )
 }

@@ -306,6 +306,47 @@ pub(super) unsafe fn fp16x2(p: *const u8) -> float32x4_t {
     out
 }
 
+/// `acc + p * s[lane]` (`lane` a constant once inlined).
+#[inline(always)]
+pub(super) unsafe fn mla_lane(acc: int32x4_t, p: int32x4_t, s: int32x4_t, lane: usize) -> int32x4_t {
+    match lane {
+        0 => vmlaq_laneq_s32::<0>(acc, p, s),
+        1 => vmlaq_laneq_s32::<1>(acc, p, s),
+        2 => vmlaq_laneq_s32::<2>(acc, p, s),
+        _ => vmlaq_laneq_s32::<3>(acc, p, s),
+    }
+}
+
+/// `v` unchanged, hidden from the optimiser: scales computed in narrow lanes
+/// and widened stay one register for [`mla_lane`] (else LLVM moves the lane
+/// selection before the widening: a `dup` and an `sxtl` per use).
+#[inline(always)]
+pub(super) unsafe fn opaque(mut v: int32x4_t) -> int32x4_t {
+    asm!("/* {v:v} */", v = inout(vreg) v, options(pure, nomem, nostack, preserves_flags));
+    v
+}
+
+/// u32 lanes `v` as the scales `2v + 1`.
+#[inline(always)]
+pub(super) unsafe fn odd(v: uint32x4_t) -> int32x4_t {
+    vreinterpretq_s32_u32(vorrq_u32(vshlq_n_u32::<1>(v), vdupq_n_u32(1)))
+}
+
+/// Sixteen u8 lanes widened to four registers of u32 lanes.
+#[inline(always)]
+pub(super) unsafe fn widen16(v: uint8x16_t) -> [uint32x4_t; 4] {
+    let (lo, hi) = (vmovl_u8(vget_low_u8(v)), vmovl_high_u8(v));
+    [vmovl_u16(vget_low_u16(lo)), vmovl_high_u16(lo), vmovl_u16(vget_low_u16(hi)), vmovl_high_u16(hi)]
+}
+
+/// Eight nibbles, two to a byte of `b` (the low nibble first), in order as
+/// u8 lanes.
+#[inline(always)]
+pub(super) unsafe fn nibbles8(b: [u8; 4]) -> uint8x8_t {
+    let v = vcreate_u8(u32::from_le_bytes(b) as u64);
+    vzip1_u8(vand_u8(v, vdup_n_u8(0xF)), vshr_n_u8::<4>(v))
+}
+
 /// The little-endian 32-bit word at byte `at` of `b`.
 #[inline(always)]
 pub(super) unsafe fn word(b: &[u8], at: usize) -> u32 {
