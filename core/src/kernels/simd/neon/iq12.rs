@@ -2,17 +2,20 @@
 //! IQ1_S, IQ1_M) with Q8_K activations, one weight row against one to four
 //! activation rows.
 //!
-//! One body serves all five: each format gives, per chunk of 32 weights,
-//! the signed weights as two registers of int8 lanes and the scales `2s + 1`
-//! of its two groups of 16 ([`IqBlock::chunk`]); the body dots them with the
-//! activations (`sdot`, or widening multiplies on plain NEON) and
-//! multiply-accumulates the lanes with the scales — once per chunk where both
-//! groups share a scale (IQ2_XXS, IQ1_S). A chunk is unpacked once for every
-//! activation row, so prefill pays the grid lookups once per four tokens.
-//! Grid rows are 8 bytes: two table loads make a register. IQ2 weights are
-//! grid magnitudes (<= 43) times +-1 signs; IQ1 weights are
-//! `8 * grid + delta` (|v| <= 9). The integers are the scalar twin's exactly;
-//! per block `d * d_y * sum`, and 1/8 at the end (see `quant::iq`).
+//! One body serves all five: each format gives, per chunk of 32 weights, the
+//! signed weights as two registers of int8 lanes ([`IqBlock::chunk`], from
+//! whole words of the block), and per super-block all its scales `2s + 1`
+//! as i32 lanes ([`IqBlock::scales`], one vector computation); the body
+//! dots the weights with the activations (`sdot`, or widening multiplies on
+//! plain NEON) and multiply-accumulates the lanes with the scale's lane
+//! (`mla` by element) — once per chunk where both groups of 16 share a scale
+//! (IQ2_XXS, IQ1_S). The eight chunks are written out so each lane is a
+//! constant. A chunk is unpacked once for every activation row, so prefill
+//! pays the grid lookups once per four tokens. Grid rows are 8 bytes: two
+//! table loads make a register. IQ2 weights are grid magnitudes (<= 43)
+//! times +-1 signs; IQ1 weights are `8 * grid + delta` (|v| <= 9). The
+//! integers are the scalar twin's exactly; per block `d * d_y * sum`, and
+//! 1/8 at the end (see `quant::iq`).
 
 use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, odd, opaque, widen16, word};
 use crate::quant::iq::{KSIGN_BYTES, SIGN_BYTES};

@@ -9,8 +9,9 @@
 //! from byte masks (IQ3_S: whole sign bytes, `(q ^ m) - m`). Each group of
 //! 32 weights is unpacked once into signed int8 lanes that serve every
 //! activation row in [`dot16`], and group scales multiply the 4-lane group
-//! sums into an i32 accumulator: one float multiply-add per block (IQ4_NL,
-//! MXFP4) or super-block.
+//! sums into an i32 accumulator (super-blocks: the eight scales computed
+//! once in vectors and applied by lane): one float multiply-add per block
+//! (IQ4_NL, MXFP4) or super-block.
 
 use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, nibbles8, odd, opaque, word};
 use crate::quant::iq::KSIGN_BYTES;
