@@ -17,7 +17,7 @@
 //! integers are the scalar twin's exactly; per block `d * d_y * sum`, and
 //! 1/8 at the end (see `quant::iq`).
 
-use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, odd, opaque, widen16, word};
+use super::{acts_paths, aux_scales, dot16, fp16, ksigns32, ld_s8, mla_lane, odd, opaque, widen16, word};
 use crate::quant::iq::{KSIGN_BYTES, SIGN_BYTES};
 use crate::quant::iq_grids::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID};
 use crate::quant::{as_blocks, iq1_m, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockQ8K, FileBlock};
@@ -90,23 +90,19 @@ impl IqBlock for BlockIQ2XXS {
     }
     #[inline(always)]
     unsafe fn scales(&self) -> [int32x4_t; 4] {
-        // Each chunk's second word (the odd words): 2 * (aux >> 28) + 1 is
-        // aux >> 27 | 1 (bit 27, a sign bit, lands on the 1).
+        // Each chunk's second word (the odd words).
         let q = vld1q_u8_x4(self.qs.as_ptr());
         let u = |v: uint8x16_t| vreinterpretq_u32_u8(v);
-        let s = |a: uint32x4_t| vreinterpretq_s32_u32(vorrq_u32(vshrq_n_u32::<27>(a), vdupq_n_u32(1)));
         let zero = vdupq_n_s32(0);
-        [s(vuzp2q_u32(u(q.0), u(q.1))), s(vuzp2q_u32(u(q.2), u(q.3))), zero, zero]
+        [aux_scales(vuzp2q_u32(u(q.0), u(q.1))), aux_scales(vuzp2q_u32(u(q.2), u(q.3))), zero, zero]
     }
     #[inline(always)]
     unsafe fn chunk(&self, c: usize) -> [int8x16_t; 2] {
         // 4 grid indices, then 4 seven-bit sign patterns (and the scale).
         let (idx, aux) = (word(&self.qs, 8 * c), word(&self.qs, 8 * c + 4));
         let grid = |k: u32| IQ2XXS_GRID[(idx >> (8 * k)) as u8 as usize];
-        let sign = |k: u32| KSIGN_BYTES[(aux >> (7 * k) & 127) as usize];
-        let w0 = iq2_weights(rows2(grid(0), grid(1)), rows2(sign(0), sign(1)));
-        let w1 = iq2_weights(rows2(grid(2), grid(3)), rows2(sign(2), sign(3)));
-        [w0, w1]
+        let [s0, s1] = ksigns32(aux);
+        [iq2_weights(rows2(grid(0), grid(1)), s0), iq2_weights(rows2(grid(2), grid(3)), s1)]
     }
 }
 

@@ -13,8 +13,7 @@
 //! once in vectors and applied by lane): one float multiply-add per block
 //! (IQ4_NL, MXFP4) or super-block.
 
-use super::{acts_paths, dot16, fp16, ld_s8, mla_lane, nibbles8, odd, opaque, word};
-use crate::quant::iq::KSIGN_BYTES;
+use super::{acts_paths, aux_scales, dot16, fp16, ksigns32, ld_s8, mla_lane, nibbles8, odd, opaque, word};
 use crate::quant::iq4::KVALUES_IQ4NL;
 use crate::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
 use crate::quant::{
@@ -186,12 +185,8 @@ unsafe fn dot_iq4_xs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N
 #[inline(always)]
 unsafe fn dot_iq3_xxs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let scales = |xb: &BlockIQ3XXS| {
-        // 2 * (aux >> 28) + 1 is aux >> 27 | 1 (bit 27, a sign bit, lands on the 1)
         let q = vld1q_u8_x2(xb.scales_signs.as_ptr());
-        let s = |v: uint8x16_t| {
-            vreinterpretq_s32_u32(vorrq_u32(vshrq_n_u32::<27>(vreinterpretq_u32_u8(v)), vdupq_n_u32(1)))
-        };
-        [s(q.0), s(q.1)]
+        [aux_scales(vreinterpretq_u32_u8(q.0)), aux_scales(vreinterpretq_u32_u8(q.1))]
     };
     let sums = dot_groups::<BlockIQ3XXS, _, D, N>(
         as_blocks(w),
@@ -205,9 +200,8 @@ unsafe fn dot_iq3_xxs<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; 
                 let i = if k < 4 { i0 } else { i1 };
                 iq3_xxs::GRID[(i >> (8 * (k % 4))) as u8 as usize]
             }));
-            // four 7-bit sign indices -> +-1 bytes (the eighth sign by parity)
-            let sign = |l: u32| vcreate_s8(KSIGN_BYTES[(aux >> (7 * l) & 127) as usize]);
-            [vmulq_s8(q0, vcombine_s8(sign(0), sign(1))), vmulq_s8(q1, vcombine_s8(sign(2), sign(3)))]
+            let [s0, s1] = ksigns32(aux);
+            [vmulq_s8(q0, s0), vmulq_s8(q1, s1)]
         },
     );
     sums.map(|s| 0.25 * s)

@@ -326,6 +326,22 @@ pub(super) unsafe fn opaque(mut v: int32x4_t) -> int32x4_t {
     v
 }
 
+/// The four 7-bit sign patterns of an IQ2_XXS / IQ3_XXS group word as +-1
+/// bytes (the eighth sign of each by parity, `KSIGN_BYTES`): weights 0..16
+/// and 16..32 of the group.
+#[inline(always)]
+pub(super) unsafe fn ksigns32(aux: u32) -> [int8x16_t; 2] {
+    let sign = |k: u32| vcreate_s8(crate::quant::iq::KSIGN_BYTES[(aux >> (7 * k) & 127) as usize]);
+    [vcombine_s8(sign(0), sign(1)), vcombine_s8(sign(2), sign(3))]
+}
+
+/// Those group words' scales `2 * (aux >> 28) + 1`, as `aux >> 27 | 1`
+/// (bit 27, a sign bit, lands on the 1).
+#[inline(always)]
+pub(super) unsafe fn aux_scales(aux: uint32x4_t) -> int32x4_t {
+    vreinterpretq_s32_u32(vorrq_u32(vshrq_n_u32::<27>(aux), vdupq_n_u32(1)))
+}
+
 /// u32 lanes `v` as the scales `2v + 1`.
 #[inline(always)]
 pub(super) unsafe fn odd(v: uint32x4_t) -> int32x4_t {
