@@ -16,6 +16,7 @@ mod attend;
 mod attend_ymm;
 mod float;
 mod gemm;
+mod gemm_ymm;
 mod iq12;
 mod iq34;
 mod kquants;
@@ -37,7 +38,9 @@ pub(crate) fn detected() -> Vec<Kernels> {
     if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
         return out;
     }
-    out.push(table!(avx2, Isa::Avx2));
+    let mut k = table!(avx2, Isa::Avx2);
+    gemm_ymm::avx2::install(&mut k);
+    out.push(k);
     let evex = is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
     // With AVX-512 F + BW too, the EVEX path's four-token K-quant kernels
     // (prefill) run on 512-bit registers, and it is the best path.
@@ -47,7 +50,9 @@ pub(crate) fn detected() -> Vec<Kernels> {
     }
     if is_x86_feature_detected!("avxvnni") {
         // The VEX encoding is shorter than EVEX and runs on either port set.
-        out.push(table!(avxvnni, Isa::AvxVnni));
+        let mut k = table!(avxvnni, Isa::AvxVnni);
+        gemm_ymm::avxvnni::install(&mut k);
+        out.push(k);
     }
     if zmm {
         let mut k = table!(avx512vnni, Isa::Avx512Vnni);

@@ -1,0 +1,367 @@
+//! Prefill as a GEMM on AVX2 (and AVX-VNNI): the 256-bit twin of
+//! [`super::gemm`]'s AVX-512 panels, for Q4_0 / Q5_0 and the K-quants.
+//!
+//! A tile's weight rows are decoded once, eight rows at a time, into panels:
+//! values as unsigned bytes, 4 values of each of the 8 rows per 32-byte
+//! register, so one multiply with the token's 4 activations broadcast from
+//! memory adds 4 products to each of 8 rows. Without VNNI that multiply is
+//! `vpmaddubsw` (u8 x i8 -> i16 pairs), whose pair sums are added in i16 for
+//! as many registers as cannot overflow, then widened by one `vpmaddwd` with
+//! ones: per 32 values of a row, 2-3 instructions serve 8 rows, where the
+//! four-token kernels pay about 7 per row. With AVX-VNNI, `vpdpbusd`.
+//!
+//! Offsets (Q4_0's 8, Q5_0's 16; Q3_K's 4, Q6_K's 32) are kept in the values
+//! and taken off through the activations' block or group sums, as are the
+//! K-quants' minimums (see [`super::gemm`]). The integer sums are the scalar
+//! twin's; the f32 sums run per block (per group), within the tests'
+//! tolerance.
+
+// The kernels index several parallel arrays (tokens' accumulators, rows'
+// blocks) by one counter; iterator chains would hide which lanes meet.
+#![allow(clippy::needless_range_loop)]
+use super::gemm::{PanelBlock, RowBlock};
+use super::legacy::Signed32;
+use super::{MADD, VEX};
+use crate::quant::{as_blocks, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F};
+use std::arch::x86_64::*;
+
+/// Rows per panel (the lanes of a 256-bit register of i32).
+const HEIGHT: usize = 8;
+/// Tokens per kernel call, at most (accumulators for four tokens, their i16
+/// partial sums and the shared registers fill the sixteen `ymm`).
+const ACTS: usize = 4;
+
+/// Transpose 8 registers of 8 words: word `c` of register `r` moves to word
+/// `r` of register `c` (interleave words, then pairs, then swap halves).
+#[inline(always)]
+unsafe fn transpose8(r: &mut [__m256i; 8]) {
+    let mut t = [_mm256_setzero_si256(); 8];
+    for i in 0..4 {
+        t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // t[0] = r0 r1 words 0 1 | 4 5, t[1] = r0 r1 words 2 3 | 6 7, t[2] = r2 r3 ...
+    let mut u = [_mm256_setzero_si256(); 8];
+    for h in 0..2 {
+        let (a, b) = (4 * h, 4 * h + 2);
+        u[4 * h] = _mm256_unpacklo_epi64(t[a], t[b]); // words 0 | 4 of 4 rows
+        u[4 * h + 1] = _mm256_unpackhi_epi64(t[a], t[b]); // words 1 | 5
+        u[4 * h + 2] = _mm256_unpacklo_epi64(t[a + 1], t[b + 1]); // words 2 | 6
+        u[4 * h + 3] = _mm256_unpackhi_epi64(t[a + 1], t[b + 1]); // words 3 | 7
+    }
+    for w in 0..4 {
+        r[w] = _mm256_permute2x128_si256::<0x20>(u[w], u[4 + w]);
+        r[w + 4] = _mm256_permute2x128_si256::<0x31>(u[w], u[4 + w]);
+    }
+}
+
+/// The 32 bytes at `at` of 8 rows `stride` apart from `base`, transposed:
+/// register `i` holds word `i` of every row.
+#[inline(always)]
+unsafe fn transposed(base: *const u8, stride: usize, at: usize) -> [__m256i; 8] {
+    let mut r = [_mm256_setzero_si256(); 8];
+    for (row, v) in r.iter_mut().enumerate() {
+        *v = _mm256_loadu_si256(base.add(row * stride + at).cast());
+    }
+    transpose8(&mut r);
+    r
+}
+
+/// Activations `4j..4j + 4` of `qs` in every lane (a broadcast load).
+#[inline(always)]
+unsafe fn word(qs: *const i8, j: usize) -> __m256i {
+    _mm256_set1_epi32(qs.add(4 * j).cast::<i32>().read_unaligned())
+}
+
+/// The i32 sums of `n` registers of panel values (from `p`, 32 bytes apart)
+/// against the activation words `j0..j0 + n` of `qs`, added to `acc`. Without
+/// VNNI, the `vpmaddubsw` pair sums of `group` registers at a time are added
+/// in i16 (the caller's bound: values below `2^15 / (2 * 128 * group)`).
+#[inline(always)]
+unsafe fn sums<const V: u8, const T: usize>(
+    p: *const u8,
+    qs: &[*const i8; T],
+    j0: usize,
+    n: usize,
+    group: usize,
+    acc: &mut [__m256i; T],
+) {
+    if V == VEX {
+        for j in j0..j0 + n {
+            let w = _mm256_loadu_si256(p.add(32 * j).cast());
+            for t in 0..T {
+                acc[t] = _mm256_dpbusd_avx_epi32(acc[t], w, word(qs[t], j));
+            }
+        }
+        return;
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut g = j0;
+    while g < j0 + n {
+        let ge = (g + group).min(j0 + n);
+        let mut s = [_mm256_setzero_si256(); T];
+        for j in g..ge {
+            let w = _mm256_loadu_si256(p.add(32 * j).cast());
+            for t in 0..T {
+                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(w, word(qs[t], j)));
+            }
+        }
+        for t in 0..T {
+            acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s[t], ones));
+        }
+        g = ge;
+    }
+}
+
+// ---- Q4_0 and Q5_0 (Q8_0 activations): one scale per 32 values ------------
+
+const LEGACY_VALUES: usize = 8 * 32;
+/// One decoded block of a Q4_0 / Q5_0 panel: values, then `d` per row.
+const LEGACY_BLOCK_BYTES: usize = LEGACY_VALUES + 32;
+/// Decode panels from this many tokens on (below, the decoded-rows kernels).
+const LEGACY_MIN_ACTS: usize = 4;
+
+/// `B`'s 8 weight rows into panel blocks: the values plus `OFF` (so
+/// unsigned: Q4_0 0..16, Q5_0 0..32), `d` as f32.
+#[inline(always)]
+unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(rows: &[&[u8]], out: &mut [u8]) {
+    assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
+    let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
+    let nb = x[0].len();
+    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
+    for b in 0..nb {
+        let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
+        let mut q: [__m256i; HEIGHT] =
+            std::array::from_fn(|r| _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF)));
+        transpose8(&mut q);
+        for (j, v) in q.into_iter().enumerate() {
+            _mm256_storeu_si256(p.add(32 * j).cast(), v);
+        }
+        let d: [f32; HEIGHT] = std::array::from_fn(|r| _mm256_cvtss_f32(x[r][b].scale_x8()));
+        _mm256_storeu_ps(p.add(LEGACY_VALUES).cast(), _mm256_loadu_ps(d.as_ptr()));
+    }
+}
+
+/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[8 t + r]`. `GROUP`
+/// registers of i16 pair sums before widening (Q4_0: 8 x 2 x 15 x 128 fit in
+/// i16; Q5_0: 4 x 2 x 31 x 128).
+#[inline(always)]
+unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: usize>(
+    dec: &[u8],
+    a: &[&[BlockQ8_0F]],
+    out: &mut [f32],
+) {
+    let nb = a[0].len();
+    assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * LEGACY_BLOCK_BYTES);
+    assert!(out.len() >= HEIGHT * T);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = dec.as_ptr().add(b * LEGACY_BLOCK_BYTES);
+        let y: [&BlockQ8_0F; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        // The offset times the activations' sum, taken off before the sums.
+        let mut c: [__m256i; T] = std::array::from_fn(|t| _mm256_set1_epi32(-OFF * y[t].s));
+        sums::<V, T>(p, &y.map(|y| y.qs.as_ptr()), 0, 8, GROUP, &mut c);
+        let d = _mm256_loadu_ps(p.add(LEGACY_VALUES).cast());
+        for t in 0..T {
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), _mm256_mul_ps(d, _mm256_set1_ps(y[t].d)), acc[t]);
+        }
+    }
+    for t in 0..T {
+        _mm256_storeu_ps(out.as_mut_ptr().add(HEIGHT * t), acc[t]);
+    }
+}
+
+// ---- K-quants (Q8_K activations) ------------------------------------------
+
+const VALUES: usize = 64 * 32;
+const SCALES: usize = 16 * 32;
+const PAIRS: usize = 8 * 32;
+/// One decoded block of a K-quant panel: values, group scales times `d`,
+/// minimum pairs, `dmin`, `d`.
+const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 64;
+/// Decode K-quant panels from this many tokens on.
+const MIN_ACTS: usize = 8;
+
+/// `B`'s 8 weight rows into panel blocks (the layout of [`BLOCK_BYTES`]).
+#[inline(always)]
+unsafe fn decode_k<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
+    assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
+    let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
+    let nb = x[0].len();
+    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * BLOCK_BYTES, "decode: row lengths differ");
+    let mut rb: [RowBlock; HEIGHT] = std::array::from_fn(|_| RowBlock::new());
+    let stride = std::mem::size_of::<RowBlock>();
+    let base = rb.as_ptr().cast::<u8>();
+    for b in 0..nb {
+        for r in 0..HEIGHT {
+            x[r][b].row(&mut rb[r]);
+        }
+        let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
+        // Values: word j of every row into register j, 8 registers at a time.
+        for c in 0..8 {
+            for (i, v) in transposed(base, stride, 32 * c).into_iter().enumerate() {
+                _mm256_storeu_si256(p.add(32 * (8 * c + i)).cast(), v);
+            }
+        }
+        if B::GROUP_SCALES {
+            for h in 0..2 {
+                let at = std::mem::offset_of!(RowBlock, sd) + 32 * h;
+                for (g, v) in transposed(base, stride, at).into_iter().enumerate() {
+                    _mm256_storeu_si256(p.add(VALUES + 32 * (8 * h + g)).cast(), v);
+                }
+            }
+        }
+        for (pair, v) in transposed(base, stride, std::mem::offset_of!(RowBlock, m)).into_iter().enumerate() {
+            _mm256_storeu_si256(p.add(VALUES + SCALES + 32 * pair).cast(), v);
+        }
+        let dm: [f32; HEIGHT] = std::array::from_fn(|r| rb[r].dm);
+        let d: [f32; HEIGHT] = std::array::from_fn(|r| rb[r].d);
+        _mm256_storeu_ps(p.add(VALUES + SCALES + PAIRS).cast(), _mm256_loadu_ps(dm.as_ptr()));
+        _mm256_storeu_ps(p.add(VALUES + SCALES + PAIRS + 32).cast(), _mm256_loadu_ps(d.as_ptr()));
+    }
+}
+
+/// `T` tokens against one decoded K-quant panel: `out[8 t + r]`. `G` values
+/// per scale group (16 or 32), or the whole block when `FOLD` (Q2_K); `GROUP`
+/// registers of i16 pair sums before widening (see [`sums`]).
+#[inline(always)]
+unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const FOLD: bool, const GROUP: usize>(
+    dec: &[u8],
+    a: &[&[BlockQ8K]],
+    out: &mut [f32],
+) {
+    let nb = a[0].len();
+    assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * BLOCK_BYTES);
+    assert!(out.len() >= HEIGHT * T);
+    let mut acc = [_mm256_setzero_ps(); T];
+    for b in 0..nb {
+        let p = dec.as_ptr().add(b * BLOCK_BYTES);
+        let y: [&BlockQ8K; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        let qs = y.map(|y| y.qs.as_ptr());
+        let mut rf = [_mm256_setzero_ps(); T];
+        if FOLD {
+            let mut c = [_mm256_setzero_si256(); T];
+            sums::<V, T>(p, &qs, 0, 64, GROUP, &mut c);
+            let d = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS + 32).cast());
+            for t in 0..T {
+                rf[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[t]), d);
+            }
+        } else {
+            for g in 0..256 / G {
+                let mut c = [_mm256_setzero_si256(); T];
+                sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, &mut c);
+                let s = _mm256_loadu_ps(p.add(VALUES + 32 * g).cast());
+                for t in 0..T {
+                    rf[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), s, rf[t]);
+                }
+            }
+        }
+        // Minimums (or offsets) against the activations' group sums, in pairs.
+        let mut m = [_mm256_setzero_si256(); T];
+        for pair in 0..8 {
+            let mp = _mm256_loadu_si256(p.add(VALUES + SCALES + 32 * pair).cast());
+            for t in 0..T {
+                let bs = _mm256_set1_epi32(y[t].bsums.as_ptr().add(2 * pair).cast::<i32>().read_unaligned());
+                m[t] = super::dot_i16::<V>(m[t], mp, bs);
+            }
+        }
+        let dm = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS).cast());
+        for t in 0..T {
+            let r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m[t]), dm, rf[t]);
+            acc[t] = _mm256_fmadd_ps(r, _mm256_set1_ps(y[t].d), acc[t]);
+        }
+    }
+    for t in 0..T {
+        _mm256_storeu_ps(out.as_mut_ptr().add(HEIGHT * t), acc[t]);
+    }
+}
+
+/// One kernel body for one to [`ACTS`] tokens.
+macro_rules! by_tokens {
+    ($f:ident::<$v:ident, _ $(, $p:tt)*>($dec:ident, $a:ident, $out:ident)) => {
+        match $a.len() {
+            1 => $f::<$v, 1 $(, $p)*>($dec, $a, $out),
+            2 => $f::<$v, 2 $(, $p)*>($dec, $a, $out),
+            3 => $f::<$v, 3 $(, $p)*>($dec, $a, $out),
+            _ => $f::<$v, 4 $(, $p)*>($dec, $a, $out),
+        }
+    };
+}
+
+/// The decoders and panel kernels, compiled for AVX2 (`MADD`) and AVX-VNNI
+/// (`VEX`).
+macro_rules! paths {
+    ($($m:ident, $features:literal, $v:ident;)*) => {$(
+        pub(crate) mod $m {
+            use super::*;
+
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q4_0(rows: &[&[u8]], out: &mut [u8]) {
+                decode_legacy::<BlockQ4_0, 8>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_0(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+                by_tokens!(legacy_dot::<$v, _, 8, 8>(dec, a, out))
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q5_0(rows: &[&[u8]], out: &mut [u8]) {
+                decode_legacy::<BlockQ5_0, 16>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q5_0(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+                by_tokens!(legacy_dot::<$v, _, 16, 4>(dec, a, out))
+            }
+
+            // Q4_K / Q5_K: groups of 32 (values below 16 / 32); Q6_K: groups
+            // of 16, values below 64 (two registers per i16 sum).
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q4_k(rows: &[&[u8]], out: &mut [u8]) {
+                decode_k::<BlockQ4K>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q4_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+                by_tokens!(k_dot::<$v, _, 32, false, 8>(dec, a, out))
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q5_k(rows: &[&[u8]], out: &mut [u8]) {
+                decode_k::<BlockQ5K>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q5_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+                by_tokens!(k_dot::<$v, _, 32, false, 4>(dec, a, out))
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q6_k(rows: &[&[u8]], out: &mut [u8]) {
+                decode_k::<BlockQ6K>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q6_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+                by_tokens!(k_dot::<$v, _, 16, false, 2>(dec, a, out))
+            }
+
+            /// The panels of Q4_0 / Q5_0 and the K-quants for this path's table.
+            pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
+                use crate::kernels::table::{PanelDot, Panels};
+                type Decode = unsafe fn(&[&[u8]], &mut [u8]);
+                let l = |decode: Decode, dot: PanelDot<BlockQ8_0F>| {
+                    let (height, acts) = (HEIGHT, ACTS);
+                    Some(Panels { height, block_bytes: LEGACY_BLOCK_BYTES, min_acts: LEGACY_MIN_ACTS, acts, decode, dot })
+                };
+                k.q4_0.panels = l(decode_q4_0, q4_0);
+                k.q5_0.panels = l(decode_q5_0, q5_0);
+                let p = |decode: Decode, dot: PanelDot<BlockQ8K>| {
+                    let (height, acts) = (HEIGHT, ACTS);
+                    Some(Panels { height, block_bytes: BLOCK_BYTES, min_acts: MIN_ACTS, acts, decode, dot })
+                };
+                k.q4_k.panels = p(decode_q4_k, q4_k);
+                k.q5_k.panels = p(decode_q5_k, q5_k);
+                k.q6_k.panels = p(decode_q6_k, q6_k);
+            }
+        }
+    )*};
+}
+
+paths! {
+    avx2, "avx2,fma,f16c", MADD;
+    avxvnni, "avx2,fma,f16c,avxvnni", VEX;
+}
