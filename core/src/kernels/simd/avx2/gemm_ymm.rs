@@ -10,6 +10,16 @@
 //! ones: per 32 values of a row, 2-3 instructions serve 8 rows, where the
 //! four-token kernels pay about 7 per row. With AVX-VNNI, `vpdpbusd`.
 //!
+//! Measured with `pocket bench-kernels --isa avx2 --threads 1
+//! --working-set-mib 8 --tokens N` on Zen 3 (expert 512x2048, GMAC/s,
+//! kernels before -> panels): Q4_0 4 tokens 7.4-10.1 -> 12.3, 8 tokens
+//! 7.6-8.2 -> 15.1-15.3, 64 tokens 10 -> 21; Q4_K 8 tokens 13-14 -> 15-16,
+//! 32 tokens 14.5 -> 22; Q3_K 32 tokens 15.8 -> 20.3; Q6_K 8 tokens 12.5-14
+//! -> 9.6-11.2 (so from 16), 32 tokens 14.2 -> 15.7. Q2_K has none: its
+//! decoded rows already cost what a panel does (the values carry the
+//! scales, so both pay one `vpmaddubsw` per 32 products and little more):
+//! 16.1-16.6 -> 12.5-14 at 8 tokens, 18.4-19.4 -> 18.8-20.2 at 128.
+//!
 //! Offsets (Q4_0's 8, Q5_0's 16; Q3_K's 4, Q6_K's 32) are kept in the values
 //! and taken off through the activations' block or group sums, as are the
 //! K-quants' minimums (see [`super::gemm`]). The integer sums are the scalar
@@ -20,9 +30,10 @@
 // blocks) by one counter; iterator chains would hide which lanes meet.
 #![allow(clippy::needless_range_loop)]
 use super::gemm::{PanelBlock, RowBlock};
+use super::kquants::{q3_k_values, q3_scales};
 use super::legacy::Signed32;
-use super::{MADD, VEX};
-use crate::quant::{as_blocks, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F};
+use super::{fp16, MADD, VEX};
+use crate::quant::{as_blocks, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F};
 use std::arch::x86_64::*;
 
 /// Rows per panel (the lanes of a 256-bit register of i32).
@@ -131,14 +142,18 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
     for b in 0..nb {
         let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
-        let mut q: [__m256i; HEIGHT] =
-            std::array::from_fn(|r| _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF)));
+        // (Loops, not `from_fn` closures: a closure here is compiled without
+        // the wrappers' target features, and the intrinsics in it become calls.)
+        let mut q = [_mm256_setzero_si256(); HEIGHT];
+        let d = p.add(LEGACY_VALUES).cast::<f32>();
+        for r in 0..HEIGHT {
+            q[r] = _mm256_add_epi8(x[r][b].values(), _mm256_set1_epi8(OFF));
+            d.add(r).write_unaligned(_mm256_cvtss_f32(x[r][b].scale_x8()));
+        }
         transpose8(&mut q);
         for (j, v) in q.into_iter().enumerate() {
             _mm256_storeu_si256(p.add(32 * j).cast(), v);
         }
-        let d: [f32; HEIGHT] = std::array::from_fn(|r| _mm256_cvtss_f32(x[r][b].scale_x8()));
-        _mm256_storeu_ps(p.add(LEGACY_VALUES).cast(), _mm256_loadu_ps(d.as_ptr()));
     }
 }
 
@@ -159,7 +174,10 @@ unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: u
         let p = dec.as_ptr().add(b * LEGACY_BLOCK_BYTES);
         let y: [&BlockQ8_0F; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
         // The offset times the activations' sum, taken off before the sums.
-        let mut c: [__m256i; T] = std::array::from_fn(|t| _mm256_set1_epi32(-OFF * y[t].s));
+        let mut c = [_mm256_setzero_si256(); T];
+        for t in 0..T {
+            c[t] = _mm256_set1_epi32(-OFF * y[t].s);
+        }
         sums::<V, T>(p, &y.map(|y| y.qs.as_ptr()), 0, 8, GROUP, &mut c);
         let d = _mm256_loadu_ps(p.add(LEGACY_VALUES).cast());
         for t in 0..T {
@@ -177,14 +195,60 @@ const VALUES: usize = 64 * 32;
 const SCALES: usize = 16 * 32;
 const PAIRS: usize = 8 * 32;
 /// One decoded block of a K-quant panel: values, group scales times `d`,
-/// minimum pairs, `dmin`, `d`.
-const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 64;
-/// Decode K-quant panels from this many tokens on.
-const MIN_ACTS: usize = 8;
+/// minimum (or offset) pairs, their factor `dmin` (or `d`).
+const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 32;
+
+/// A K-quant block that fills one row's [`RowBlock`] with AVX2 alone: the
+/// AVX-512 panels' row decoders where they need nothing more (Q4_K, Q5_K,
+/// Q6_K), an AVX2 one for Q3_K.
+trait Row8: crate::quant::FileBlock {
+    unsafe fn row8(&self, rb: &mut RowBlock);
+}
+
+macro_rules! row8_as_panel_block {
+    ($($block:ident)*) => {$(
+        impl Row8 for $block {
+            #[inline(always)]
+            unsafe fn row8(&self, rb: &mut RowBlock) {
+                PanelBlock::row(self, rb)
+            }
+        }
+    )*};
+}
+row8_as_panel_block!(BlockQ4K BlockQ5K BlockQ6K);
+
+/// `v[r]` into `q[32r..32r + 32]`.
+#[inline(always)]
+unsafe fn store_values(q: &mut [u8; 256], v: [__m256i; 8]) {
+    for (r, v) in v.into_iter().enumerate() {
+        _mm256_storeu_si256(q.as_mut_ptr().add(32 * r).cast(), v);
+    }
+}
+
+/// Q3_K: values 0..8 (the scalar format's `q - 4` plus 4); the offset 4
+/// times the group scale as the "minimum", with `d`.
+impl Row8 for BlockQ3K {
+    #[inline(always)]
+    unsafe fn row8(&self, rb: &mut RowBlock) {
+        store_values(&mut rb.q, q3_k_values(self));
+        let sc8 = q3_scales(&self.scales);
+        let d = _mm256_set1_ps(fp16(self.d));
+        _mm256_storeu_ps(rb.sd.as_mut_ptr(), times(sc8, d));
+        _mm256_storeu_ps(rb.sd.as_mut_ptr().add(8), times(_mm_srli_si128::<8>(sc8), d));
+        _mm256_storeu_si256(rb.m.as_mut_ptr().cast(), _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(sc8)));
+        rb.dm = fp16(self.d);
+    }
+}
+
+/// The low 8 bytes of `s` (i8) as f32, times `d`.
+#[inline(always)]
+unsafe fn times(s: __m128i, d: __m256) -> __m256 {
+    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)), d)
+}
 
 /// `B`'s 8 weight rows into panel blocks (the layout of [`BLOCK_BYTES`]).
 #[inline(always)]
-unsafe fn decode_k<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
+unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
     assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
     let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
     let nb = x[0].len();
@@ -194,7 +258,7 @@ unsafe fn decode_k<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
     let base = rb.as_ptr().cast::<u8>();
     for b in 0..nb {
         for r in 0..HEIGHT {
-            x[r][b].row(&mut rb[r]);
+            x[r][b].row8(&mut rb[r]);
         }
         let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
         // Values: word j of every row into register j, 8 registers at a time.
@@ -203,29 +267,27 @@ unsafe fn decode_k<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
                 _mm256_storeu_si256(p.add(32 * (8 * c + i)).cast(), v);
             }
         }
-        if B::GROUP_SCALES {
-            for h in 0..2 {
-                let at = std::mem::offset_of!(RowBlock, sd) + 32 * h;
-                for (g, v) in transposed(base, stride, at).into_iter().enumerate() {
-                    _mm256_storeu_si256(p.add(VALUES + 32 * (8 * h + g)).cast(), v);
-                }
+        for h in 0..2 {
+            let at = std::mem::offset_of!(RowBlock, sd) + 32 * h;
+            for (g, v) in transposed(base, stride, at).into_iter().enumerate() {
+                _mm256_storeu_si256(p.add(VALUES + 32 * (8 * h + g)).cast(), v);
             }
         }
         for (pair, v) in transposed(base, stride, std::mem::offset_of!(RowBlock, m)).into_iter().enumerate() {
             _mm256_storeu_si256(p.add(VALUES + SCALES + 32 * pair).cast(), v);
         }
-        let dm: [f32; HEIGHT] = std::array::from_fn(|r| rb[r].dm);
-        let d: [f32; HEIGHT] = std::array::from_fn(|r| rb[r].d);
-        _mm256_storeu_ps(p.add(VALUES + SCALES + PAIRS).cast(), _mm256_loadu_ps(dm.as_ptr()));
-        _mm256_storeu_ps(p.add(VALUES + SCALES + PAIRS + 32).cast(), _mm256_loadu_ps(d.as_ptr()));
+        let dm = p.add(VALUES + SCALES + PAIRS).cast::<f32>();
+        for r in 0..HEIGHT {
+            dm.add(r).write_unaligned(rb[r].dm);
+        }
     }
 }
 
 /// `T` tokens against one decoded K-quant panel: `out[8 t + r]`. `G` values
-/// per scale group (16 or 32), or the whole block when `FOLD` (Q2_K); `GROUP`
-/// registers of i16 pair sums before widening (see [`sums`]).
+/// per scale group (16 or 32); `GROUP` registers of i16 pair sums before
+/// widening (see [`sums`]).
 #[inline(always)]
-unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const FOLD: bool, const GROUP: usize>(
+unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>(
     dec: &[u8],
     a: &[&[BlockQ8K]],
     out: &mut [f32],
@@ -239,21 +301,12 @@ unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const FOLD: bool, c
         let y: [&BlockQ8K; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
         let qs = y.map(|y| y.qs.as_ptr());
         let mut rf = [_mm256_setzero_ps(); T];
-        if FOLD {
+        for g in 0..256 / G {
             let mut c = [_mm256_setzero_si256(); T];
-            sums::<V, T>(p, &qs, 0, 64, GROUP, &mut c);
-            let d = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS + 32).cast());
+            sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, &mut c);
+            let s = _mm256_loadu_ps(p.add(VALUES + 32 * g).cast());
             for t in 0..T {
-                rf[t] = _mm256_mul_ps(_mm256_cvtepi32_ps(c[t]), d);
-            }
-        } else {
-            for g in 0..256 / G {
-                let mut c = [_mm256_setzero_si256(); T];
-                sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, &mut c);
-                let s = _mm256_loadu_ps(p.add(VALUES + 32 * g).cast());
-                for t in 0..T {
-                    rf[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), s, rf[t]);
-                }
+                rf[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), s, rf[t]);
             }
         }
         // Minimums (or offsets) against the activations' group sums, in pairs.
@@ -312,6 +365,15 @@ macro_rules! paths {
                 by_tokens!(legacy_dot::<$v, _, 16, 4>(dec, a, out))
             }
 
+            // Q3_K: groups of 16, values below 8.
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn decode_q3_k(rows: &[&[u8]], out: &mut [u8]) {
+                decode_k::<BlockQ3K>(rows, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(crate) unsafe fn q3_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+                by_tokens!(k_dot::<$v, _, 16, 4>(dec, a, out))
+            }
             // Q4_K / Q5_K: groups of 32 (values below 16 / 32); Q6_K: groups
             // of 16, values below 64 (two registers per i16 sum).
             #[target_feature(enable = $features)]
@@ -320,7 +382,7 @@ macro_rules! paths {
             }
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn q4_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 32, false, 8>(dec, a, out))
+                by_tokens!(k_dot::<$v, _, 32, 8>(dec, a, out))
             }
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn decode_q5_k(rows: &[&[u8]], out: &mut [u8]) {
@@ -328,7 +390,7 @@ macro_rules! paths {
             }
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn q5_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 32, false, 4>(dec, a, out))
+                by_tokens!(k_dot::<$v, _, 32, 4>(dec, a, out))
             }
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn decode_q6_k(rows: &[&[u8]], out: &mut [u8]) {
@@ -336,7 +398,7 @@ macro_rules! paths {
             }
             #[target_feature(enable = $features)]
             pub(crate) unsafe fn q6_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 16, false, 2>(dec, a, out))
+                by_tokens!(k_dot::<$v, _, 16, 2>(dec, a, out))
             }
 
             /// The panels of Q4_0 / Q5_0 and the K-quants for this path's table.
@@ -349,13 +411,14 @@ macro_rules! paths {
                 };
                 k.q4_0.panels = l(decode_q4_0, q4_0);
                 k.q5_0.panels = l(decode_q5_0, q5_0);
-                let p = |decode: Decode, dot: PanelDot<BlockQ8K>| {
+                let p = |decode: Decode, dot: PanelDot<BlockQ8K>, min_acts: usize| {
                     let (height, acts) = (HEIGHT, ACTS);
-                    Some(Panels { height, block_bytes: BLOCK_BYTES, min_acts: MIN_ACTS, acts, decode, dot })
+                    Some(Panels { height, block_bytes: BLOCK_BYTES, min_acts, acts, decode, dot })
                 };
-                k.q4_k.panels = p(decode_q4_k, q4_k);
-                k.q5_k.panels = p(decode_q5_k, q5_k);
-                k.q6_k.panels = p(decode_q6_k, q6_k);
+                k.q3_k.panels = p(decode_q3_k, q3_k, 16);
+                k.q4_k.panels = p(decode_q4_k, q4_k, 8);
+                k.q5_k.panels = p(decode_q5_k, q5_k, 16);
+                k.q6_k.panels = p(decode_q6_k, q6_k, 16);
             }
         }
     )*};
