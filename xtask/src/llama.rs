@@ -54,6 +54,7 @@ pub fn host_build() -> Result<PathBuf, String> {
     if bin.join("llama-bench").is_file() {
         return Ok(bin);
     }
+    require(&[("cmake", "cmake"), ("c++", "g++")])?;
     let src = source()?;
     run(Command::new("cmake")
         .arg("-S")
@@ -76,13 +77,11 @@ pub fn aarch64_build(i8mm: bool) -> Result<PathBuf, String> {
         return Ok(exe);
     }
     // The test command installs only the C cross-compiler; llama.cpp needs C++ too.
-    for (tool, package) in
-        [("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"), ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")]
-    {
-        if Command::new(tool).arg("--version").output().is_err() {
-            return Err(format!("{tool} not found: install it first (apt-get install {package})"));
-        }
-    }
+    require(&[
+        ("cmake", "cmake"),
+        ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+        ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu"),
+    ])?;
     let src = source()?;
     let march = if i8mm { "-march=armv8.2-a+dotprod+i8mm" } else { "-march=armv8.2-a+dotprod" };
     run(Command::new("cmake")
@@ -108,6 +107,17 @@ pub fn aarch64_build(i8mm: bool) -> Result<PathBuf, String> {
         .arg("-DCMAKE_EXE_LINKER_FLAGS=-static"))?;
     run(Command::new("cmake").arg("--build").arg(&build).args(["-j", &jobs(), "--target", "llama-bench"]))?;
     Ok(exe)
+}
+
+/// An error naming the package to install for the first of `tools` (program,
+/// Debian package) that does not run, instead of a failed spawn deep in a build.
+fn require(tools: &[(&str, &str)]) -> Result<(), String> {
+    for (tool, package) in tools {
+        if Command::new(tool).arg("--version").output().is_err() {
+            return Err(format!("{tool} not found: install it first (apt-get install {package})"));
+        }
+    }
+    Ok(())
 }
 
 fn jobs() -> String {

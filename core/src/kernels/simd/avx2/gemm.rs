@@ -69,7 +69,7 @@ pub(super) struct RowBlock {
     /// The factor of the minimums: `dmin` (or `d`).
     pub(super) dm: f32,
     /// The row's `d`, where the values carry the group scales (Q2_K).
-    pub(super) d: f32,
+    d: f32,
 }
 
 impl RowBlock {

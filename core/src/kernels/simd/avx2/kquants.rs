@@ -531,28 +531,19 @@ unsafe fn decode_q2_k(x: &[BlockQ2K], out: &mut [BlockQ2KScaled]) {
     assert_eq!(x.len(), out.len(), "decode: {} blocks into {}", x.len(), out.len());
     for (o, xb) in out.iter_mut().zip(x) {
         let packed = _mm_loadu_si128(xb.scales.as_ptr().cast());
-        _mm256_storeu_si256(o.mins.as_mut_ptr().cast(), q2_mins(packed));
-        for (r, v) in q2_k_scaled(xb, packed).into_iter().enumerate() {
-            _mm256_storeu_si256(o.qs.as_mut_ptr().add(32 * r).cast(), v);
+        let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
+        let mins = q2_mins(packed);
+        _mm256_storeu_si256(o.mins.as_mut_ptr().cast(), mins);
+        for h in 0..2 {
+            let q = load32(xb.qs.as_ptr().add(32 * h));
+            for j in 0..4 {
+                let r = 4 * h + j;
+                let v = _mm256_mullo_epi16(bits(q, 2 * j as i32, 3), scale_i16(sc, r));
+                _mm256_storeu_si256(o.qs.as_mut_ptr().add(32 * r).cast(), v);
+            }
         }
         (o.d, o.dmin) = (fp16(xb.d), fp16(xb.dmin));
     }
-}
-
-/// A Q2_K block's values times their group scales (`packed` holds its
-/// `scales`), in element order: register `r` holds values `32r..32r + 32`.
-#[inline(always)]
-unsafe fn q2_k_scaled(xb: &BlockQ2K, packed: __m128i) -> [__m256i; 8] {
-    let sc = scales_even_odd(_mm_and_si128(packed, _mm_set1_epi8(0x0F)));
-    let mut out = [_mm256_setzero_si256(); 8];
-    for h in 0..2 {
-        let q = load32(xb.qs.as_ptr().add(32 * h));
-        for j in 0..4 {
-            let r = 4 * h + j;
-            out[r] = _mm256_mullo_epi16(bits(q, 2 * j as i32, 3), scale_i16(sc, r));
-        }
-    }
-    out
 }
 
 /// A decoded Q2_K row with four activation rows: the integers and the float
