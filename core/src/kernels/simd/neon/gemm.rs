@@ -301,23 +301,15 @@ unsafe fn quad_dot<const T: usize, const G: usize, const M: usize>(dec: &[u8], a
         let y: [&BlockQ8K; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
         let mut c = [vdupq_n_s32(0); T];
         let mut r = [vdupq_n_s32(0); T];
-        for g in 0..16 {
-            let w = [0, 1, 2, 3].map(|j| vld1q_s8(p.add(64 * g + 16 * j).cast()));
-            for t in 0..T {
-                let x = vld1q_s8(y[t].qs.as_ptr().add(16 * g));
-                c[t] = sdot_lane::<0>(c[t], w[0], x);
-                c[t] = sdot_lane::<1>(c[t], w[1], x);
-                c[t] = sdot_lane::<2>(c[t], w[2], x);
-                c[t] = sdot_lane::<3>(c[t], w[3], x);
-            }
-            // The end of a scale group: chain its step in.
-            if (g + 1) % (16 / G) == 0 {
-                let step = vld1q_s32(p.add(VALUES).cast::<i32>().add(4 * (g / (16 / G))));
-                for t in 0..T {
-                    r[t] = vmlaq_s32(r[t], c[t], step);
-                }
-            }
+        // Written out, so that every offset is a constant: as a loop, LLVM
+        // kept it rolled, 13 instructions of counters, address arithmetic and
+        // branches next to each group's 16 `sdot` (four tokens).
+        macro_rules! groups {
+            ($($g:literal)*) => {$(
+                group::<T, G>($g, p, &y, &mut c, &mut r);
+            )*};
         }
+        groups!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
         let f = p.add(VALUES + STEPS + MINS).cast::<f32>();
         let (d, dmin) = (vld1q_f32(f), vld1q_f32(f.add(4)));
         for t in 0..T {
@@ -345,6 +337,33 @@ unsafe fn quad_dot<const T: usize, const G: usize, const M: usize>(dec: &[u8], a
         vst1q_f32(o.as_mut_ptr(), v);
         o
     })
+}
+
+/// Group `g` (16 values) of the decoded quad block at `p` against `T`
+/// tokens: four `sdot` per token into `c`; at the end of a scale group, its
+/// chain step into `r`.
+#[inline(always)]
+unsafe fn group<const T: usize, const G: usize>(
+    g: usize,
+    p: *const u8,
+    y: &[&BlockQ8K; T],
+    c: &mut [int32x4_t; T],
+    r: &mut [int32x4_t; T],
+) {
+    let w = [0, 1, 2, 3].map(|j| vld1q_s8(p.add(64 * g + 16 * j).cast()));
+    for t in 0..T {
+        let x = vld1q_s8(y[t].qs.as_ptr().add(16 * g));
+        c[t] = sdot_lane::<0>(c[t], w[0], x);
+        c[t] = sdot_lane::<1>(c[t], w[1], x);
+        c[t] = sdot_lane::<2>(c[t], w[2], x);
+        c[t] = sdot_lane::<3>(c[t], w[3], x);
+    }
+    if (g + 1).is_multiple_of(16 / G) {
+        let step = vld1q_s32(p.add(VALUES).cast::<i32>().add(4 * (g / (16 / G))));
+        for t in 0..T {
+            r[t] = vmlaq_s32(r[t], c[t], step);
+        }
+    }
 }
 
 /// `m + sum_{g < 8} mins[g] * s[g]`, the four rows in the lanes (`mins`: 8
