@@ -220,26 +220,39 @@ unsafe fn k4_scales(scales: &[u8; 12], d: f32, dmin: f32, rb: &mut RowBlock) {
     rb.dm = dmin;
 }
 
+/// Q4_K's 256 values (0..16) into `q`, in order. (AVX2 alone: the AVX2
+/// panels share it.)
 #[inline(always)]
-unsafe fn q4_k_row(b: &BlockQ4K, rb: &mut RowBlock) {
+pub(super) unsafe fn q4_k_values(b: &BlockQ4K, q: &mut [u8; 256]) {
     for c in 0..4 {
         let v = ld(b.qs.as_ptr().add(32 * c));
-        st(&mut rb.q, 64 * c, _mm256_and_si256(v, _mm256_set1_epi8(0x0F)));
-        st(&mut rb.q, 64 * c + 32, bits(v, 4, 0x0F));
+        st(q, 64 * c, _mm256_and_si256(v, _mm256_set1_epi8(0x0F)));
+        st(q, 64 * c + 32, bits(v, 4, 0x0F));
     }
-    k4_scales(&b.scales, fp16(b.d), fp16(b.dmin), rb);
 }
 
 #[inline(always)]
-unsafe fn q5_k_row(b: &BlockQ5K, rb: &mut RowBlock) {
+unsafe fn q4_k_row(b: &BlockQ4K, rb: &mut RowBlock) {
+    q4_k_values(b, &mut rb.q);
+    k4_scales(&b.scales, fp16(b.d), fp16(b.dmin), rb);
+}
+
+/// Q5_K's 256 values (0..32) into `q` (AVX2 alone).
+#[inline(always)]
+pub(super) unsafe fn q5_k_values(b: &BlockQ5K, q: &mut [u8; 256]) {
     let h = ld(b.qh.as_ptr());
     for c in 0..4 {
         let v = ld(b.qs.as_ptr().add(32 * c));
         let lo = _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), up(bits(h, 2 * c as i32, 1), 4));
         let hi = _mm256_or_si256(bits(v, 4, 0x0F), up(bits(h, 2 * c as i32 + 1, 1), 4));
-        st(&mut rb.q, 64 * c, lo);
-        st(&mut rb.q, 64 * c + 32, hi);
+        st(q, 64 * c, lo);
+        st(q, 64 * c + 32, hi);
     }
+}
+
+#[inline(always)]
+unsafe fn q5_k_row(b: &BlockQ5K, rb: &mut RowBlock) {
+    q5_k_values(b, &mut rb.q);
     k4_scales(&b.scales, fp16(b.d), fp16(b.dmin), rb);
 }
 
@@ -275,9 +288,10 @@ unsafe fn q3_k_row(b: &BlockQ3K, rb: &mut RowBlock) {
     rb.dm = d;
 }
 
-/// Q6_K: 6-bit values 0..64 (the scalar format's `q - 32` plus 32).
+/// Q6_K's 256 values 0..64 (the scalar format's `q - 32` plus 32) into `q`
+/// (AVX2 alone).
 #[inline(always)]
-unsafe fn q6_k_row(b: &BlockQ6K, rb: &mut RowBlock) {
+pub(super) unsafe fn q6_k_values(b: &BlockQ6K, q: &mut [u8; 256]) {
     for h in 0..2 {
         let (l0, l1) = (ld(b.ql.as_ptr().add(64 * h)), ld(b.ql.as_ptr().add(64 * h + 32)));
         let qh = ld(b.qh.as_ptr().add(32 * h));
@@ -288,10 +302,15 @@ unsafe fn q6_k_row(b: &BlockQ6K, rb: &mut RowBlock) {
             bits(l1, 4, 0x0F),
         ];
         for (j, lo) in lows.into_iter().enumerate() {
-            let q = _mm256_or_si256(lo, up(bits(qh, 2 * j as i32, 3), 4));
-            st(&mut rb.q, 128 * h + 32 * j, q);
+            st(q, 128 * h + 32 * j, _mm256_or_si256(lo, up(bits(qh, 2 * j as i32, 3), 4)));
         }
     }
+}
+
+/// Q6_K: values 0..64, the offset 32 times the group scale as the "minimum".
+#[inline(always)]
+unsafe fn q6_k_row(b: &BlockQ6K, rb: &mut RowBlock) {
+    q6_k_values(b, &mut rb.q);
     let d = fp16(b.d);
     for g in 0..16 {
         rb.sd[g] = d * b.scales[g] as f32;

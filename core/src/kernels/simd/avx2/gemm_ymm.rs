@@ -22,18 +22,24 @@
 //!
 //! Offsets (Q4_0's 8, Q5_0's 16; Q3_K's 4, Q6_K's 32) are kept in the values
 //! and taken off through the activations' block or group sums, as are the
-//! K-quants' minimums (see [`super::gemm`]). The integer sums are the scalar
-//! twin's; the f32 sums run per block (per group), within the tests'
-//! tolerance.
+//! K-quants' minimums (see [`super::gemm`]). The K-quants' group scales stay
+//! integers: without VNNI they are the widening `vpmaddwd`'s factor (where
+//! ones would otherwise be), so a block's sum is one i32 that meets `d` once
+//! instead of a conversion and a multiply-add per group and token (Q6_K
+//! 32 tokens 17-19 -> 18-22 GMAC/s, Q5_K 20-23 -> 22-25, Q4_K and Q3_K within
+//! the noise). The integer sums are the scalar twin's; the f32 sums run per
+//! block (per group with VNNI), within the tests' tolerance.
 
 // The kernels index several parallel arrays (tokens' accumulators, rows'
 // blocks) by one counter; iterator chains would hide which lanes meet.
 #![allow(clippy::needless_range_loop)]
-use super::gemm::{PanelBlock, RowBlock};
+use super::gemm::{q4_k_values, q5_k_values, q6_k_values};
 use super::kquants::{q3_k_values, q3_scales};
 use super::legacy::Signed32;
 use super::{fp16, MADD, VEX};
-use crate::quant::{as_blocks, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F};
+use crate::quant::{
+    as_blocks, scales_mins_k4, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F,
+};
 use std::arch::x86_64::*;
 
 /// Rows per panel (the lanes of a 256-bit register of i32).
@@ -87,7 +93,10 @@ unsafe fn word(qs: *const i8, j: usize) -> __m256i {
 /// The i32 sums of `n` registers of panel values (from `p`, 32 bytes apart)
 /// against the activation words `j0..j0 + n` of `qs`, added to `acc`. Without
 /// VNNI, the `vpmaddubsw` pair sums of `group` registers at a time are added
-/// in i16 (the caller's bound: values below `2^15 / (2 * 128 * group)`).
+/// in i16 (the caller's bound: values below `2^15 / (2 * 128 * group)`),
+/// then widened by `vpmaddwd` with `factor` (i16 pairs: ones, or the rows'
+/// group scales), so the sums are `factor` times the products. With VNNI
+/// they are the plain products: `factor` is not read.
 #[inline(always)]
 unsafe fn sums<const V: u8, const T: usize>(
     p: *const u8,
@@ -95,6 +104,7 @@ unsafe fn sums<const V: u8, const T: usize>(
     j0: usize,
     n: usize,
     group: usize,
+    factor: __m256i,
     acc: &mut [__m256i; T],
 ) {
     if V == VEX {
@@ -106,7 +116,6 @@ unsafe fn sums<const V: u8, const T: usize>(
         }
         return;
     }
-    let ones = _mm256_set1_epi16(1);
     let mut g = j0;
     while g < j0 + n {
         let ge = (g + group).min(j0 + n);
@@ -118,7 +127,7 @@ unsafe fn sums<const V: u8, const T: usize>(
             }
         }
         for t in 0..T {
-            acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s[t], ones));
+            acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(s[t], factor));
         }
         g = ge;
     }
@@ -178,7 +187,7 @@ unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: u
         for t in 0..T {
             c[t] = _mm256_set1_epi32(-OFF * y[t].s);
         }
-        sums::<V, T>(p, &y.map(|y| y.qs.as_ptr()), 0, 8, GROUP, &mut c);
+        sums::<V, T>(p, &y.map(|y| y.qs.as_ptr()), 0, 8, GROUP, _mm256_set1_epi16(1), &mut c);
         let d = _mm256_loadu_ps(p.add(LEGACY_VALUES).cast());
         for t in 0..T {
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), _mm256_mul_ps(d, _mm256_set1_ps(y[t].d)), acc[t]);
@@ -194,34 +203,85 @@ unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: u
 const VALUES: usize = 64 * 32;
 const SCALES: usize = 16 * 32;
 const PAIRS: usize = 8 * 32;
-/// One decoded block of a K-quant panel: values, group scales times `d`,
-/// minimum (or offset) pairs, their factor `dmin` (or `d`).
-const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 32;
+/// One decoded block of a K-quant panel: values, group scales (i16, twice
+/// per word), minimum (or offset) pairs, `d`, the minimums' factor `dmin`
+/// (or `d`).
+const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 2 * 32;
 
-/// A K-quant block that fills one row's [`RowBlock`] with AVX2 alone: the
-/// AVX-512 panels' row decoders where they need nothing more (Q4_K, Q5_K,
-/// Q6_K), an AVX2 one for Q3_K.
-trait Row8: crate::quant::FileBlock {
-    unsafe fn row8(&self, rb: &mut RowBlock);
+/// What a row decoder gives per block. Whole 32-byte registers: the decoder
+/// transposes `q`, `s` and `m` 32 bytes at a time.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct Row {
+    /// The 256 values as unsigned bytes.
+    q: [u8; 256],
+    /// Group scales (groups of 16 or 32 values) as i16, in both halves of
+    /// a word: `vpmaddwd`'s factor for both pair sums of a lane.
+    s: [i32; 16],
+    /// Minimums or offset terms as i16, per group of 16 values.
+    m: [i16; 16],
+    /// The values' factor `d`.
+    d: f32,
+    /// The minimums' factor: `dmin` (or `d`).
+    dm: f32,
 }
 
-macro_rules! row8_as_panel_block {
-    ($($block:ident)*) => {$(
-        impl Row8 for $block {
-            #[inline(always)]
-            unsafe fn row8(&self, rb: &mut RowBlock) {
-                PanelBlock::row(self, rb)
-            }
-        }
-    )*};
-}
-row8_as_panel_block!(BlockQ4K BlockQ5K BlockQ6K);
-
-/// `v[r]` into `q[32r..32r + 32]`.
+/// A scale as a [`Row::s`] word.
 #[inline(always)]
-unsafe fn store_values(q: &mut [u8; 256], v: [__m256i; 8]) {
-    for (r, v) in v.into_iter().enumerate() {
-        _mm256_storeu_si256(q.as_mut_ptr().add(32 * r).cast(), v);
+fn twice(s: i16) -> i32 {
+    let w = s as u16 as u32;
+    (w | w << 16) as i32
+}
+
+/// A K-quant block that fills one row's [`Row`] with AVX2 alone (the
+/// values decoded as for the AVX-512 panels, the scales as integers).
+trait Row8: crate::quant::FileBlock {
+    unsafe fn row8(&self, r: &mut Row);
+}
+
+/// Q4_K / Q5_K scales and minimums (duplicated over each group's two halves
+/// of 16, for the pairs of `bsums`).
+#[inline(always)]
+fn k4_scales(scales: &[u8; 12], d: f32, dmin: f32, r: &mut Row) {
+    let (s, m) = scales_mins_k4(scales);
+    for g in 0..8 {
+        r.s[g] = twice(s[g] as i16);
+        r.m[2 * g] = m[g] as i16;
+        r.m[2 * g + 1] = m[g] as i16;
+    }
+    r.d = d;
+    r.dm = dmin;
+}
+
+impl Row8 for BlockQ4K {
+    #[inline(always)]
+    unsafe fn row8(&self, r: &mut Row) {
+        q4_k_values(self, &mut r.q);
+        k4_scales(&self.scales, fp16(self.d), fp16(self.dmin), r);
+    }
+}
+
+impl Row8 for BlockQ5K {
+    #[inline(always)]
+    unsafe fn row8(&self, r: &mut Row) {
+        q5_k_values(self, &mut r.q);
+        k4_scales(&self.scales, fp16(self.d), fp16(self.dmin), r);
+    }
+}
+
+/// Q6_K: values 0..64; the offset 32 times the group scale as the "minimum",
+/// with `d`.
+impl Row8 for BlockQ6K {
+    #[inline(always)]
+    unsafe fn row8(&self, r: &mut Row) {
+        q6_k_values(self, &mut r.q);
+        for g in 0..16 {
+            let s = self.scales[g] as i16;
+            r.s[g] = twice(s);
+            r.m[g] = 32 * s;
+        }
+        r.d = fp16(self.d);
+        r.dm = r.d;
     }
 }
 
@@ -229,21 +289,20 @@ unsafe fn store_values(q: &mut [u8; 256], v: [__m256i; 8]) {
 /// times the group scale as the "minimum", with `d`.
 impl Row8 for BlockQ3K {
     #[inline(always)]
-    unsafe fn row8(&self, rb: &mut RowBlock) {
-        store_values(&mut rb.q, q3_k_values(self));
-        let sc8 = q3_scales(&self.scales);
-        let d = _mm256_set1_ps(fp16(self.d));
-        _mm256_storeu_ps(rb.sd.as_mut_ptr(), times(sc8, d));
-        _mm256_storeu_ps(rb.sd.as_mut_ptr().add(8), times(_mm_srli_si128::<8>(sc8), d));
-        _mm256_storeu_si256(rb.m.as_mut_ptr().cast(), _mm256_slli_epi16::<2>(_mm256_cvtepi8_epi16(sc8)));
-        rb.dm = fp16(self.d);
+    unsafe fn row8(&self, r: &mut Row) {
+        for (i, v) in q3_k_values(self).into_iter().enumerate() {
+            _mm256_storeu_si256(r.q.as_mut_ptr().add(32 * i).cast(), v);
+        }
+        let s16 = _mm256_cvtepi8_epi16(q3_scales(&self.scales));
+        // Each i16 twice: the low and high 8 of the 16, widened in order.
+        let lo = _mm256_unpacklo_epi16(s16, s16);
+        let hi = _mm256_unpackhi_epi16(s16, s16);
+        _mm256_storeu_si256(r.s.as_mut_ptr().cast(), _mm256_permute2x128_si256::<0x20>(lo, hi));
+        _mm256_storeu_si256(r.s.as_mut_ptr().add(8).cast(), _mm256_permute2x128_si256::<0x31>(lo, hi));
+        _mm256_storeu_si256(r.m.as_mut_ptr().cast(), _mm256_slli_epi16::<2>(s16));
+        r.d = fp16(self.d);
+        r.dm = r.d;
     }
-}
-
-/// The low 8 bytes of `s` (i8) as f32, times `d`.
-#[inline(always)]
-unsafe fn times(s: __m128i, d: __m256) -> __m256 {
-    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s)), d)
 }
 
 /// `B`'s 8 weight rows into panel blocks (the layout of [`BLOCK_BYTES`]).
@@ -253,8 +312,9 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
     let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
     let nb = x[0].len();
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * BLOCK_BYTES, "decode: row lengths differ");
-    let mut rb: [RowBlock; HEIGHT] = std::array::from_fn(|_| RowBlock::new());
-    let stride = std::mem::size_of::<RowBlock>();
+    let zero = Row { q: [0; 256], s: [0; 16], m: [0; 16], d: 0.0, dm: 0.0 };
+    let mut rb = [zero; HEIGHT];
+    let stride = std::mem::size_of::<Row>();
     let base = rb.as_ptr().cast::<u8>();
     for b in 0..nb {
         for r in 0..HEIGHT {
@@ -268,24 +328,28 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
             }
         }
         for h in 0..2 {
-            let at = std::mem::offset_of!(RowBlock, sd) + 32 * h;
+            let at = std::mem::offset_of!(Row, s) + 32 * h;
             for (g, v) in transposed(base, stride, at).into_iter().enumerate() {
                 _mm256_storeu_si256(p.add(VALUES + 32 * (8 * h + g)).cast(), v);
             }
         }
-        for (pair, v) in transposed(base, stride, std::mem::offset_of!(RowBlock, m)).into_iter().enumerate() {
+        for (pair, v) in transposed(base, stride, std::mem::offset_of!(Row, m)).into_iter().enumerate() {
             _mm256_storeu_si256(p.add(VALUES + SCALES + 32 * pair).cast(), v);
         }
-        let dm = p.add(VALUES + SCALES + PAIRS).cast::<f32>();
+        let f = p.add(VALUES + SCALES + PAIRS).cast::<f32>();
         for r in 0..HEIGHT {
-            dm.add(r).write_unaligned(rb[r].dm);
+            f.add(r).write_unaligned(rb[r].d);
+            f.add(HEIGHT + r).write_unaligned(rb[r].dm);
         }
     }
 }
 
 /// `T` tokens against one decoded K-quant panel: `out[8 t + r]`. `G` values
 /// per scale group (16 or 32); `GROUP` registers of i16 pair sums before
-/// widening (see [`sums`]).
+/// widening (see [`sums`]). Without VNNI the widening `vpmaddwd` takes the
+/// group scales as its factor, so a block's sum stays in i32 (at most
+/// `16 x 2 x 2^15 x 128` for Q6_K, the widest) and meets `d` once; VNNI's
+/// sums are scaled per group in f32.
 #[inline(always)]
 unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>(
     dec: &[u8],
@@ -301,12 +365,23 @@ unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>
         let y: [&BlockQ8K; T] = std::array::from_fn(|t| a[t].get_unchecked(b));
         let qs = y.map(|y| y.qs.as_ptr());
         let mut rf = [_mm256_setzero_ps(); T];
+        let mut ri = [_mm256_setzero_si256(); T];
         for g in 0..256 / G {
-            let mut c = [_mm256_setzero_si256(); T];
-            sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, &mut c);
-            let s = _mm256_loadu_ps(p.add(VALUES + 32 * g).cast());
+            let s = _mm256_loadu_si256(p.add(VALUES + 32 * g).cast());
+            if V == VEX {
+                let mut c = [_mm256_setzero_si256(); T];
+                sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, s, &mut c);
+                let sf = _mm256_cvtepi32_ps(_mm256_srai_epi32::<16>(s));
+                for t in 0..T {
+                    rf[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), sf, rf[t]);
+                }
+            } else {
+                sums::<V, T>(p, &qs, g * G / 4, G / 4, GROUP, s, &mut ri);
+            }
+        }
+        if V != VEX {
             for t in 0..T {
-                rf[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[t]), s, rf[t]);
+                rf[t] = _mm256_cvtepi32_ps(ri[t]);
             }
         }
         // Minimums (or offsets) against the activations' group sums, in pairs.
@@ -318,9 +393,10 @@ unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>
                 m[t] = super::dot_i16::<V>(m[t], mp, bs);
             }
         }
-        let dm = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS).cast());
+        let d = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS).cast());
+        let dm = _mm256_loadu_ps(p.add(VALUES + SCALES + PAIRS + 32).cast());
         for t in 0..T {
-            let r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m[t]), dm, rf[t]);
+            let r = _mm256_fmsub_ps(rf[t], d, _mm256_mul_ps(_mm256_cvtepi32_ps(m[t]), dm));
             acc[t] = _mm256_fmadd_ps(r, _mm256_set1_ps(y[t].d), acc[t]);
         }
     }
