@@ -417,6 +417,22 @@ macro_rules! by_tokens {
     };
 }
 
+/// Each format's decoder `decode_x` and panel kernel `x`, compiled with a
+/// path's target features.
+macro_rules! formats {
+    ($features:literal, $v:ident;
+     $($decode:ident = $dec:ident::<$($dp:tt),*>, $dot:ident = $kern:ident::<$($kp:tt),*>($act:ty);)*) => {$(
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $decode(rows: &[&[u8]], out: &mut [u8]) {
+            $dec::<$($dp),*>(rows, out)
+        }
+        #[target_feature(enable = $features)]
+        pub(crate) unsafe fn $dot(dec: &[u8], a: &[&[$act]], out: &mut [f32]) {
+            by_tokens!($kern::<$v, _ $(, $kp)*>(dec, a, out))
+        }
+    )*};
+}
+
 /// The decoders and panel kernels, compiled for AVX2 (`MADD`) and AVX-VNNI
 /// (`VEX`).
 macro_rules! paths {
@@ -424,57 +440,17 @@ macro_rules! paths {
         pub(crate) mod $m {
             use super::*;
 
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q4_0(rows: &[&[u8]], out: &mut [u8]) {
-                decode_legacy::<BlockQ4_0, 8>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_0(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
-                by_tokens!(legacy_dot::<$v, _, 8, 8>(dec, a, out))
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q5_0(rows: &[&[u8]], out: &mut [u8]) {
-                decode_legacy::<BlockQ5_0, 16>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q5_0(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
-                by_tokens!(legacy_dot::<$v, _, 16, 4>(dec, a, out))
-            }
-
-            // Q3_K: groups of 16, values below 8.
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q3_k(rows: &[&[u8]], out: &mut [u8]) {
-                decode_k::<BlockQ3K>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q3_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 16, 4>(dec, a, out))
-            }
-            // Q4_K / Q5_K: groups of 32 (values below 16 / 32); Q6_K: groups
-            // of 16, values below 64 (two registers per i16 sum).
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q4_k(rows: &[&[u8]], out: &mut [u8]) {
-                decode_k::<BlockQ4K>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q4_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 32, 8>(dec, a, out))
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q5_k(rows: &[&[u8]], out: &mut [u8]) {
-                decode_k::<BlockQ5K>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q5_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 32, 4>(dec, a, out))
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn decode_q6_k(rows: &[&[u8]], out: &mut [u8]) {
-                decode_k::<BlockQ6K>(rows, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(crate) unsafe fn q6_k(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
-                by_tokens!(k_dot::<$v, _, 16, 2>(dec, a, out))
+            // Legacy: the offset, then i16 sums per widening. K-quants:
+            // values per group, then i16 sums per widening (Q3_K groups of
+            // 16 below 8; Q4_K / Q5_K groups of 32 below 16 / 32; Q6_K
+            // groups of 16 below 64).
+            formats! { $features, $v;
+                decode_q4_0 = decode_legacy::<BlockQ4_0, 8>, q4_0 = legacy_dot::<8, 8>(BlockQ8_0F);
+                decode_q5_0 = decode_legacy::<BlockQ5_0, 16>, q5_0 = legacy_dot::<16, 4>(BlockQ8_0F);
+                decode_q3_k = decode_k::<BlockQ3K>, q3_k = k_dot::<16, 4>(BlockQ8K);
+                decode_q4_k = decode_k::<BlockQ4K>, q4_k = k_dot::<32, 8>(BlockQ8K);
+                decode_q5_k = decode_k::<BlockQ5K>, q5_k = k_dot::<32, 4>(BlockQ8K);
+                decode_q6_k = decode_k::<BlockQ6K>, q6_k = k_dot::<16, 2>(BlockQ8K);
             }
 
             /// The panels of Q4_0 / Q5_0 and the K-quants for this path's table.
