@@ -59,21 +59,21 @@ pub(crate) const BLOCK_BYTES: usize = VALUES + SCALES + PAIRS + 64;
 /// whole 64-byte registers: the decoder loads 64 bytes from `q`, `sd` and
 /// `m` of each row (`m`'s register runs into `dm` and the padding).
 #[repr(C, align(64))]
-pub(super) struct RowBlock {
+struct RowBlock {
     /// The 256 values as unsigned bytes.
-    pub(super) q: [u8; 256],
+    q: [u8; 256],
     /// Group scales times `d` (not Q2_K).
-    pub(super) sd: [f32; 16],
+    sd: [f32; 16],
     /// Minimums or offset terms as i16, per group of 16 values.
-    pub(super) m: [i16; 16],
+    m: [i16; 16],
     /// The factor of the minimums: `dmin` (or `d`).
-    pub(super) dm: f32,
+    dm: f32,
     /// The row's `d`, where the values carry the group scales (Q2_K).
     d: f32,
 }
 
 impl RowBlock {
-    pub(super) fn new() -> RowBlock {
+    fn new() -> RowBlock {
         RowBlock { q: [0; 256], sd: [0.0; 16], m: [0; 16], dm: 0.0, d: 0.0 }
     }
 }
@@ -81,7 +81,7 @@ impl RowBlock {
 /// A K-quant block that fills one row's [`RowBlock`]. (A trait method, not
 /// a closure: a closure would be compiled without the wrappers' target
 /// features, and the intrinsics in it would become calls.)
-pub(super) trait PanelBlock: crate::quant::FileBlock {
+trait PanelBlock: crate::quant::FileBlock {
     /// Whether the panel kernel reads all 16 group scales (Q2_K folds its
     /// scales into the values and reads only `d`, in group 0; its other 15
     /// scale registers are left unwritten).

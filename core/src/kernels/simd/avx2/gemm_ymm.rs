@@ -6,8 +6,9 @@
 //! register, so one multiply with the token's 4 activations broadcast from
 //! memory adds 4 products to each of 8 rows. Without VNNI that multiply is
 //! `vpmaddubsw` (u8 x i8 -> i16 pairs), whose pair sums are added in i16 for
-//! as many registers as cannot overflow, then widened by one `vpmaddwd` with
-//! ones: per 32 values of a row, 2-3 instructions serve 8 rows, where the
+//! as many registers as cannot overflow, then widened by one `vpmaddwd` (by
+//! ones, or by the K-quants' group scales, below): per 32 values of a row,
+//! 2-3 instructions serve 8 rows, where the
 //! four-token kernels pay about 7 per row. With AVX-VNNI, `vpdpbusd`.
 //!
 //! Measured with `pocket bench-kernels --isa avx2 --threads 1
