@@ -349,7 +349,7 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
 /// per scale group (16 or 32); `GROUP` registers of i16 pair sums before
 /// widening (see [`sums`]). Without VNNI the widening `vpmaddwd` takes the
 /// group scales as its factor, so a block's sum stays in i32 (at most
-/// `16 x 2 x 2^15 x 128` for Q6_K, the widest) and meets `d` once; VNNI's
+/// 32 widenings of `2 x 2^15 x 128`, 2^28, for Q6_K, the widest) and meets `d` once; VNNI's
 /// sums are scaled per group in f32.
 #[inline(always)]
 unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>(
