@@ -183,6 +183,113 @@ unsafe fn decode_with<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
     }
 }
 
+/// The 64 bytes at `at` of 16 blocks, transposed: register `i` holds their
+/// word `i` of every block (lane `r` from `blocks[r]`).
+#[inline(always)]
+unsafe fn transposed_at(blocks: &[*const u8; HEIGHT], at: usize) -> [__m512i; 16] {
+    let mut r = [_mm512_setzero_si512(); 16];
+    for (v, b) in r.iter_mut().zip(blocks) {
+        *v = _mm512_loadu_si512(b.add(at).cast());
+    }
+    transpose16(&mut r);
+    r
+}
+
+/// The 16 bytes at `at` of 16 blocks, transposed: register `k` holds their
+/// word `k` of every block. Four blocks per register, a 4 x 4 transpose of
+/// words inside each, then of 128-bit quarters across the four.
+#[inline(always)]
+unsafe fn transposed4_at(blocks: &[*const u8; HEIGHT], at: usize) -> [__m512i; 4] {
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    let mut h = [_mm512_setzero_si512(); 4];
+    for (q, v) in h.iter_mut().enumerate() {
+        let b = &blocks[4 * q..4 * q + 4];
+        let lo = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld16(b[0].add(at))), ld16(b[1].add(at)));
+        let hi = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(ld16(b[2].add(at))), ld16(b[3].add(at)));
+        // Quarter k now holds word k of the four blocks.
+        *v = _mm512_permutexvar_epi32(idx, _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi));
+    }
+    let (a, b) = (_mm512_shuffle_i32x4::<0x44>(h[0], h[1]), _mm512_shuffle_i32x4::<0xEE>(h[0], h[1]));
+    let (c, d) = (_mm512_shuffle_i32x4::<0x44>(h[2], h[3]), _mm512_shuffle_i32x4::<0xEE>(h[2], h[3]));
+    [
+        _mm512_shuffle_i32x4::<0x88>(a, c),
+        _mm512_shuffle_i32x4::<0xDD>(a, c),
+        _mm512_shuffle_i32x4::<0x88>(b, d),
+        _mm512_shuffle_i32x4::<0xDD>(b, d),
+    ]
+}
+
+/// 16 bytes at `p`.
+#[inline(always)]
+unsafe fn ld16(p: *const u8) -> __m128i {
+    _mm_loadu_si128(p.cast())
+}
+
+/// Byte `k` of every lane's word, as i32.
+#[inline(always)]
+unsafe fn byte_lanes(v: __m512i, k: u32) -> __m512i {
+    _mm512_and_si512(_mm512_srlv_epi32(v, _mm512_set1_epi32(8 * k as i32)), _mm512_set1_epi32(0xFF))
+}
+
+/// Q4_K panels decoded with the 16 rows in the lanes throughout, instead of
+/// row by row and then transposed: the packed values are transposed (32
+/// words per row, not the 64 of the unpacked ones) and split into nibbles
+/// afterwards, and the 6-bit scales and minimums are unpacked for all 16
+/// rows at once from their transposed words (the packing of
+/// `scales_mins_k4`, one lane per row). A third of the decoding's
+/// permutes, and no scalar work per row.
+#[inline(always)]
+unsafe fn q4_k_lanes(rows: &[&[u8]], out: &mut [u8]) {
+    assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
+    let x: [&[BlockQ4K]; HEIGHT] = std::array::from_fn(|r| as_blocks::<BlockQ4K>(rows[r]));
+    let nb = x[0].len();
+    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * BLOCK_BYTES, "decode: row lengths differ");
+    let qs = std::mem::offset_of!(BlockQ4K, qs);
+    let low = _mm512_set1_epi8(0x0F);
+    for b in 0..nb {
+        let mut blocks = [std::ptr::null::<u8>(); HEIGHT];
+        for r in 0..HEIGHT {
+            blocks[r] = x[r].as_ptr().add(b).cast();
+        }
+        let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
+        // Packed word k = 8c + w (c a chunk of 64 values) holds values
+        // 64c + 4w.. in its low nibbles, 64c + 32 + 4w.. in its high ones.
+        for h in 0..2 {
+            for (j, v) in transposed_at(&blocks, qs + 64 * h).into_iter().enumerate() {
+                let (c, w) = (2 * h + j / 8, j % 8);
+                _mm512_storeu_si512(p.add(64 * (16 * c + w)).cast(), _mm512_and_si512(v, low));
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                _mm512_storeu_si512(p.add(64 * (16 * c + 8 + w)).cast(), hi);
+            }
+        }
+        // Words: `d | dmin << 16`, then the 12 scale bytes `a`, `b`, `c`.
+        let [dd, a, bb, c] = transposed4_at(&blocks, 0);
+        let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd));
+        let dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(dd)));
+        let six = _mm512_set1_epi8(0x3F);
+        let top = _mm512_set1_epi8(0x30);
+        let s = [
+            _mm512_and_si512(a, six),
+            _mm512_or_si512(_mm512_and_si512(c, low), _mm512_and_si512(_mm512_srli_epi32::<2>(a), top)),
+        ];
+        let m = [
+            _mm512_and_si512(bb, six),
+            _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi32::<4>(c), low),
+                _mm512_and_si512(_mm512_srli_epi32::<2>(bb), top),
+            ),
+        ];
+        for g in 0..8 {
+            let sd = _mm512_mul_ps(d, _mm512_cvtepi32_ps(byte_lanes(s[g / 4], g as u32 % 4)));
+            _mm512_storeu_ps(p.add(VALUES + 64 * g).cast(), sd);
+            // The group's minimum in both halves: a pair of `bsums` meets it.
+            let mg = byte_lanes(m[g / 4], g as u32 % 4);
+            _mm512_storeu_si512(p.add(VALUES + SCALES + 64 * g).cast(), _mm512_or_si512(mg, _mm512_slli_epi32::<16>(mg)));
+        }
+        _mm512_storeu_ps(p.add(VALUES + SCALES + PAIRS).cast(), dmin);
+    }
+}
+
 /// 32 bytes at `p`.
 #[inline(always)]
 unsafe fn ld(p: *const u8) -> __m256i {
@@ -229,12 +336,6 @@ pub(super) unsafe fn q4_k_values(b: &BlockQ4K, q: &mut [u8; 256]) {
         st(q, 64 * c, _mm256_and_si256(v, _mm256_set1_epi8(0x0F)));
         st(q, 64 * c + 32, bits(v, 4, 0x0F));
     }
-}
-
-#[inline(always)]
-unsafe fn q4_k_row(b: &BlockQ4K, rb: &mut RowBlock) {
-    q4_k_values(b, &mut rb.q);
-    k4_scales(&b.scales, fp16(b.d), fp16(b.dmin), rb);
 }
 
 /// Q5_K's 256 values (0..32) into `q` (AVX2 alone).
@@ -382,10 +483,9 @@ unsafe fn panel_dot<const T: usize, const G: usize, const FOLD: bool>(dec: &[u8]
     }
 }
 
-/// The decoder and the panel kernel of each format, compiled for AVX-512
-/// F + BW + VNNI.
-macro_rules! panels {
-    ($($name:ident, $decode:ident = $row:ident($block:ident), $g:literal, $fold:literal;)*) => {$(
+/// The formats decoded row by row ([`decode_with`]), and their rows.
+macro_rules! row_blocks {
+    ($($block:ident = $row:ident, $fold:literal;)*) => {$(
         impl PanelBlock for $block {
             const GROUP_SCALES: bool = !$fold;
             #[inline(always)]
@@ -393,10 +493,23 @@ macro_rules! panels {
                 $row(self, rb)
             }
         }
+    )*};
+}
 
+row_blocks! {
+    BlockQ2K = q2_k_row, true;
+    BlockQ3K = q3_k_row, false;
+    BlockQ5K = q5_k_row, false;
+    BlockQ6K = q6_k_row, false;
+}
+
+/// The decoder and the panel kernel of each format, compiled for AVX-512
+/// F + BW + VNNI.
+macro_rules! panels {
+    ($($name:ident, $decode:ident = $with:expr, $g:literal, $fold:literal;)*) => {$(
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
         pub(crate) unsafe fn $decode(rows: &[&[u8]], out: &mut [u8]) {
-            decode_with::<$block>(rows, out)
+            $with(rows, out)
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -416,11 +529,11 @@ macro_rules! panels {
 }
 
 panels! {
-    q2_k, decode_q2_k = q2_k_row(BlockQ2K), 256, true;
-    q3_k, decode_q3_k = q3_k_row(BlockQ3K), 16, false;
-    q4_k, decode_q4_k = q4_k_row(BlockQ4K), 32, false;
-    q5_k, decode_q5_k = q5_k_row(BlockQ5K), 32, false;
-    q6_k, decode_q6_k = q6_k_row(BlockQ6K), 16, false;
+    q2_k, decode_q2_k = decode_with::<BlockQ2K>, 256, true;
+    q3_k, decode_q3_k = decode_with::<BlockQ3K>, 16, false;
+    q4_k, decode_q4_k = q4_k_lanes, 32, false;
+    q5_k, decode_q5_k = decode_with::<BlockQ5K>, 32, false;
+    q6_k, decode_q6_k = decode_with::<BlockQ6K>, 16, false;
 }
 
 // ---- Q4_0 and Q5_0 (Q8_0 activations): one scale per 32 values ------------
