@@ -219,6 +219,32 @@ unsafe fn transposed4_at(blocks: &[*const u8; HEIGHT], at: usize) -> [__m512i; 4
     ]
 }
 
+/// Blocks ahead of the decoding that [`prefetch_block`] asks for.
+const PREFETCH_BLOCKS: usize = 2;
+
+/// Ask for block `b + PREFETCH_BLOCKS` of each of the 16 rows (`bytes` per
+/// block, `nb` per row), or past a row's end for the next panel's first
+/// blocks (its rows follow these 16 in memory). The panel's decoding is
+/// where a prompt's weights come from DRAM, a few blocks of 16 short
+/// streams at a time: too short for the hardware prefetcher to follow, and
+/// without this nearly all of the decoding's time was the first loads'
+/// misses. A prefetch never faults, so the addresses past the matrix's end
+/// (the last panel's) are harmless.
+#[inline(always)]
+unsafe fn prefetch_block(blocks: &[*const u8; HEIGHT], bytes: usize, b: usize, nb: usize) {
+    let t = b + PREFETCH_BLOCKS;
+    // From block `b` of a row to block `t` of the same row, or of the row 16 on.
+    let ahead = if t < nb { PREFETCH_BLOCKS * bytes } else { PREFETCH_BLOCKS * bytes + 15 * nb * bytes };
+    for p in blocks {
+        let at = p.wrapping_add(ahead);
+        // Every line of the block: the next block's first line covers the
+        // one a block's last byte may open.
+        for line in (0..bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast());
+        }
+    }
+}
+
 /// 16 bytes at `p`.
 #[inline(always)]
 unsafe fn ld16(p: *const u8) -> __m128i {
@@ -251,6 +277,7 @@ unsafe fn q4_k_lanes(rows: &[&[u8]], out: &mut [u8]) {
         for r in 0..HEIGHT {
             blocks[r] = x[r].as_ptr().add(b).cast();
         }
+        prefetch_block(&blocks, std::mem::size_of::<BlockQ4K>(), b, nb);
         let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
         // Packed word k = 8c + w (c a chunk of 64 values) holds values
         // 64c + 4w.. in its low nibbles, 64c + 32 + 4w.. in its high ones.
