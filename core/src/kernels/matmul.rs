@@ -255,8 +255,13 @@ impl<B: 'static> Job<'_, B> {
                 // decoded block out per `h` weight blocks.
                 unsafe { (p.decode)(&rows[..h], d) };
             }
-            for j in (j0..j1).step_by(p.acts) {
-                let je = (j + p.acts).min(j1);
+            // Passes of nearly equal size (12 tokens as 6 + 6, not 8 + 4): a
+            // pass's tokens are its independent sums, and a short pass is
+            // bound by the multiply-adds' latency, not their throughput.
+            let passes = (j1 - j0).div_ceil(p.acts);
+            let per_pass = (j1 - j0).div_ceil(passes);
+            for j in (j0..j1).step_by(per_pass) {
+                let je = (j + per_pass).min(j1);
                 let acts: [&[B]; MAX_ACTS] = std::array::from_fn(|t| self.act((j + t).min(je - 1)));
                 for (i, d) in dec.chunks_exact(panel_bytes).enumerate() {
                     let mut out = [0f32; MAX_ROWS * MAX_ACTS];

@@ -24,9 +24,9 @@
 // The kernels index several parallel arrays (tokens' accumulators, rows' blocks)
 // by one counter; iterator chains would hide which lanes meet.
 #![allow(clippy::needless_range_loop)]
-use super::fp16;
 use super::kquants::{q2_mins, q3_scales, zmm};
 use super::legacy::Signed32;
+use super::{fp16, prefetch_panel};
 use crate::quant::{
     as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
     BlockQ8_0F,
@@ -154,6 +154,7 @@ unsafe fn decode_with<B: PanelBlock>(rows: &[&[u8]], out: &mut [u8]) {
     let stride = std::mem::size_of::<RowBlock>();
     let base = rb.as_ptr().cast::<u8>();
     for b in 0..nb {
+        prefetch_panel(&x, b);
         for r in 0..HEIGHT {
             x[r][b].row(&mut rb[r]);
         }
@@ -219,32 +220,6 @@ unsafe fn transposed4_at(blocks: &[*const u8; HEIGHT], at: usize) -> [__m512i; 4
     ]
 }
 
-/// Blocks ahead of the decoding that [`prefetch_block`] asks for.
-const PREFETCH_BLOCKS: usize = 2;
-
-/// Ask for block `b + PREFETCH_BLOCKS` of each of the 16 rows (`bytes` per
-/// block, `nb` per row), or past a row's end for the next panel's first
-/// blocks (its rows follow these 16 in memory). The panel's decoding is
-/// where a prompt's weights come from DRAM, a few blocks of 16 short
-/// streams at a time: too short for the hardware prefetcher to follow, and
-/// without this nearly all of the decoding's time was the first loads'
-/// misses. A prefetch never faults, so the addresses past the matrix's end
-/// (the last panel's) are harmless.
-#[inline(always)]
-unsafe fn prefetch_block(blocks: &[*const u8; HEIGHT], bytes: usize, b: usize, nb: usize) {
-    let t = b + PREFETCH_BLOCKS;
-    // From block `b` of a row to block `t` of the same row, or of the row 16 on.
-    let ahead = if t < nb { PREFETCH_BLOCKS * bytes } else { PREFETCH_BLOCKS * bytes + 15 * nb * bytes };
-    for p in blocks {
-        let at = p.wrapping_add(ahead);
-        // Every line of the block: the next block's first line covers the
-        // one a block's last byte may open.
-        for line in (0..bytes).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast());
-        }
-    }
-}
-
 /// 16 bytes at `p`.
 #[inline(always)]
 unsafe fn ld16(p: *const u8) -> __m128i {
@@ -277,7 +252,7 @@ unsafe fn q4_k_lanes(rows: &[&[u8]], out: &mut [u8]) {
         for r in 0..HEIGHT {
             blocks[r] = x[r].as_ptr().add(b).cast();
         }
-        prefetch_block(&blocks, std::mem::size_of::<BlockQ4K>(), b, nb);
+        prefetch_panel(&x, b);
         let p = out.as_mut_ptr().add(b * BLOCK_BYTES);
         // Packed word k = 8c + w (c a chunk of 64 values) holds values
         // 64c + 4w.. in its low nibbles, 64c + 32 + 4w.. in its high ones.
@@ -311,7 +286,10 @@ unsafe fn q4_k_lanes(rows: &[&[u8]], out: &mut [u8]) {
             _mm512_storeu_ps(p.add(VALUES + 64 * g).cast(), sd);
             // The group's minimum in both halves: a pair of `bsums` meets it.
             let mg = byte_lanes(m[g / 4], g as u32 % 4);
-            _mm512_storeu_si512(p.add(VALUES + SCALES + 64 * g).cast(), _mm512_or_si512(mg, _mm512_slli_epi32::<16>(mg)));
+            _mm512_storeu_si512(
+                p.add(VALUES + SCALES + 64 * g).cast(),
+                _mm512_or_si512(mg, _mm512_slli_epi32::<16>(mg)),
+            );
         }
         _mm512_storeu_ps(p.add(VALUES + SCALES + PAIRS).cast(), dmin);
     }
@@ -578,6 +556,7 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     let nb = x[0].len();
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
     for b in 0..nb {
+        prefetch_panel(&x, b);
         let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
         // One register per row: its 32 values, then `d` (in every word of
         // the high half), transposed: registers 0..8 the values, 8 the `d`s.

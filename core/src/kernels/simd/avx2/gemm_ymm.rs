@@ -37,7 +37,7 @@
 use super::gemm::{q4_k_values, q5_k_values, q6_k_values};
 use super::kquants::{q3_k_values, q3_scales};
 use super::legacy::Signed32;
-use super::{fp16, MADD, VEX};
+use super::{fp16, prefetch_panel, MADD, VEX};
 use crate::quant::{
     as_blocks, scales_mins_k4, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0F,
 };
@@ -151,6 +151,7 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     let nb = x[0].len();
     assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * LEGACY_BLOCK_BYTES, "decode: row lengths differ");
     for b in 0..nb {
+        prefetch_panel(&x, b);
         let p = out.as_mut_ptr().add(b * LEGACY_BLOCK_BYTES);
         // (Loops, not `from_fn` closures: a closure here is compiled without
         // the wrappers' target features, and the intrinsics in it become calls.)
@@ -318,6 +319,7 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
     let stride = std::mem::size_of::<Row>();
     let base = rb.as_ptr().cast::<u8>();
     for b in 0..nb {
+        prefetch_panel(&x, b);
         for r in 0..HEIGHT {
             x[r][b].row8(&mut rb[r]);
         }

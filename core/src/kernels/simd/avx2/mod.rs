@@ -290,3 +290,29 @@ pub(super) unsafe fn dot_i16<const V: u8>(acc: __m256i, a: __m256i, b: __m256i) 
         _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
     }
 }
+
+/// Blocks ahead of the decoding that [`prefetch_panel`] asks for.
+const PREFETCH_BLOCKS: usize = 2;
+
+/// Ask for block `b + PREFETCH_BLOCKS` of each of a panel's rows `x`, or
+/// past a row's end for the next panel's first blocks (its rows follow these
+/// in memory). The panel's decoding is where a prompt's weights come from
+/// DRAM, a few blocks of `N` short streams at a time: too short for the
+/// hardware prefetcher to follow, and without this nearly all of the
+/// decoding's time was the first loads' misses. A prefetch never faults, so
+/// the addresses past the matrix's end (the last panel's) are harmless.
+#[inline(always)]
+pub(super) unsafe fn prefetch_panel<B, const N: usize>(x: &[&[B]; N], b: usize) {
+    let (bytes, nb) = (std::mem::size_of::<B>(), x[0].len());
+    // Block `b + PREFETCH_BLOCKS` of the same row, or of the row `N` on.
+    let t = b + PREFETCH_BLOCKS;
+    let at = if t < nb { t * bytes } else { N * nb * bytes + (t - nb) * bytes };
+    for row in x {
+        let p = row.as_ptr().cast::<u8>().wrapping_add(at);
+        // Every line of the block: the next block's first line covers the
+        // one a block's last byte may open.
+        for line in (0..bytes).step_by(64) {
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast());
+        }
+    }
+}
