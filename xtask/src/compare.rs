@@ -91,10 +91,36 @@ fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64, u64, u64), String> {
     ))
 }
 
-/// One llama-bench draw (its own warm-up included): (pp t/s, tg t/s, peak
+/// One llama-bench draw (its own warm-ups included): (pp t/s, tg t/s, peak
 /// RSS bytes as GNU time reports it, 0 without it).
+///
+/// `pocket bench` decodes after its prompt, so the generation test runs at
+/// the prompt's depth (`-d P`) in a second invocation: llama-bench's plain
+/// `tg` starts from an empty cache, which flatters it against Pocket as the
+/// prompt grows (attention over P cached positions per decoded token).
 fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64, u64), String> {
+    let (p, n) = (o.p.to_string(), o.n.to_string());
+    let mut tests = vec![(p.as_str(), "0", "0")];
+    if o.n > 0 {
+        tests.push(("0", n.as_str(), p.as_str()));
+    }
+    let (mut pp, mut tg, mut rss) = (0.0, 0.0, 0);
+    for (prompt, gen, depth) in tests {
+        let (tps, bytes) = llama_bench(bin, o, big, &["-p", prompt, "-n", gen, "-d", depth])?;
+        if gen == "0" {
+            pp = tps;
+        } else {
+            tg = tps;
+        }
+        rss = rss.max(bytes);
+    }
+    Ok((pp, tg, rss))
+}
+
+/// One llama-bench invocation of a single test: (t/s, peak RSS bytes).
+fn llama_bench(bin: &Path, o: &Opts, big: bool, test: &[&str]) -> Result<(f64, u64), String> {
     let rss_file = std::env::temp_dir().join(format!("pocket-llama-rss-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&rss_file);
     let time = Path::new("/usr/bin/time");
     let mut cmd = if time.exists() {
         let mut c = Command::new(time);
@@ -106,32 +132,25 @@ fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64, u64), String
     cmd.env("LD_LIBRARY_PATH", bin).arg("-m").arg(&o.model).args([
         "-t",
         &o.threads.to_string(),
-        "-p",
-        &o.p.to_string(),
-        "-n",
-        &o.n.to_string(),
         "-r",
         "1",
         "-o",
         "json",
     ]);
+    cmd.args(test);
     if big {
         // Repacking copies the weights: on files over about half the RAM it thrashes.
         cmd.args(["-lm", "mmap", "--repack", "0"]);
     }
     let out = output(&mut cmd)?;
     let v: serde_json::Value = serde_json::from_str(&out).map_err(|e| format!("llama-bench output: {e}"))?;
-    let (mut pp, mut tg) = (0.0, 0.0);
-    for test in v.as_array().into_iter().flatten() {
-        let tps = test["avg_ts"].as_f64().unwrap_or(0.0);
-        if test["n_gen"].as_u64() == Some(0) {
-            pp = tps;
-        } else {
-            tg = tps;
-        }
-    }
+    let tests = v.as_array().map_or(&[][..], |a| a.as_slice());
+    let [test] = tests else {
+        return Err(format!("llama-bench {test:?}: expected one test in its output, got {}", tests.len()));
+    };
+    let tps = test["avg_ts"].as_f64().ok_or("llama-bench output: no avg_ts")?;
     let rss_kib = std::fs::read_to_string(&rss_file).ok().and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(0);
-    Ok((pp, tg, rss_kib * 1024))
+    Ok((tps, rss_kib * 1024))
 }
 
 fn mean_sd(v: &[f64]) -> (f64, f64) {
@@ -209,7 +228,7 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
     );
     println!(
         "{:<10} {:>11.2} ± {:<5.2} {:>11.2} ± {:<5.2} {:>7.2} ± {:<4.2}",
-        format!("tg{}", o.n),
+        format!("tg{}@d{}", o.n, o.p),
         ltg.0,
         ltg.1,
         ptg.0,
