@@ -260,16 +260,16 @@ impl<B: 'static> Job<'_, B> {
             // bound by the multiply-adds' latency, not their throughput.
             let passes = (j1 - j0).div_ceil(p.acts);
             let per_pass = (j1 - j0).div_ceil(passes);
+            let mut out = [0f32; MAX_ROWS * MAX_ACTS];
             for j in (j0..j1).step_by(per_pass) {
                 let je = (j + per_pass).min(j1);
                 let acts: [&[B]; MAX_ACTS] = std::array::from_fn(|t| self.act((j + t).min(je - 1)));
                 for (i, d) in dec.chunks_exact(panel_bytes).enumerate() {
-                    let mut out = [0f32; MAX_ROWS * MAX_ACTS];
                     // SAFETY: as above; activation rows match the weights (checked in `run`).
                     unsafe { (p.dot)(d, &acts[..je - j], &mut out) };
                     let r = r0 + h * i;
                     for (t, o) in out.chunks_exact(h).take(je - j).enumerate() {
-                        self.out_row(j + t, r, r + h).copy_from_slice(o);
+                        copy_panel_row(self.out_row(j + t, r, r + h), o);
                     }
                 }
             }
@@ -394,6 +394,21 @@ impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
 }
 
 /// How a product is cut into tiles.
+/// `dst.copy_from_slice(src)` as a copy of constant size for the panels'
+/// heights (16 AVX-512, 8 AVX2, 4 NEON rows): a `memcpy` call per panel and
+/// token, with the zeroing of a new output buffer per panel, took ~5 % of a
+/// 512-token prompt's time on AVX-512 (Qwen3-30B geometry).
+#[inline(always)]
+fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
+    assert_eq!(dst.len(), src.len());
+    match src.len() {
+        16 => dst[..16].copy_from_slice(&src[..16]),
+        8 => dst[..8].copy_from_slice(&src[..8]),
+        4 => dst[..4].copy_from_slice(&src[..4]),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
 struct Plan {
     threads: usize,
     n_rows: usize,
