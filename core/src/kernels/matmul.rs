@@ -256,8 +256,9 @@ impl<B: 'static> Job<'_, B> {
                 unsafe { (p.decode)(&rows[..h], d) };
             }
             // Passes of nearly equal size (12 tokens as 6 + 6, not 8 + 4): a
-            // pass's tokens are its independent sums, and a short pass is
-            // bound by the multiply-adds' latency, not their throughput.
+            // pass's tokens are its independent chains of multiply-adds, so a
+            // pass of one or two tokens waits on their latency, and it streams
+            // the whole decoded panel again for them.
             let passes = (j1 - j0).div_ceil(p.acts);
             let per_pass = (j1 - j0).div_ceil(passes);
             let mut out = [0f32; MAX_ROWS * MAX_ACTS];
@@ -393,7 +394,6 @@ impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
     }
 }
 
-/// How a product is cut into tiles.
 /// `dst.copy_from_slice(src)` as a copy of constant size for the panels'
 /// heights (16 AVX-512, 8 AVX2, 4 NEON rows): a `memcpy` call per panel and
 /// token, with the zeroing of a new output buffer per panel, took ~5 % of a
@@ -409,6 +409,7 @@ fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
     }
 }
 
+/// How a product is cut into tiles.
 struct Plan {
     threads: usize,
     n_rows: usize,
