@@ -100,21 +100,9 @@ fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64, u64, u64), String> {
 /// prompt grows (attention over P cached positions per decoded token).
 fn llama_draw(bin: &Path, o: &Opts, big: bool) -> Result<(f64, f64, u64), String> {
     let (p, n) = (o.p.to_string(), o.n.to_string());
-    let mut tests = vec![(p.as_str(), "0", "0")];
-    if o.n > 0 {
-        tests.push(("0", n.as_str(), p.as_str()));
-    }
-    let (mut pp, mut tg, mut rss) = (0.0, 0.0, 0);
-    for (prompt, gen, depth) in tests {
-        let (tps, bytes) = llama_bench(bin, o, big, &["-p", prompt, "-n", gen, "-d", depth])?;
-        if gen == "0" {
-            pp = tps;
-        } else {
-            tg = tps;
-        }
-        rss = rss.max(bytes);
-    }
-    Ok((pp, tg, rss))
+    let (pp, pp_rss) = if o.p > 0 { llama_bench(bin, o, big, &["-p", &p, "-n", "0"])? } else { (0.0, 0) };
+    let (tg, tg_rss) = if o.n > 0 { llama_bench(bin, o, big, &["-p", "0", "-n", &n, "-d", &p])? } else { (0.0, 0) };
+    Ok((pp, tg, pp_rss.max(tg_rss)))
 }
 
 /// One llama-bench invocation of a single test: (t/s, peak RSS bytes).
