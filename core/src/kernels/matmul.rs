@@ -55,29 +55,7 @@ impl Kernels {
                 runners.push(r);
             }
         }
-        let total: usize = runners.iter().map(|r| r.tiles()).sum();
-        let next = AtomicUsize::new(0);
-        let runners = &runners;
-        let work = |_ith: usize, _nth: usize| {
-            // Walk the jobs in order; each tile index belongs to one job.
-            let (mut job, mut base) = (0usize, 0usize);
-            loop {
-                let t = next.fetch_add(1, Ordering::Relaxed);
-                if t >= total {
-                    break;
-                }
-                while t >= base + runners[job].tiles() {
-                    base += runners[job].tiles();
-                    job += 1;
-                }
-                runners[job].tile(t - base);
-            }
-        };
-        if work_bytes < SMALL_WORK || pool.n_threads() == 1 || total <= 1 {
-            work(0, 1);
-        } else {
-            pool.run(&work);
-        }
+        drive(pool, &runners, work_bytes);
     }
 
     /// A product ready to run tile by tile (`None` when it is empty).
@@ -134,19 +112,63 @@ impl Kernels {
     }
 
     fn run(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &mut [f32]) {
-        let n = self.check(w, x, rows, out);
-        if n == 0 || w.rows == 0 {
-            return;
+        let work_bytes = w.data.len() * rows.map_or(x.n, <[usize]>::len);
+        if let Some(r) = self.runner(pool.n_threads(), w, x, rows, out) {
+            drive(pool, &[r], work_bytes);
         }
-        let plan = Plan::new(pool.n_threads(), w, n, self.panel_rows(w, n));
-        let out = Out(out.as_mut_ptr());
-        let (k, row_bytes) = (x.k, w.row_bytes());
-        match self.row_dot(w.ty).expect("a supported type has kernels") {
-            RowDot::Q8_0(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, out }),
-            RowDot::Q8_1(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, out }),
-            RowDot::Q8K(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out }),
-            RowDot::F32(dot) => plan.run(pool, &Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out }),
+    }
+}
+
+/// Claim the next tile before running the current one (so that its weights
+/// come from memory while this one computes) only while this many tiles per
+/// thread are still unclaimed: a claimed tile waits for its thread, and near
+/// the end another thread could have run it.
+const CLAIM_AHEAD_SPARE: usize = 2;
+
+/// Run every tile of `runners` (one counter for all: the threads meet once),
+/// on the pool unless the work is small (`work_bytes`: weight bytes times
+/// activation rows) or there is one tile. Each thread claims its next tile
+/// while it still has one to run and hands the next one's weights to the
+/// current tile to prefetch: a prompt's weights (every expert's, once) then
+/// stream from memory during the products instead of stalling the decoding.
+fn drive(pool: &ThreadPool, runners: &[Box<dyn Runner + '_>], work_bytes: usize) {
+    let total: usize = runners.iter().map(|r| r.tiles()).sum();
+    let threads = if work_bytes < SMALL_WORK || total <= 1 { 1 } else { pool.n_threads() };
+    let next = AtomicUsize::new(0);
+    let work = |_ith: usize, _nth: usize| {
+        let claim = || next.fetch_add(1, Ordering::Relaxed);
+        // Tile indices run through the jobs in order; a thread's claims only
+        // grow, so its cursor (job, first tile of the job) only moves on.
+        let (mut job, mut base) = (0usize, 0usize);
+        let mut t = claim();
+        while t < total {
+            let ahead = (next.load(Ordering::Relaxed) + CLAIM_AHEAD_SPARE * threads < total).then(claim);
+            locate(runners, t, &mut job, &mut base);
+            let ahead_weights = match ahead {
+                Some(u) if u < total => {
+                    let (mut j, mut b) = (job, base);
+                    locate(runners, u, &mut j, &mut b);
+                    runners[j].weights(u - b)
+                }
+                _ => &[],
+            };
+            runners[job].tile(t - base, ahead_weights);
+            t = ahead.unwrap_or_else(claim);
         }
+    };
+    if threads == 1 {
+        work(0, 1);
+    } else {
+        pool.run(&work);
+    }
+}
+
+/// Move the cursor `(job, base)` (a job and its first tile) on to the job
+/// holding tile `t`.
+fn locate(runners: &[Box<dyn Runner + '_>], t: usize, job: &mut usize, base: &mut usize) {
+    while t >= *base + runners[*job].tiles() {
+        *base += runners[*job].tiles();
+        *job += 1;
     }
 }
 
@@ -206,11 +228,18 @@ impl<B: 'static> Job<'_, B> {
         unsafe { std::slice::from_raw_parts_mut(self.out.0.add(j * self.w.rows + r0), r1 - r0) }
     }
 
-    /// Weight rows `r0..r1` times activation rows `j0..j1`.
-    fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize) {
+    /// Where the output of activation row `j` and weight row `r` goes.
+    fn out_at(&self, j: usize, r: usize) -> *mut f32 {
+        self.out.0.wrapping_add(j * self.w.rows + r)
+    }
+
+    /// Weight rows `r0..r1` times activation rows `j0..j1`; `ahead`: the
+    /// weights of this thread's next tile, to prefetch (panel tiles only: the
+    /// other kernels stream their weights with prefetches of their own).
+    fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
         if let Some(p) = self.dot.panels {
             if j1 - j0 >= p.min_acts && r1 - r0 >= p.height {
-                return self.panels_tile(p, r0, r1, j0, j1);
+                return self.panels_tile(p, r0, r1, j0, j1, ahead);
             }
         }
         match self.dot.multi {
@@ -240,8 +269,9 @@ impl<B: 'static> Job<'_, B> {
     /// Weight rows `r0..r1` (at least a panel) times activation rows
     /// `j0..j1`: the rows decoded a panel at a time, once, then every panel
     /// with a few activation rows per call; rows left over (less than a
-    /// panel) by the rows kernel.
-    fn panels_tile(&self, p: Panels<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
+    /// panel) by the rows kernel. `ahead` (the next tile's weights) is
+    /// prefetched a share before each product call.
+    fn panels_tile(&self, p: Panels<B>, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
         const MAX_ROWS: usize = 16;
         const MAX_ACTS: usize = 8;
         assert!(p.height <= MAX_ROWS && p.acts <= MAX_ACTS, "panels of {}x{}", p.height, p.acts);
@@ -261,17 +291,17 @@ impl<B: 'static> Job<'_, B> {
             // the whole decoded panel again for them.
             let passes = (j1 - j0).div_ceil(p.acts);
             let per_pass = (j1 - j0).div_ceil(passes);
-            let mut out = [0f32; MAX_ROWS * MAX_ACTS];
+            let mut prefetch = Prefetch::new(ahead, passes * n_panels);
             for j in (j0..j1).step_by(per_pass) {
                 let je = (j + per_pass).min(j1);
                 let acts: [&[B]; MAX_ACTS] = std::array::from_fn(|t| self.act((j + t).min(je - 1)));
                 for (i, d) in dec.chunks_exact(panel_bytes).enumerate() {
-                    // SAFETY: as above; activation rows match the weights (checked in `run`).
-                    unsafe { (p.dot)(d, &acts[..je - j], &mut out) };
-                    let r = r0 + h * i;
-                    for (t, o) in out.chunks_exact(h).take(je - j).enumerate() {
-                        copy_panel_row(self.out_row(j + t, r, r + h), o);
-                    }
+                    prefetch.share();
+                    // SAFETY: as above; activation rows match the weights
+                    // (checked in `run`); the kernel writes the panel's `h`
+                    // outputs of activation rows `j..je`, which this tile
+                    // alone owns.
+                    unsafe { (p.dot)(d, &acts[..je - j], self.out_at(j, r0 + h * i), self.w.rows) };
                 }
             }
         });
@@ -376,7 +406,11 @@ impl<B: 'static> Job<'_, B> {
 /// A planned product, run tile by tile from any thread.
 trait Runner: Sync {
     fn tiles(&self) -> usize;
-    fn tile(&self, t: usize);
+    /// The weight bytes tile `t` reads (its rows, contiguous in the matrix).
+    fn weights(&self, t: usize) -> &[u8];
+    /// Run tile `t`; `ahead` is the weights of the tile this thread runs
+    /// next (empty if not known yet), to prefetch meanwhile.
+    fn tile(&self, t: usize, ahead: &[u8]);
 }
 
 impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
@@ -384,34 +418,47 @@ impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
         self.0.n_tiles()
     }
 
-    fn tile(&self, t: usize) {
-        let (plan, job) = self;
-        let act_tiles = plan.n.div_ceil(plan.acts_per_tile);
-        let (rt, at) = (t / act_tiles, t % act_tiles);
-        let r0 = rt * plan.rows_per_tile;
-        let j0 = at * plan.acts_per_tile;
-        job.tile(r0, (r0 + plan.rows_per_tile).min(plan.n_rows), j0, (j0 + plan.acts_per_tile).min(plan.n));
+    fn weights(&self, t: usize) -> &[u8] {
+        let (r0, r1, _, _) = self.0.bounds(t);
+        &self.1.w.data[r0 * self.1.row_bytes..r1 * self.1.row_bytes]
+    }
+
+    fn tile(&self, t: usize, ahead: &[u8]) {
+        let (r0, r1, j0, j1) = self.0.bounds(t);
+        self.1.tile(r0, r1, j0, j1, ahead);
     }
 }
 
-/// `dst.copy_from_slice(src)` as a copy of constant size for the panels'
-/// heights (16 AVX-512, 8 AVX2, 4 NEON rows): a `memcpy` call per panel and
-/// token, with the zeroing of a new output buffer per panel, took ~5 % of a
-/// 512-token prompt's time on AVX-512 (Qwen3-30B geometry).
-#[inline(always)]
-fn copy_panel_row(dst: &mut [f32], src: &[f32]) {
-    assert_eq!(dst.len(), src.len());
-    match src.len() {
-        16 => dst[..16].copy_from_slice(&src[..16]),
-        8 => dst[..8].copy_from_slice(&src[..8]),
-        4 => dst[..4].copy_from_slice(&src[..4]),
-        _ => dst.copy_from_slice(src),
+/// Bytes prefetched into L2 in equal shares, one per step of a tile's
+/// work: the memory system keeps a steady number of lines in flight
+/// beside the products instead of a burst that fills its queues.
+struct Prefetch {
+    at: *const u8,
+    end: *const u8,
+    share: usize,
+}
+
+impl Prefetch {
+    /// `bytes` in `steps` shares.
+    fn new(bytes: &[u8], steps: usize) -> Prefetch {
+        let lines = bytes.len().div_ceil(64);
+        let range = bytes.as_ptr_range();
+        Prefetch { at: range.start, end: range.end, share: 64 * lines.div_ceil(steps.max(1)) }
+    }
+
+    /// The next share (nothing once all are asked for).
+    #[inline]
+    fn share(&mut self) {
+        let stop = self.at.wrapping_add(self.share).min(self.end);
+        while self.at < stop {
+            super::simd::prefetch_l2(self.at);
+            self.at = self.at.wrapping_add(64);
+        }
     }
 }
 
 /// How a product is cut into tiles.
 struct Plan {
-    threads: usize,
     n_rows: usize,
     rows_per_tile: usize,
     n: usize,
@@ -445,29 +492,14 @@ impl Plan {
         // over a long prompt).
         let act_tiles = if row_tiles >= want_tiles { 1 } else { want_tiles.div_ceil(row_tiles).min(n) };
         let acts_per_tile = n.div_ceil(act_tiles).next_multiple_of(4).min(n).max(1);
-        Plan { threads, n_rows: w.rows, rows_per_tile, n, acts_per_tile }
+        Plan { n_rows: w.rows, rows_per_tile, n, acts_per_tile }
     }
 
-    fn run<B: Sync + 'static>(&self, pool: &ThreadPool, job: &Job<'_, B>) {
-        let row_tiles = self.n_rows.div_ceil(self.rows_per_tile);
+    /// Tile `t`'s weight rows `r0..r1` and activation rows `j0..j1`.
+    fn bounds(&self, t: usize) -> (usize, usize, usize, usize) {
         let act_tiles = self.n.div_ceil(self.acts_per_tile);
-        let n_tiles = row_tiles * act_tiles;
-        let next = AtomicUsize::new(0);
-        let work = |_ith: usize, _nth: usize| loop {
-            let t = next.fetch_add(1, Ordering::Relaxed);
-            if t >= n_tiles {
-                break;
-            }
-            let (rt, at) = (t / act_tiles, t % act_tiles);
-            let r0 = rt * self.rows_per_tile;
-            let j0 = at * self.acts_per_tile;
-            job.tile(r0, (r0 + self.rows_per_tile).min(self.n_rows), j0, (j0 + self.acts_per_tile).min(self.n));
-        };
-        if self.threads == 1 || n_tiles == 1 {
-            work(0, 1);
-        } else {
-            pool.run(&work);
-        }
+        let (r0, j0) = (t / act_tiles * self.rows_per_tile, t % act_tiles * self.acts_per_tile);
+        (r0, (r0 + self.rows_per_tile).min(self.n_rows), j0, (j0 + self.acts_per_tile).min(self.n))
     }
 }
 

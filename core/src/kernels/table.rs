@@ -205,13 +205,16 @@ pub(crate) struct Panels<B: 'static> {
     /// `height` weight rows (whole blocks each) into `out` (`block_bytes`
     /// per block).
     pub(crate) decode: unsafe fn(&[&[u8]], &mut [u8]),
-    /// One decoded panel with one to `acts` activation rows: `out[t *
-    /// height + r]` is row `r` of the panel with activation row `t`.
+    /// One decoded panel with one to `acts` activation rows: row `r` of the
+    /// panel with activation row `t` is written to `out[t * stride + r]`
+    /// (straight into the product's output: `stride` is its row length).
+    /// The caller owns those `height` values of each of the rows, and
+    /// nothing else there is touched.
     pub(crate) dot: PanelDot<B>,
 }
 
-/// See [`Panels::dot`].
-pub(crate) type PanelDot<B> = unsafe fn(&[u8], &[&[B]], &mut [f32]);
+/// See [`Panels::dot`]: `(decoded panel, activation rows, out, stride)`.
+pub(crate) type PanelDot<B> = unsafe fn(&[u8], &[&[B]], *mut f32, usize);
 
 impl<B> Clone for Panels<B> {
     fn clone(&self) -> Self {

@@ -141,10 +141,15 @@ fn panel_products<B>(p: Panels<B>, m: &QMatrix, acts: &[B], per_row: usize) -> V
         (p.decode)(&w, d);
         for n in 1..=p.acts {
             let acts: Vec<&[B]> = (0..n).map(|t| a((t + n) % 4)).collect();
-            let mut v = vec![f32::NAN; n * p.height];
-            (p.dot)(d, &acts, &mut v);
-            for (t, o) in v.chunks_exact(p.height).enumerate() {
+            // Rows of the output longer than the panel (as in a product's
+            // output): the kernel must write its `height` values of each and
+            // nothing else.
+            let stride = p.height + 3;
+            let mut v = vec![f32::NAN; n * stride];
+            (p.dot)(d, &acts, v.as_mut_ptr(), stride);
+            for (t, o) in v.chunks_exact(stride).enumerate() {
                 out.extend(rows.iter().zip(o).map(|(&r, &x)| (r, (t + n) % 4, x)));
+                assert!(o[p.height..].iter().all(|x| x.is_nan()), "a panel kernel wrote past its {} rows", p.height);
             }
         }
     }

@@ -21,6 +21,26 @@ mod arch {
     }
 }
 
+/// Ask for the cache line holding `p` to be brought into this core's L2 (not
+/// L1: the driver prefetches the next tile's weights while the current
+/// tile's decoded panels stream through L1). A hint: it never faults, so any
+/// address will do; nothing on other targets.
+#[inline(always)]
+pub(crate) fn prefetch_l2(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing and never faults (SSE: x86-64's baseline).
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(p.cast())
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above; `prfm` reads nothing and never faults.
+    unsafe {
+        std::arch::asm!("prfm pldl2keep, [{0}]", in(reg) p, options(nostack, preserves_flags, readonly))
+    };
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    let _ = p;
+}
+
 /// The attention kernels' passes over the query heads of a KV group: up to
 /// four heads per pass, each pass run by the body instantiated for its head
 /// count. `head_passes!(heads, |g, h| body::<H>(args))` runs

@@ -431,12 +431,18 @@ unsafe fn word(y: &BlockQ8K, j: usize) -> __m512i {
     _mm512_set1_epi32(y.qs.as_ptr().add(4 * j).cast::<i32>().read_unaligned())
 }
 
-/// `T` tokens against one decoded panel: `out[16 t + r]`. `G` values per
-/// scale group (16 or 32), or the whole block when `FOLD` (Q2_K).
+/// `T` tokens against one decoded panel: row `r` with token `t` to
+/// `out[stride t + r]`. `G` values per scale group (16 or 32), or the whole
+/// block when `FOLD` (Q2_K).
 #[inline(always)]
-unsafe fn panel_dot<const T: usize, const G: usize, const FOLD: bool>(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+unsafe fn panel_dot<const T: usize, const G: usize, const FOLD: bool>(
+    dec: &[u8],
+    a: &[&[BlockQ8K]],
+    out: *mut f32,
+    stride: usize,
+) {
     let nb = a[0].len();
-    assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * BLOCK_BYTES && out.len() >= 16 * T);
+    assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * BLOCK_BYTES);
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
         let p = dec.as_ptr().add(b * BLOCK_BYTES);
@@ -484,7 +490,7 @@ unsafe fn panel_dot<const T: usize, const G: usize, const FOLD: bool>(dec: &[u8]
         }
     }
     for t in 0..T {
-        _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), acc[t]);
+        _mm512_storeu_ps(out.add(stride * t), acc[t]);
     }
 }
 
@@ -518,16 +524,16 @@ macro_rules! panels {
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+        pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8K]], out: *mut f32, stride: usize) {
             match a.len() {
-                1 => panel_dot::<1, $g, $fold>(dec, a, out),
-                2 => panel_dot::<2, $g, $fold>(dec, a, out),
-                3 => panel_dot::<3, $g, $fold>(dec, a, out),
-                4 => panel_dot::<4, $g, $fold>(dec, a, out),
-                5 => panel_dot::<5, $g, $fold>(dec, a, out),
-                6 => panel_dot::<6, $g, $fold>(dec, a, out),
-                7 => panel_dot::<7, $g, $fold>(dec, a, out),
-                _ => panel_dot::<8, $g, $fold>(dec, a, out),
+                1 => panel_dot::<1, $g, $fold>(dec, a, out, stride),
+                2 => panel_dot::<2, $g, $fold>(dec, a, out, stride),
+                3 => panel_dot::<3, $g, $fold>(dec, a, out, stride),
+                4 => panel_dot::<4, $g, $fold>(dec, a, out, stride),
+                5 => panel_dot::<5, $g, $fold>(dec, a, out, stride),
+                6 => panel_dot::<6, $g, $fold>(dec, a, out, stride),
+                7 => panel_dot::<7, $g, $fold>(dec, a, out, stride),
+                _ => panel_dot::<8, $g, $fold>(dec, a, out, stride),
             }
         }
     )*};
@@ -573,12 +579,11 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     }
 }
 
-/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[16 t + r]`.
+/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[stride t + r]`.
 #[inline(always)]
-unsafe fn legacy_dot<const T: usize, const OFF: i32>(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+unsafe fn legacy_dot<const T: usize, const OFF: i32>(dec: &[u8], a: &[&[BlockQ8_0F]], out: *mut f32, stride: usize) {
     let nb = a[0].len();
     assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * LEGACY_BLOCK_BYTES);
-    assert!(out.len() >= 16 * T);
     let mut acc = [_mm512_setzero_ps(); T];
     for b in 0..nb {
         let p = dec.as_ptr().add(b * LEGACY_BLOCK_BYTES);
@@ -601,7 +606,7 @@ unsafe fn legacy_dot<const T: usize, const OFF: i32>(dec: &[u8], a: &[&[BlockQ8_
         }
     }
     for t in 0..T {
-        _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), acc[t]);
+        _mm512_storeu_ps(out.add(stride * t), acc[t]);
     }
 }
 
@@ -613,16 +618,16 @@ macro_rules! legacy_panels {
         }
 
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8_0F]], out: &mut [f32]) {
+        pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8_0F]], out: *mut f32, stride: usize) {
             match a.len() {
-                1 => legacy_dot::<1, $off>(dec, a, out),
-                2 => legacy_dot::<2, $off>(dec, a, out),
-                3 => legacy_dot::<3, $off>(dec, a, out),
-                4 => legacy_dot::<4, $off>(dec, a, out),
-                5 => legacy_dot::<5, $off>(dec, a, out),
-                6 => legacy_dot::<6, $off>(dec, a, out),
-                7 => legacy_dot::<7, $off>(dec, a, out),
-                _ => legacy_dot::<8, $off>(dec, a, out),
+                1 => legacy_dot::<1, $off>(dec, a, out, stride),
+                2 => legacy_dot::<2, $off>(dec, a, out, stride),
+                3 => legacy_dot::<3, $off>(dec, a, out, stride),
+                4 => legacy_dot::<4, $off>(dec, a, out, stride),
+                5 => legacy_dot::<5, $off>(dec, a, out, stride),
+                6 => legacy_dot::<6, $off>(dec, a, out, stride),
+                7 => legacy_dot::<7, $off>(dec, a, out, stride),
+                _ => legacy_dot::<8, $off>(dec, a, out, stride),
             }
         }
     )*};
@@ -666,12 +671,12 @@ pub(crate) unsafe fn decode_f32(rows: &[&[u8]], out: &mut [u8]) {
     }
 }
 
-/// `T` tokens against one decoded F32 panel: `out[16 t + r]`. Even and odd
+/// `T` tokens against one decoded F32 panel: `out[stride t + r]`. Even and odd
 /// columns in two sets of sums, for twice the independent chains.
 #[inline(always)]
-unsafe fn f32_dot<const T: usize>(dec: &[u8], a: &[&[f32]], out: &mut [f32]) {
+unsafe fn f32_dot<const T: usize>(dec: &[u8], a: &[&[f32]], out: *mut f32, stride: usize) {
     let k = a[0].len();
-    assert!(a.len() == T && a.iter().all(|x| x.len() == k) && dec.len() >= k * F32_COLUMN && out.len() >= 16 * T);
+    assert!(a.len() == T && a.iter().all(|x| x.len() == k) && dec.len() >= k * F32_COLUMN);
     let mut acc = [[_mm512_setzero_ps(); T]; 2];
     let p = dec.as_ptr();
     for c in (0..k / 2 * 2).step_by(2) {
@@ -689,21 +694,21 @@ unsafe fn f32_dot<const T: usize>(dec: &[u8], a: &[&[f32]], out: &mut [f32]) {
         }
     }
     for t in 0..T {
-        _mm512_storeu_ps(out.as_mut_ptr().add(16 * t), _mm512_add_ps(acc[0][t], acc[1][t]));
+        _mm512_storeu_ps(out.add(stride * t), _mm512_add_ps(acc[0][t], acc[1][t]));
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn f32_panel(dec: &[u8], a: &[&[f32]], out: &mut [f32]) {
+pub(crate) unsafe fn f32_panel(dec: &[u8], a: &[&[f32]], out: *mut f32, stride: usize) {
     match a.len() {
-        1 => f32_dot::<1>(dec, a, out),
-        2 => f32_dot::<2>(dec, a, out),
-        3 => f32_dot::<3>(dec, a, out),
-        4 => f32_dot::<4>(dec, a, out),
-        5 => f32_dot::<5>(dec, a, out),
-        6 => f32_dot::<6>(dec, a, out),
-        7 => f32_dot::<7>(dec, a, out),
-        _ => f32_dot::<8>(dec, a, out),
+        1 => f32_dot::<1>(dec, a, out, stride),
+        2 => f32_dot::<2>(dec, a, out, stride),
+        3 => f32_dot::<3>(dec, a, out, stride),
+        4 => f32_dot::<4>(dec, a, out, stride),
+        5 => f32_dot::<5>(dec, a, out, stride),
+        6 => f32_dot::<6>(dec, a, out, stride),
+        7 => f32_dot::<7>(dec, a, out, stride),
+        _ => f32_dot::<8>(dec, a, out, stride),
     }
 }
 

@@ -168,18 +168,18 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
     }
 }
 
-/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[8 t + r]`. `GROUP`
+/// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[stride t + r]`. `GROUP`
 /// registers of i16 pair sums before widening (Q4_0: 8 x 2 x 15 x 128 fit in
 /// i16; Q5_0: 4 x 2 x 31 x 128).
 #[inline(always)]
 unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: usize>(
     dec: &[u8],
     a: &[&[BlockQ8_0F]],
-    out: &mut [f32],
+    out: *mut f32,
+    stride: usize,
 ) {
     let nb = a[0].len();
     assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * LEGACY_BLOCK_BYTES);
-    assert!(out.len() >= HEIGHT * T);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         let p = dec.as_ptr().add(b * LEGACY_BLOCK_BYTES);
@@ -196,7 +196,7 @@ unsafe fn legacy_dot<const V: u8, const T: usize, const OFF: i32, const GROUP: u
         }
     }
     for t in 0..T {
-        _mm256_storeu_ps(out.as_mut_ptr().add(HEIGHT * t), acc[t]);
+        _mm256_storeu_ps(out.add(stride * t), acc[t]);
     }
 }
 
@@ -347,7 +347,7 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
     }
 }
 
-/// `T` tokens against one decoded K-quant panel: `out[8 t + r]`. `G` values
+/// `T` tokens against one decoded K-quant panel: `out[stride t + r]`. `G` values
 /// per scale group (16 or 32); `GROUP` registers of i16 pair sums before
 /// widening (see [`sums`]). Without VNNI the widening `vpmaddwd` takes the
 /// group scales as its factor, so a block's sum stays in i32 (at most
@@ -357,11 +357,11 @@ unsafe fn decode_k<B: Row8>(rows: &[&[u8]], out: &mut [u8]) {
 unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>(
     dec: &[u8],
     a: &[&[BlockQ8K]],
-    out: &mut [f32],
+    out: *mut f32,
+    stride: usize,
 ) {
     let nb = a[0].len();
     assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * BLOCK_BYTES);
-    assert!(out.len() >= HEIGHT * T);
     let mut acc = [_mm256_setzero_ps(); T];
     for b in 0..nb {
         let p = dec.as_ptr().add(b * BLOCK_BYTES);
@@ -404,18 +404,18 @@ unsafe fn k_dot<const V: u8, const T: usize, const G: usize, const GROUP: usize>
         }
     }
     for t in 0..T {
-        _mm256_storeu_ps(out.as_mut_ptr().add(HEIGHT * t), acc[t]);
+        _mm256_storeu_ps(out.add(stride * t), acc[t]);
     }
 }
 
 /// One kernel body for one to [`ACTS`] tokens.
 macro_rules! by_tokens {
-    ($f:ident::<$v:ident, _ $(, $p:tt)*>($dec:ident, $a:ident, $out:ident)) => {
+    ($f:ident::<$v:ident, _ $(, $p:tt)*>($dec:ident, $a:ident, $out:ident, $stride:ident)) => {
         match $a.len() {
-            1 => $f::<$v, 1 $(, $p)*>($dec, $a, $out),
-            2 => $f::<$v, 2 $(, $p)*>($dec, $a, $out),
-            3 => $f::<$v, 3 $(, $p)*>($dec, $a, $out),
-            _ => $f::<$v, 4 $(, $p)*>($dec, $a, $out),
+            1 => $f::<$v, 1 $(, $p)*>($dec, $a, $out, $stride),
+            2 => $f::<$v, 2 $(, $p)*>($dec, $a, $out, $stride),
+            3 => $f::<$v, 3 $(, $p)*>($dec, $a, $out, $stride),
+            _ => $f::<$v, 4 $(, $p)*>($dec, $a, $out, $stride),
         }
     };
 }
@@ -430,8 +430,8 @@ macro_rules! formats {
             $dec::<$($dp),*>(rows, out)
         }
         #[target_feature(enable = $features)]
-        pub(crate) unsafe fn $dot(dec: &[u8], a: &[&[$act]], out: &mut [f32]) {
-            by_tokens!($kern::<$v, _ $(, $kp)*>(dec, a, out))
+        pub(crate) unsafe fn $dot(dec: &[u8], a: &[&[$act]], out: *mut f32, stride: usize) {
+            by_tokens!($kern::<$v, _ $(, $kp)*>(dec, a, out, stride))
         }
     )*};
 }

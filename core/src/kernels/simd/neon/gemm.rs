@@ -386,14 +386,16 @@ macro_rules! quad_kernels {
     ($($name:ident = $g:literal, $m:literal;)*) => {
         $(
             #[target_feature(enable = "neon,dotprod")]
-            pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8K]], out: &mut [f32]) {
+            pub(crate) unsafe fn $name(dec: &[u8], a: &[&[BlockQ8K]], out: *mut f32, stride: usize) {
                 let v: &[[f32; 4]] = match a.len() {
                     1 => &quad_dot::<1, $g, $m>(dec, [a[0]]),
                     2 => &quad_dot::<2, $g, $m>(dec, [a[0], a[1]]),
                     3 => &quad_dot::<3, $g, $m>(dec, [a[0], a[1], a[2]]),
                     _ => &quad_dot::<4, $g, $m>(dec, [a[0], a[1], a[2], a[3]]),
                 };
-                out[..4 * v.len()].copy_from_slice(v.as_flattened());
+                for (t, v) in v.iter().enumerate() {
+                    vst1q_f32(out.add(stride * t), vld1q_f32(v.as_ptr()));
+                }
             }
         )*
     };
