@@ -439,11 +439,12 @@ struct Prefetch {
 }
 
 impl Prefetch {
-    /// `bytes` in `steps` shares.
+    /// `bytes` in `steps` shares (from the line holding their first byte).
     fn new(bytes: &[u8], steps: usize) -> Prefetch {
-        let lines = bytes.len().div_ceil(64);
         let range = bytes.as_ptr_range();
-        Prefetch { at: range.start, end: range.end, share: 64 * lines.div_ceil(steps.max(1)) }
+        let at = range.start.wrapping_sub(range.start as usize % 64);
+        let lines = (range.end as usize - at as usize).div_ceil(64);
+        Prefetch { at, end: range.end, share: 64 * lines.div_ceil(steps.max(1)) }
     }
 
     /// The next share (nothing once all are asked for).

@@ -21,10 +21,11 @@ mod arch {
     }
 }
 
-/// Ask for the cache line holding `p` to be brought into this core's L2 (not
-/// L1: the driver prefetches the next tile's weights while the current
-/// tile's decoded panels stream through L1). A hint: it never faults, so any
-/// address will do; nothing on other targets.
+/// Ask for the cache line holding `p` to be brought into this core's L2
+/// (`prefetcht1`, `prfm pldl2keep`: the driver prefetches the next tile's
+/// weights while the current tile's decoded panels stream through L1; some
+/// cores fill L1 as well). A hint: it never faults, so any address will do;
+/// nothing on other targets.
 #[inline(always)]
 pub(crate) fn prefetch_l2(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
