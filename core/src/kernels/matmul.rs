@@ -207,10 +207,15 @@ impl<B: 'static> Job<'_, B> {
         &self.acts[i * self.per_row..(i + 1) * self.per_row]
     }
 
+    /// Where the output of activation row `j` and weight row `r` goes.
+    fn out_at(&self, j: usize, r: usize) -> *mut f32 {
+        self.out.0.wrapping_add(j * self.w.rows + r)
+    }
+
     fn store(&self, j: usize, r: usize, v: f32) {
         // SAFETY: `j < n` and `r < rows` (tile bounds), `out` holds `n * rows`
         // values, and no other tile writes this element.
-        unsafe { *self.out.0.add(j * self.w.rows + r) = v }
+        unsafe { *self.out_at(j, r) = v }
     }
 
     /// Weight row `r` against activation rows `j..j + N`.
@@ -225,12 +230,7 @@ impl<B: 'static> Job<'_, B> {
     fn out_row(&self, j: usize, r0: usize, r1: usize) -> &mut [f32] {
         // SAFETY: in bounds as for `store`; this tile alone writes these
         // elements, and the slice lives only for one kernel call.
-        unsafe { std::slice::from_raw_parts_mut(self.out.0.add(j * self.w.rows + r0), r1 - r0) }
-    }
-
-    /// Where the output of activation row `j` and weight row `r` goes.
-    fn out_at(&self, j: usize, r: usize) -> *mut f32 {
-        self.out.0.wrapping_add(j * self.w.rows + r)
+        unsafe { std::slice::from_raw_parts_mut(self.out_at(j, r0), r1 - r0) }
     }
 
     /// Weight rows `r0..r1` times activation rows `j0..j1`; `ahead`: the
