@@ -46,7 +46,7 @@ pub(crate) const MIN_ACTS: usize = 4;
 
 /// Group scales (or minimums) of four rows as i16, 8 groups per register:
 /// `[row][groups 0..8, 8..16]` (only the first register with 8 groups).
-type RowsI16 = [[int16x8_t; 2]; 4];
+pub(super) type RowsI16 = [[int16x8_t; 2]; 4];
 
 /// `v[r]` (8 groups each) with the rows in the lanes: per group `g`, the
 /// four rows' values. Returns the groups in pairs: `[g0 r0..4, g1 r0..4]`,
@@ -65,26 +65,30 @@ unsafe fn rows_to_lanes(v: [int16x8_t; 4]) -> [int16x8_t; 4] {
     ]
 }
 
-/// One decoded quad block under construction.
-struct Quad {
-    out: *mut u8,
-}
-
-impl Quad {
-    /// Group `g`'s values of the four rows: `st4` interleaves their 32-bit
-    /// words, which is the layout (register `j` = word `j` of each row).
-    #[inline(always)]
-    unsafe fn values(&self, g: usize, w: [int8x16_t; 4]) {
-        let u = |v: int8x16_t| vreinterpretq_u32_s8(v);
-        vst4q_u32(self.out.add(64 * g).cast(), uint32x4x4_t(u(w[0]), u(w[1]), u(w[2]), u(w[3])));
-    }
+/// Where a decoder writes four rows of a block: a quad of the `sdot`
+/// panels, or half of an eight-row `smmla` panel (`super::i8mm`). The
+/// formats' decoders produce values, scales and minimums once; a layout
+/// only arranges them.
+pub(super) trait Layout: Sized {
+    /// Weight rows of a panel (four or eight).
+    const ROWS: usize;
+    /// Bytes of one decoded block of a panel.
+    const BLOCK_BYTES: usize;
+    /// The writer of rows `4h..4h + 4` of the decoded block at `out`.
+    fn at(out: *mut u8, h: usize) -> Self;
+    /// Group `g` (16 values) of the four rows, as signed bytes (`w[r]`: row `r`).
+    unsafe fn values(&self, g: usize, w: [int8x16_t; 4]);
+    /// The chain step `s_g - s_(g+1)` of scale group `g`, rows in the lanes.
+    unsafe fn step(&self, g: usize, s: int32x4_t);
+    /// The minimums of `n` (8 or 16) groups, rows in the lanes.
+    unsafe fn mins(&self, m: &RowsI16, n: usize);
+    unsafe fn scales(&self, d: [F16Bytes; 4], dmin: [F16Bytes; 4]);
 
     /// The chain steps `s_g - s_(g+1)` (`s_n = 0`) of `n` (8 or 16) groups
-    /// from the rows' scales, as i32 with the rows in the lanes.
+    /// from the rows' scales.
     #[inline(always)]
     unsafe fn steps(&self, sc: &RowsI16, n: usize) {
         let z = vdupq_n_s16(0);
-        let p = self.out.add(VALUES).cast::<i32>();
         for h in 0..n / 8 {
             let d = [0, 1, 2, 3].map(|r| {
                 let next =
@@ -92,21 +96,53 @@ impl Quad {
                 vsubq_s16(sc[r][h], next)
             });
             for (i, g) in rows_to_lanes(d).into_iter().enumerate() {
-                vst1q_s32(p.add(32 * h + 8 * i), vmovl_s16(vget_low_s16(g)));
-                vst1q_s32(p.add(32 * h + 8 * i + 4), vmovl_high_s16(g));
+                self.step(8 * h + 2 * i, vmovl_s16(vget_low_s16(g)));
+                self.step(8 * h + 2 * i + 1, vmovl_high_s16(g));
             }
         }
     }
+}
 
-    /// The minimums of `n` (8 or 16) groups, rows in the lanes.
+/// The minimums of `n` (8 or 16) groups of four rows at `p`: per group, the
+/// rows' i16 (what [`mins8`] reads).
+#[inline(always)]
+pub(super) unsafe fn store_mins(p: *mut i16, m: &RowsI16, n: usize) {
+    for h in 0..n / 8 {
+        for (i, g) in rows_to_lanes([0, 1, 2, 3].map(|r| m[r][h])).into_iter().enumerate() {
+            vst1q_s16(p.add(32 * h + 8 * i), g);
+        }
+    }
+}
+
+/// One decoded quad block under construction.
+pub(crate) struct Quad {
+    out: *mut u8,
+}
+
+impl Layout for Quad {
+    const ROWS: usize = 4;
+    const BLOCK_BYTES: usize = QUAD_BLOCK_BYTES;
+
+    fn at(out: *mut u8, _h: usize) -> Quad {
+        Quad { out }
+    }
+
+    /// `st4` interleaves the rows' 32-bit words, which is the layout
+    /// (register `j` = word `j` of each row).
+    #[inline(always)]
+    unsafe fn values(&self, g: usize, w: [int8x16_t; 4]) {
+        let u = |v: int8x16_t| vreinterpretq_u32_s8(v);
+        vst4q_u32(self.out.add(64 * g).cast(), uint32x4x4_t(u(w[0]), u(w[1]), u(w[2]), u(w[3])));
+    }
+
+    #[inline(always)]
+    unsafe fn step(&self, g: usize, s: int32x4_t) {
+        vst1q_s32(self.out.add(VALUES).cast::<i32>().add(4 * g), s);
+    }
+
     #[inline(always)]
     unsafe fn mins(&self, m: &RowsI16, n: usize) {
-        let p = self.out.add(VALUES + STEPS).cast::<i16>();
-        for h in 0..n / 8 {
-            for (i, g) in rows_to_lanes([0, 1, 2, 3].map(|r| m[r][h])).into_iter().enumerate() {
-                vst1q_s16(p.add(32 * h + 8 * i), g);
-            }
-        }
+        store_mins(self.out.add(VALUES + STEPS).cast(), m, n);
     }
 
     #[inline(always)]
@@ -144,16 +180,23 @@ unsafe fn k4_scales(q: &[u8; 12]) -> ([int16x8_t; 2], [int16x8_t; 2]) {
     ([widen8(s), z], [widen8(m), z])
 }
 
-/// Decode four rows of `ty`'s blocks into `out` ([`QUAD_BLOCK_BYTES`] per block).
+/// Decode the rows of a panel (`L::ROWS`, whole blocks each) into `out`
+/// (`L::BLOCK_BYTES` per block), four rows at a time by `block`.
 #[inline(always)]
-unsafe fn decode_with<B: crate::quant::FileBlock>(rows: &[&[u8]], out: &mut [u8], block: impl Fn(&Quad, [&B; 4])) {
-    assert_eq!(rows.len(), 4, "decode: a quad is four rows");
-    let x = [0, 1, 2, 3].map(|r| as_blocks::<B>(rows[r]));
+unsafe fn decode_with<B: crate::quant::FileBlock, L: Layout>(
+    rows: &[&[u8]],
+    out: &mut [u8],
+    block: impl Fn(&L, [&B; 4]),
+) {
+    assert_eq!(rows.len(), L::ROWS, "decode: a panel is {} rows", L::ROWS);
+    let x: [&[B]; 8] = std::array::from_fn(|r| as_blocks::<B>(rows[r.min(L::ROWS - 1)]));
     let nb = x[0].len();
-    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * QUAD_BLOCK_BYTES, "decode: row lengths differ");
+    assert!(x.iter().all(|r| r.len() == nb) && out.len() >= nb * L::BLOCK_BYTES, "decode: row lengths differ");
     for b in 0..nb {
-        let q = Quad { out: out.as_mut_ptr().add(b * QUAD_BLOCK_BYTES) };
-        block(&q, [&x[0][b], &x[1][b], &x[2][b], &x[3][b]]);
+        let p = out.as_mut_ptr().add(b * L::BLOCK_BYTES);
+        for h in 0..L::ROWS / 4 {
+            block(&L::at(p, h), [0, 1, 2, 3].map(|r| &x[4 * h + r][b]));
+        }
     }
 }
 
@@ -170,8 +213,8 @@ fn s8(v: uint8x16_t) -> int8x16_t {
 
 /// Q4_K: group `g` (16 values) is half `g % 2` of 32-value group `g / 2`,
 /// whose values are the low (even) or high (odd) nibbles of bytes `32 (g / 4)..`.
-pub(crate) unsafe fn decode_q4_k(rows: &[&[u8]], out: &mut [u8]) {
-    decode_with::<BlockQ4K>(rows, out, |q, xb| {
+pub(crate) unsafe fn decode_q4_k<L: Layout>(rows: &[&[u8]], out: &mut [u8]) {
+    decode_with::<BlockQ4K, L>(rows, out, |q, xb| {
         let low = vdupq_n_u8(0x0F);
         for g in 0..16 {
             let w = xb.map(|b| {
@@ -190,8 +233,8 @@ pub(crate) unsafe fn decode_q4_k(rows: &[&[u8]], out: &mut [u8]) {
 
 /// Q5_K: Q4_K's nibbles with the fifth bit of value `v` in bit `v / 32` of
 /// `qh[v % 32]`.
-pub(crate) unsafe fn decode_q5_k(rows: &[&[u8]], out: &mut [u8]) {
-    decode_with::<BlockQ5K>(rows, out, |q, xb| {
+pub(crate) unsafe fn decode_q5_k<L: Layout>(rows: &[&[u8]], out: &mut [u8]) {
+    decode_with::<BlockQ5K, L>(rows, out, |q, xb| {
         let low = vdupq_n_u8(0x0F);
         for g in 0..16 {
             let w = xb.map(|b| {
@@ -215,8 +258,8 @@ pub(crate) unsafe fn decode_q5_k(rows: &[&[u8]], out: &mut [u8]) {
 /// Q2_K: value `v` of a block is bits `2 (l / 32)` of `qs[32 h + l % 32]`,
 /// `h = v / 128`, `l = v % 128`; scale and minimum of group `g` in the low and
 /// high nibbles of `scales[g]`.
-pub(crate) unsafe fn decode_q2_k(rows: &[&[u8]], out: &mut [u8]) {
-    decode_with::<BlockQ2K>(rows, out, |q, xb| {
+pub(crate) unsafe fn decode_q2_k<L: Layout>(rows: &[&[u8]], out: &mut [u8]) {
+    decode_with::<BlockQ2K, L>(rows, out, |q, xb| {
         let three = vdupq_n_u8(3);
         for g in 0..16 {
             let (h, l) = (g / 8, 16 * (g % 8));
@@ -237,8 +280,8 @@ pub(crate) unsafe fn decode_q2_k(rows: &[&[u8]], out: &mut [u8]) {
 
 /// Q3_K: Q2_K's low bits, the third bit of value `v` in bit `v / 32` of
 /// `hmask[v % 32]` (set: no offset; clear: minus 4), signed 6-bit scales.
-pub(crate) unsafe fn decode_q3_k(rows: &[&[u8]], out: &mut [u8]) {
-    decode_with::<BlockQ3K>(rows, out, |q, xb| {
+pub(crate) unsafe fn decode_q3_k<L: Layout>(rows: &[&[u8]], out: &mut [u8]) {
+    decode_with::<BlockQ3K, L>(rows, out, |q, xb| {
         let (three, four) = (vdupq_n_u8(3), vdupq_n_u8(4));
         for g in 0..16 {
             let (h, l) = (g / 8, 16 * (g % 8));
@@ -267,8 +310,8 @@ pub(crate) unsafe fn decode_q3_k(rows: &[&[u8]], out: &mut [u8]) {
 /// Q6_K: value `v` (`h = v / 128`, `l = v % 128`) is the low (`l < 64`) or
 /// high nibble of `ql[64 h + l % 64]` with bits `2 (l / 32)` of
 /// `qh[32 h + l % 32]` above it, minus 32; scales are i8 per group.
-pub(crate) unsafe fn decode_q6_k(rows: &[&[u8]], out: &mut [u8]) {
-    decode_with::<BlockQ6K>(rows, out, |q, xb| {
+pub(crate) unsafe fn decode_q6_k<L: Layout>(rows: &[&[u8]], out: &mut [u8]) {
+    decode_with::<BlockQ6K, L>(rows, out, |q, xb| {
         let (low, top, off) = (vdupq_n_u8(0x0F), vdupq_n_u8(0x30), vdupq_n_s8(32));
         for g in 0..16 {
             let (h, l) = (g / 8, 16 * (g % 8));
@@ -369,7 +412,7 @@ unsafe fn group<const T: usize, const G: usize>(
 /// `m + sum_{g < 8} mins[g] * s[g]`, the four rows in the lanes (`mins`: 8
 /// groups x 4 rows of i16).
 #[inline(always)]
-unsafe fn mins8(m: int32x4_t, mins: *const i16, s: int16x8_t) -> int32x4_t {
+pub(super) unsafe fn mins8(m: int32x4_t, mins: *const i16, s: int16x8_t) -> int32x4_t {
     let l = |g: usize| vld1_s16(mins.add(4 * g));
     let m = vmlal_laneq_s16::<0>(m, l(0), s);
     let m = vmlal_laneq_s16::<1>(m, l(1), s);

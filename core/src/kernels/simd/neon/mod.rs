@@ -1,5 +1,5 @@
 //! aarch64 NEON kernels, with and without the int8 dot product (`sdot`), plus
-//! the int8 matrix multiply (`smmla`) 2x2 tiles for prefill.
+//! the int8 matrix multiply (`smmla`) for prefill.
 //!
 //! Kernel bodies are `#[inline(always)]` and generic over `D`: whether 16-byte
 //! int8 dot products use `sdot` (ARMv8.2 DotProd) or widening multiplies and
@@ -37,18 +37,28 @@ pub(crate) fn detected() -> Vec<Kernels> {
     }
     out.push(table!(dotprod, Isa::Dotprod, Multi::None, quads));
     if is_aarch64_feature_detected!("i8mm") {
-        // Only Q4_0 prefill gains from 2x2 `smmla` tiles; for the other
-        // formats the rows kernels, once per token, cost fewer instructions
+        // `smmla`: 2x2 tiles for Q4_0, eight-row panels for the K-quants
         // (see i8mm.rs).
-        out.push(table!(dotprod, Isa::I8mm, Multi::Tile2x2(i8mm::tile_q4_0), quads));
+        out.push(table!(dotprod, Isa::I8mm, Multi::Tile2x2(i8mm::tile_q4_0), mm));
     }
     out
 }
 
-/// The prefill GEMM of a K-quant where the path has `sdot` (`quads`), else none.
+/// The prefill GEMM of a K-quant: panels of four rows with `sdot` (`quads`),
+/// of eight with `smmla` (`mm`), or none.
 macro_rules! quads {
     (none, $f:ident, $decode:ident) => {
         None
+    };
+    (mm, $f:ident, $decode:ident) => {
+        Some(crate::kernels::table::Panels {
+            height: 8,
+            block_bytes: i8mm::MM_BLOCK_BYTES,
+            min_acts: gemm::MIN_ACTS,
+            acts: 4,
+            decode: gemm::$decode::<i8mm::MmHalf>,
+            dot: i8mm::$f,
+        })
     };
     (quads, $f:ident, $decode:ident) => {
         Some(crate::kernels::table::Panels {
@@ -56,7 +66,7 @@ macro_rules! quads {
             block_bytes: gemm::QUAD_BLOCK_BYTES,
             min_acts: gemm::MIN_ACTS,
             acts: 4,
-            decode: gemm::$decode,
+            decode: gemm::$decode::<gemm::Quad>,
             dot: gemm::$f,
         })
     };
