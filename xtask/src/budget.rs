@@ -301,7 +301,7 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
             root.join("target/release/pocket")
         }
     };
-    let llama_bin = if o.engines.contains(&Engine::Llama) { Some(llama::host_build()?) } else { None };
+    let llama_bin = if o.engines.contains(&Engine::Llama) { Some(llama::host_build(None)?) } else { None };
     let mut rows = Vec::new();
     for d in 0..o.draws {
         for &e in &o.engines {

@@ -25,6 +25,9 @@ struct Opts {
     /// bench-compare: this `pocket` binary instead of a release build of the
     /// working tree (a machine without cargo, or a build frozen for a long run).
     pocket: Option<PathBuf>,
+    /// bench-compare: both engines on one lower instruction set (`avx2`):
+    /// Pocket with `POCKET_ISA`, llama.cpp built for it (not native).
+    isa: Option<String>,
 }
 
 fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, String> {
@@ -36,6 +39,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
         draws: 5,
         llama: true,
         pocket: None,
+        isa: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -48,6 +52,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
             "--draws" => o.draws = val()?.parse().map_err(|_| "bad --draws")?,
             "--no-llama" => o.llama = false,
             "--pocket" => o.pocket = Some(PathBuf::from(val()?)),
+            "--isa" => o.isa = Some(val()?),
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -74,7 +79,11 @@ fn pocket_release() -> Result<PathBuf, String> {
 
 /// One Pocket draw: (prefill t/s, decode t/s, peak RSS bytes, private RSS bytes).
 fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64, u64, u64), String> {
-    let out = output(Command::new(exe).args(["bench", "--json", "--draws", "1"]).arg("--model").arg(&o.model).args([
+    let mut cmd = Command::new(exe);
+    if let Some(isa) = &o.isa {
+        cmd.env("POCKET_ISA", isa);
+    }
+    let out = output(cmd.args(["bench", "--json", "--draws", "1"]).arg("--model").arg(&o.model).args([
         "-p",
         &o.p.to_string(),
         "-n",
@@ -159,7 +168,7 @@ fn total_memory() -> u64 {
 pub fn bench_compare(args: &[String]) -> Result<(), String> {
     let o = parse(args, 128, 32)?;
     let summary = Summary::of(&GgufFile::open(&o.model).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    let bin = llama::host_build()?;
+    let bin = llama::host_build(o.isa.as_deref())?;
     let pocket = match &o.pocket {
         Some(exe) => exe.clone(),
         None => pocket_release()?,
@@ -194,10 +203,11 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
         summary.file_bytes as f64 / 1e9
     );
     println!(
-        "threads    {}   draws {}   llama.cpp flags {}",
+        "threads    {}   draws {}   llama.cpp flags {}   isa {}",
         o.threads,
         o.draws,
-        if big { "-lm mmap --repack 0" } else { "(default)" }
+        if big { "-lm mmap --repack 0" } else { "(default)" },
+        o.isa.as_deref().unwrap_or("native (Pocket: its best table)")
     );
     println!(
         "bandwidth  {bw:.1} GB/s read; {:.2} GB per decoded token (est.) -> roofline {roofline:.2} t/s",

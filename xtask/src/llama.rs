@@ -47,9 +47,29 @@ pub fn source() -> Result<PathBuf, String> {
 /// Flags that keep AMX out (its instructions fault on some VMs).
 const NO_AMX: &str = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16";
 
-/// Host build of llama-bench (native ISA); returns the bin directory.
-pub fn host_build() -> Result<PathBuf, String> {
-    let build = cache_dir().join("llama-build-host");
+/// Host build of llama-bench for the native ISA (`isa` None) or, with
+/// `Some("avx2")`, for AVX2 + FMA + F16C only (GGML_NATIVE off): the match
+/// of Pocket's `POCKET_ISA=avx2` table on a CPU that has more. Returns the
+/// bin directory.
+pub fn host_build(isa: Option<&str>) -> Result<PathBuf, String> {
+    let (dir, flags): (&str, &[&str]) = match isa {
+        None => ("llama-build-host", &["-DGGML_NATIVE=ON"]),
+        Some("avx2") => (
+            "llama-build-host-avx2",
+            &[
+                "-DGGML_NATIVE=OFF",
+                "-DGGML_AVX=ON",
+                "-DGGML_AVX2=ON",
+                "-DGGML_FMA=ON",
+                "-DGGML_F16C=ON",
+                "-DGGML_BMI2=ON",
+                "-DGGML_AVX_VNNI=OFF",
+                "-DGGML_AVX512=OFF",
+            ],
+        ),
+        Some(other) => return Err(format!("no llama.cpp build for ISA {other:?} (builds: native, avx2)")),
+    };
+    let build = cache_dir().join(dir);
     let bin = build.join("bin");
     if bin.join("llama-bench").is_file() {
         return Ok(bin);
@@ -61,7 +81,8 @@ pub fn host_build() -> Result<PathBuf, String> {
         .arg(&src)
         .arg("-B")
         .arg(&build)
-        .args(["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF", "-DGGML_NATIVE=ON"])
+        .args(["-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_CURL=OFF"])
+        .args(flags)
         .arg(format!("-DCMAKE_C_FLAGS={NO_AMX}"))
         .arg(format!("-DCMAKE_CXX_FLAGS={NO_AMX}")))?;
     run(Command::new("cmake").arg("--build").arg(&build).args(["-j", &jobs(), "--target", "llama-bench"]))?;
