@@ -38,7 +38,7 @@ const STEPS: usize = 256;
 /// Bytes of the minimums: at most 16 groups x 4 rows of i16.
 const MINS: usize = 128;
 /// One decoded block of four rows: values, steps, minimums, `d`, `dmin`.
-pub(crate) const QUAD_BLOCK_BYTES: usize = VALUES + STEPS + MINS + 32;
+const QUAD_BLOCK_BYTES: usize = VALUES + STEPS + MINS + 32;
 
 /// Decode a quad from this many tokens on: below, the rows kernels (which
 /// unpack each block per token but decode nothing) cost fewer instructions.
@@ -361,16 +361,7 @@ unsafe fn quad_dot<const T: usize, const G: usize, const M: usize>(dec: &[u8], a
         if M > 0 {
             let mp = p.add(VALUES + STEPS).cast::<i16>();
             for t in 0..T {
-                let (b0, b1) = (vld1q_s16(y[t].bsums.as_ptr()), vld1q_s16(y[t].bsums.as_ptr().add(8)));
-                let mut m = vdupq_n_s32(0);
-                if M == 8 {
-                    // Groups of 32: the sums of pairs of 16-value group sums.
-                    let s = vpaddq_s16(b0, b1);
-                    m = mins8(m, mp, s);
-                } else {
-                    m = mins8(m, mp, b0);
-                    m = mins8(m, mp.add(32), b1);
-                }
+                let m = block_mins::<M>(mp, y[t]);
                 acc[t] = vfmsq_f32(acc[t], vcvtq_f32_s32(m), vmulq_n_f32(dmin, y[t].d));
             }
         }
@@ -409,10 +400,24 @@ unsafe fn group<const T: usize, const G: usize>(
     }
 }
 
+/// `sum_g mins[g] * bsum_g(y)` over a block's `M` (8 or 16) groups, the four
+/// rows in the lanes (`mins`: as [`store_mins`] wrote them).
+#[inline(always)]
+pub(super) unsafe fn block_mins<const M: usize>(mins: *const i16, y: &BlockQ8K) -> int32x4_t {
+    let (b0, b1) = (vld1q_s16(y.bsums.as_ptr()), vld1q_s16(y.bsums.as_ptr().add(8)));
+    let z = vdupq_n_s32(0);
+    if M == 8 {
+        // Groups of 32: the sums of pairs of 16-value group sums.
+        mins8(z, mins, vpaddq_s16(b0, b1))
+    } else {
+        mins8(mins8(z, mins, b0), mins.add(32), b1)
+    }
+}
+
 /// `m + sum_{g < 8} mins[g] * s[g]`, the four rows in the lanes (`mins`: 8
 /// groups x 4 rows of i16).
 #[inline(always)]
-pub(super) unsafe fn mins8(m: int32x4_t, mins: *const i16, s: int16x8_t) -> int32x4_t {
+unsafe fn mins8(m: int32x4_t, mins: *const i16, s: int16x8_t) -> int32x4_t {
     let l = |g: usize| vld1_s16(mins.add(4 * g));
     let m = vmlal_laneq_s16::<0>(m, l(0), s);
     let m = vmlal_laneq_s16::<1>(m, l(1), s);

@@ -20,7 +20,7 @@
 // by one counter; iterator chains would hide which lanes meet.
 #![allow(clippy::needless_range_loop)]
 use super::fp16;
-use super::gemm::{mins8, store_mins, Layout, RowsI16};
+use super::gemm::{block_mins, store_mins, Layout, RowsI16};
 use super::legacy::nibbles;
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ8K, BlockQ8_0F, F16Bytes};
 use std::arch::aarch64::*;
@@ -108,7 +108,7 @@ const MM_STEPS: usize = 1024;
 /// Bytes of the minimums: two quads' (16 groups x 4 rows of i16 each).
 const MM_MINS: usize = 256;
 /// One decoded block of eight rows: values, steps, minimums, `d`, `dmin`.
-pub(crate) const MM_BLOCK_BYTES: usize = MM_VALUES + MM_STEPS + MM_MINS + 64;
+const MM_BLOCK_BYTES: usize = MM_VALUES + MM_STEPS + MM_MINS + 64;
 
 /// Rows `4h..4h + 4` of an eight-row panel block under construction.
 pub(crate) struct MmHalf {
@@ -204,13 +204,7 @@ unsafe fn mm_dot<const T: usize, const P: usize, const G: usize, const M: usize>
             if M > 0 {
                 let mp = p.add(MM_VALUES + MM_STEPS + 128 * h).cast::<i16>();
                 for t in 0..T {
-                    let (b0, b1) = (vld1q_s16(y[t].bsums.as_ptr()), vld1q_s16(y[t].bsums.as_ptr().add(8)));
-                    let m = if M == 8 {
-                        // Groups of 32: the sums of pairs of 16-value group sums.
-                        mins8(vdupq_n_s32(0), mp, vpaddq_s16(b0, b1))
-                    } else {
-                        mins8(mins8(vdupq_n_s32(0), mp, b0), mp.add(32), b1)
-                    };
+                    let m = block_mins::<M>(mp, y[t]);
                     acc[t][h] = vfmsq_f32(acc[t][h], vcvtq_f32_s32(m), vmulq_n_f32(dmin, y[t].d));
                 }
             }

@@ -51,23 +51,20 @@ macro_rules! quads {
         None
     };
     (mm, $f:ident, $decode:ident) => {
-        Some(crate::kernels::table::Panels {
-            height: 8,
-            block_bytes: i8mm::MM_BLOCK_BYTES,
-            min_acts: gemm::MIN_ACTS,
-            acts: 4,
-            decode: gemm::$decode::<i8mm::MmHalf>,
-            dot: i8mm::$f,
-        })
+        quads!(@panels i8mm::MmHalf, i8mm::$f, $decode)
     };
     (quads, $f:ident, $decode:ident) => {
+        quads!(@panels gemm::Quad, gemm::$f, $decode)
+    };
+    // Rows and block size from the decoded layout.
+    (@panels $layout:ty, $dot:path, $decode:ident) => {
         Some(crate::kernels::table::Panels {
-            height: 4,
-            block_bytes: gemm::QUAD_BLOCK_BYTES,
+            height: <$layout as gemm::Layout>::ROWS,
+            block_bytes: <$layout as gemm::Layout>::BLOCK_BYTES,
             min_acts: gemm::MIN_ACTS,
             acts: 4,
-            decode: gemm::$decode::<gemm::Quad>,
-            dot: gemm::$f,
+            decode: gemm::$decode::<$layout>,
+            dot: $dot,
         })
     };
 }
