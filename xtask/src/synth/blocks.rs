@@ -16,6 +16,8 @@ use pocket_core::quant::{F16Bytes, GgmlType};
 pub enum Fill {
     /// Weights: uniform in +-0.02.
     Random,
+    /// Weights [`Fill::Random`] would give, times this gain.
+    Loud(f32),
     Const(f32),
     /// Uniform in [lo, hi).
     Range(f32, f32),
@@ -114,10 +116,12 @@ pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
         }
         _ => {
             let scale = scale_of(ty);
-            let unit = match scale {
-                Scale::Fixed { d, .. } => d,
-                _ => calibrate(ty, scale),
-            };
+            let gain = if let Fill::Loud(g) = fill { g } else { 1.0 };
+            let unit = gain
+                * match scale {
+                    Scale::Fixed { d, .. } => d,
+                    _ => calibrate(ty, scale),
+                };
             random_bytes(ty, buf, rng);
             for b in buf.chunks_exact_mut(ty.type_size()) {
                 let jitter = 0.5 + rng.unit();
@@ -149,6 +153,7 @@ fn float(fill: Fill, rng: &mut Rng) -> f32 {
         Fill::Const(v) => v,
         Fill::Range(lo, hi) => lo + (hi - lo) * rng.unit(),
         Fill::Random => (rng.unit() - 0.5) * 0.04,
+        Fill::Loud(gain) => (rng.unit() - 0.5) * 0.04 * gain,
     }
 }
 
