@@ -37,16 +37,9 @@ use std::arch::x86_64::*;
 pub(crate) const HEIGHT: usize = 16;
 /// Tokens per kernel call, at most.
 pub(crate) const ACTS: usize = 8;
-/// Decode K-quant panels from this many tokens on (below, the four-token
-/// kernels). A panel's decoding (the rows' values, then a transpose in
-/// registers) costs about what 5-10 tokens' products with it do. Measured
-/// with `pocket bench-kernels --tokens N --threads 1 --working-set-mib 8` on
-/// the expert shapes (GMAC/s, four-token kernels -> panels): 6 tokens Q2_K
-/// 51 -> 39, Q4_K 44 -> 35; 8 tokens Q2_K 62 -> 68, Q3_K 55 -> 59, Q4_K 55 ->
-/// 55; 16 tokens Q2_K 60 -> 71, Q3_K 55 -> 66, Q4_K 54 -> 66.
-pub(crate) const MIN_ACTS: usize = 8;
-/// The same for Q4_0 / Q5_0 panels, whose decoding is a fraction of the
-/// K-quants' (4 tokens Q4_0 27 -> 31, 6 tokens 31 -> 46 GMAC/s).
+/// Decode Q4_0 / Q5_0 panels from this many tokens on: their decoding is a
+/// fraction of the K-quants' (4 tokens Q4_0 27 -> 31, 6 tokens 31 -> 46
+/// GMAC/s). The K-quants' thresholds: [`install`].
 pub(crate) const LEGACY_MIN_ACTS: usize = 4;
 
 const VALUES: usize = 64 * 64;
@@ -717,14 +710,26 @@ pub(crate) unsafe fn f32_panel(dec: &[u8], a: &[&[f32]], out: *mut f32, stride: 
 pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     use crate::kernels::table::{PanelDot, Panels};
     type Decode = unsafe fn(&[&[u8]], &mut [u8]);
-    let p = |decode: Decode, dot: PanelDot<BlockQ8K>| {
-        Some(Panels { height: HEIGHT, block_bytes: BLOCK_BYTES, min_acts: MIN_ACTS, acts: ACTS, decode, dot })
+    let p = |decode: Decode, dot: PanelDot<BlockQ8K>, min_acts: usize| {
+        Some(Panels { height: HEIGHT, block_bytes: BLOCK_BYTES, min_acts, acts: ACTS, decode, dot })
     };
-    k.q2_k.panels = p(decode_q2_k, q2_k);
-    k.q3_k.panels = p(decode_q3_k, q3_k);
-    k.q4_k.panels = p(decode_q4_k, q4_k);
-    k.q5_k.panels = p(decode_q5_k, q5_k);
-    k.q6_k.panels = p(decode_q6_k, q6_k);
+    // The last argument: decode panels from this many tokens on (below, the
+    // four-token kernels). A panel's decoding (the rows' values, then a
+    // transpose in registers) costs about what 5-10 tokens' products with it
+    // do. Measured with `pocket bench-kernels --tokens N --threads 1
+    // --working-set-mib 8` on the expert shapes (GMAC/s, up / down
+    // projection, medians of three alternating runs on a Zen 4; four-token
+    // kernels -> panels): Q4_K (decoded with the rows in the lanes
+    // throughout, the cheapest) 5 tokens 42/36 -> 58/53, 6 tokens 43/41 ->
+    // 68/67; Q6_K 6 tokens 50/41 -> 45/39, 7 tokens 50/37 -> 50/46; Q2_K 6
+    // tokens 57 -> 56, 7 tokens 51 -> 67 (down). Q3_K and Q5_K were even at
+    // 6-7 tokens. (Earlier, every format decoded row by row, on a Sapphire
+    // Rapids: 6 tokens Q2_K 51 -> 39, Q4_K 44 -> 35; 16 tokens Q4_K 54 -> 66.)
+    k.q2_k.panels = p(decode_q2_k, q2_k, 7);
+    k.q3_k.panels = p(decode_q3_k, q3_k, 8);
+    k.q4_k.panels = p(decode_q4_k, q4_k, 5);
+    k.q5_k.panels = p(decode_q5_k, q5_k, 8);
+    k.q6_k.panels = p(decode_q6_k, q6_k, 7);
     let l = |decode: Decode, dot: PanelDot<BlockQ8_0F>| {
         Some(Panels {
             height: HEIGHT,
