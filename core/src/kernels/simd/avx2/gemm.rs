@@ -722,7 +722,7 @@ pub(crate) fn install(k: &mut crate::kernels::table::Kernels) {
     // kernels -> panels): Q4_K (decoded with the rows in the lanes
     // throughout, the cheapest) 5 tokens 42/36 -> 58/53, 6 tokens 43/41 ->
     // 68/67; Q6_K 6 tokens 50/41 -> 45/39, 7 tokens 50/37 -> 50/46; Q2_K 6
-    // tokens 57 -> 56, 7 tokens 51 -> 67 (down). Q3_K and Q5_K were even at
+    // tokens 57 -> 56, 7 tokens 51 -> 67 (up). Q3_K and Q5_K were even at
     // 6-7 tokens. (Earlier, every format decoded row by row, on a Sapphire
     // Rapids: 6 tokens Q2_K 51 -> 39, Q4_K 44 -> 35; 16 tokens Q4_K 54 -> 66.)
     k.q2_k.panels = p(decode_q2_k, q2_k, 7);
