@@ -122,9 +122,10 @@ struct Planned {
 /// The token embeddings' gain over the other weights. Random layers pull
 /// the tokens' hidden states together with depth (near-uniform attention
 /// averages them; similar states pick the same experts, whose outputs are
-/// then similar too): with embeddings as quiet as the other weights, the
-/// Qwen3-30B geometry's deep layers sent all 128 tokens of a prompt to 14-19
-/// of 128 experts, several of them meeting every token. A trained model's
+/// then similar too): with embeddings as quiet as the other weights, a
+/// 48-layer cut of the Qwen3-30B geometry (64 experts) sent a 128-token
+/// prompt, in its deep layers, to 14-19 of the 64, several of them meeting
+/// every token (the full file: 30-111 of 128 per layer). A trained model's
 /// router spreads a prompt's tokens over its experts. With embeddings this
 /// much louder than what the layers add, every layer routes a token by its
 /// own identity: a prompt of distinct tokens spreads as a trained router's

@@ -23,6 +23,16 @@ pub enum Fill {
     Range(f32, f32),
 }
 
+impl Fill {
+    /// The weights' gain over [`Fill::Random`]'s (1 for every other fill).
+    fn gain(self) -> f32 {
+        match self {
+            Fill::Loud(g) => g,
+            _ => 1.0,
+        }
+    }
+}
+
 /// xorshift64*: fast, good enough for filler bits.
 pub struct Rng(pub u64);
 
@@ -116,8 +126,7 @@ pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
         }
         _ => {
             let scale = scale_of(ty);
-            let gain = if let Fill::Loud(g) = fill { g } else { 1.0 };
-            let unit = gain
+            let unit = fill.gain()
                 * match scale {
                     Scale::Fixed { d, .. } => d,
                     _ => calibrate(ty, scale),
@@ -152,8 +161,7 @@ fn float(fill: Fill, rng: &mut Rng) -> f32 {
     match fill {
         Fill::Const(v) => v,
         Fill::Range(lo, hi) => lo + (hi - lo) * rng.unit(),
-        Fill::Random => (rng.unit() - 0.5) * 0.04,
-        Fill::Loud(gain) => (rng.unit() - 0.5) * 0.04 * gain,
+        Fill::Random | Fill::Loud(_) => (rng.unit() - 0.5) * 0.04 * fill.gain(),
     }
 }
 
