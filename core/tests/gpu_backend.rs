@@ -102,6 +102,7 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         "qwen3moe-tiny-Q3_K_M",
         "qwen3moe-tiny-Q4_0",
         "mixtral-tiny-Q8_0",
+        "qwen35moe-tiny-F32",
         "qwen35moe-tiny-Q2_K",
     ];
     for name in files {
@@ -120,11 +121,13 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         let (want, got) = (run(&cpu), run(&gpu));
         let counters = gpu.backend_counters().unwrap();
         assert!(counters.gpu_products > 0, "{name}: {counters:?}");
-        // Each whole-matrix product is one submission and one readback; a
+        // A decoded token is one submission and one readback. In a prompt,
+        // each whole-matrix product is one submission and one readback; a
         // call's products over chosen rows (MoE experts) share one.
         // Attention and the delta rule are one more per layer and pass.
         let d = counters.device;
-        let on_gpu = counters.gpu_products + counters.gpu_attention + counters.gpu_delta;
+        assert_eq!(counters.graph_tokens, 3, "{name}: every decoded token as one submission");
+        let on_gpu = counters.gpu_products + counters.gpu_attention + counters.gpu_delta + counters.graph_tokens;
         assert_eq!(d.submissions, d.readbacks, "{name}");
         assert!(d.submissions <= on_gpu, "{name}");
         if name.starts_with("gemma3") {
@@ -194,6 +197,31 @@ fn every_fixture_file_on_the_gpu_matches_the_references() {
             );
             assert!(med <= 5e-3, "{file}: median KL {med}");
             assert!(top1 >= 12, "{file}: top-1 agreement {top1}/16");
+            // The same prompt decoded token by token: each token one
+            // submission of the recorded graph (made at the first token:
+            // after it no buffer is made and no weight moves), against the
+            // same references.
+            let mut st = model.new_state(tokens.len() + 8, KvType::F32).unwrap();
+            let (mut kls, mut top1) = (Vec::new(), 0);
+            let mut before = model.backend_counters().unwrap();
+            for (i, (&t, a)) in tokens.iter().zip(reference.f32.chunks_exact(v)).enumerate() {
+                model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
+                kls.push(kl(a, st.logits()));
+                top1 += (argmax(a) == argmax(st.logits())) as usize;
+                if i == 0 {
+                    before = model.backend_counters().unwrap();
+                }
+            }
+            let med = median(kls);
+            let d = model.backend_counters().unwrap() - before;
+            eprintln!("{file} decoded on the GPU: median KL {med:.2e}, top-1 {top1}/16, {d:?}");
+            let rest = tokens.len() as u64 - 1;
+            assert_eq!(d.graph_tokens, rest, "{file}: tokens not decoded as one submission");
+            assert_eq!((d.device.submissions, d.device.readbacks), (rest, rest), "{file}");
+            let up = d.device;
+            assert_eq!((up.buffers_created, up.weight_bytes_uploaded, up.state_bytes_uploaded), (0, 0, 0), "{file}");
+            assert!(med <= 5e-3, "{file}: decoded, median KL {med}");
+            assert!(top1 >= 12, "{file}: decoded, top-1 agreement {top1}/16");
             if f["type"] == "F32" {
                 let hf = read_npy(&dir.join(m["hf_logits"].as_str().unwrap()));
                 let d = max_abs_diff(ours, &hf.f32);
@@ -207,7 +235,8 @@ fn every_fixture_file_on_the_gpu_matches_the_references() {
 }
 
 /// The hybrid model's recurrent states stay on the GPU while it decodes:
-/// uploaded once (the new sequence's zeros), then per decoded token neither
+/// the delta-rule states uploaded once (the new sequence's zeros), the conv
+/// windows at the first decoded token, then per decoded token neither
 /// uploaded nor read back; a checkpoint reads each back once, and
 /// decoding after it uploads nothing; a restored checkpoint goes up once.
 /// The logits stay the CPU's throughout.
@@ -236,17 +265,21 @@ fn recurrent_states_stay_on_the_gpu_while_decoding() {
     let layers = prefill.state_uploads;
     assert!(layers > 0 && prefill.state_readbacks == 0, "{prefill:?}");
     close(&g, &c, "prefill");
-    for t in [5u32, 77, 901] {
+    for (i, t) in [5u32, 77, 901].into_iter().enumerate() {
         let before = states(&gpu);
         both(&[t], &mut g, &mut c);
         let d = states(&gpu) - before;
-        assert_eq!((d.state_uploads, d.state_bytes_uploaded, d.state_readbacks), (0, 0, 0), "decoding {t}");
+        // The first decoded token takes up the conv windows the prompt
+        // left on the host (decoded tokens run the conv on the device).
+        let windows = if i == 0 { layers } else { 0 };
+        assert_eq!((d.state_uploads, d.state_readbacks), (windows, 0), "decoding {t}");
         close(&g, &c, &format!("decoding {t}"));
     }
     let before = states(&gpu);
     let (cp_g, cp_c) = (g.checkpoint().unwrap(), c.checkpoint().unwrap());
     let d = states(&gpu) - before;
-    assert_eq!((d.state_readbacks, d.state_uploads), (layers, 0));
+    // Each layer's delta-rule state and conv window.
+    assert_eq!((d.state_readbacks, d.state_uploads), (2 * layers, 0));
     let before = states(&gpu);
     both(&[12], &mut g, &mut c);
     assert_eq!((states(&gpu) - before).state_uploads, 0);

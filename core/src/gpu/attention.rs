@@ -17,14 +17,14 @@ use crate::{Error, Result};
 
 /// The device's copy of one layer's KV cache.
 pub struct KvMirror {
-    gpu: Gpu,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    f16: bool,
-    n_kv_head: usize,
-    capacity: usize,
-    head_dim: usize,
-    head_dim_v: usize,
+    pub(super) gpu: Gpu,
+    pub(super) k: wgpu::Buffer,
+    pub(super) v: wgpu::Buffer,
+    pub(super) f16: bool,
+    pub(super) n_kv_head: usize,
+    pub(super) capacity: usize,
+    pub(super) head_dim: usize,
+    pub(super) head_dim_v: usize,
 }
 
 impl KvMirror {
@@ -114,7 +114,7 @@ impl KvMirror {
 }
 
 /// The kernel's `Params` (64 bytes).
-fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize, t0: usize) -> [u8; 64] {
+pub(super) fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize, t0: usize) -> [u8; 64] {
     let words = [
         s.n_head as u32,
         s.n_kv_head as u32,
@@ -155,9 +155,9 @@ struct Io {
 
 /// The attention kernel on one device.
 pub struct GpuAttention {
-    gpu: Gpu,
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
+    pub(super) gpu: Gpu,
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
     io: Mutex<Option<Io>>,
 }
 

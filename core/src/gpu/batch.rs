@@ -119,7 +119,10 @@ impl GpuBatch {
             idx_base += job.rows.len();
             y_base += job.rows.len() * job.matrix.rows();
         }
-        let pipelines = jobs.iter().map(|j| gpu.matvec_pipeline(j.matrix.ty(), true)).collect::<Result<Vec<_>>>()?;
+        let pipelines = jobs
+            .iter()
+            .map(|j| gpu.matvec_pipeline(j.matrix.ty(), super::context::MatvecEntry::Rows))
+            .collect::<Result<Vec<_>>>()?;
 
         let (device, queue, tally) = (gpu.device(), gpu.queue(), gpu.tally());
         gpu.scoped("running a batch of products over chosen rows", || {

@@ -20,6 +20,17 @@ pub struct Gpu {
     inner: Arc<Inner>,
 }
 
+/// The entry points of `shaders/matvec.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum MatvecEntry {
+    /// Every row of the matrix over every token (`main`).
+    All,
+    /// Over chosen tokens (`main_rows`).
+    Rows,
+    /// The experts a device-side router chose (`main_experts`).
+    Experts,
+}
+
 struct Inner {
     device: wgpu::Device,
     queue: wgpu::Queue,
@@ -39,7 +50,7 @@ struct Inner {
     uniform_align: u64,
     /// Matrix-vector pipelines, compiled on first use per format, and
     /// whether they take chosen rows.
-    matvec: Mutex<HashMap<(GgmlType, bool), Arc<wgpu::ComputePipeline>>>,
+    matvec: Mutex<HashMap<(GgmlType, MatvecEntry), Arc<wgpu::ComputePipeline>>>,
     /// What the device has been asked to do since it was opened.
     tally: Tally,
 }
@@ -227,16 +238,17 @@ impl Gpu {
         self.inner.uniform_align
     }
 
-    /// The matrix-vector pipeline for weights of type `ty`, over all rows of
-    /// the activations or (`rows`) over chosen ones, compiled once.
-    pub(super) fn matvec_pipeline(&self, ty: GgmlType, rows: bool) -> Result<Arc<wgpu::ComputePipeline>> {
+    /// The matrix-vector pipeline for weights of type `ty` and the entry
+    /// point `entry`, compiled once.
+    pub(super) fn matvec_pipeline(&self, ty: GgmlType, entry: MatvecEntry) -> Result<Arc<wgpu::ComputePipeline>> {
         let mut cache = self.inner.matvec.lock().map_err(|_| Error::Gpu("pipeline cache poisoned".into()))?;
-        if let Some(p) = cache.get(&(ty, rows)) {
+        if let Some(p) = cache.get(&(ty, entry)) {
             return Ok(p.clone());
         }
-        let (layout, entry) = match rows {
-            false => (&self.inner.pipeline_layout, "main"),
-            true => (&self.inner.rows_pipeline_layout, "main_rows"),
+        let (layout, entry_name) = match entry {
+            MatvecEntry::All => (&self.inner.pipeline_layout, "main"),
+            MatvecEntry::Rows => (&self.inner.rows_pipeline_layout, "main_rows"),
+            MatvecEntry::Experts => (&self.inner.rows_pipeline_layout, "main_experts"),
         };
         let source = shaders::matvec(ty, self.kernels())
             .ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
@@ -250,13 +262,13 @@ impl Gpu {
                 label: Some(ty.name()),
                 layout: Some(layout),
                 module: &module,
-                entry_point: Some(entry),
+                entry_point: Some(entry_name),
                 compilation_options: Default::default(),
                 cache: None,
             })
         })?;
         let pipeline = Arc::new(pipeline);
-        cache.insert((ty, rows), pipeline.clone());
+        cache.insert((ty, entry), pipeline.clone());
         Ok(pipeline)
     }
 

@@ -16,9 +16,9 @@ use crate::{Error, Result};
 
 /// One layer's recurrent state (`[n_v_heads][d_k][d_v]` f32) on the device.
 pub struct GpuState {
-    gpu: Gpu,
-    values: wgpu::Buffer,
-    len: usize,
+    pub(super) gpu: Gpu,
+    pub(super) values: wgpu::Buffer,
+    pub(super) len: usize,
     /// Made on the first read.
     readback: Mutex<Option<wgpu::Buffer>>,
 }
@@ -101,9 +101,9 @@ struct Io {
 
 /// The delta-rule kernel on one device.
 pub struct GpuDeltaRule {
-    gpu: Gpu,
-    layout: wgpu::BindGroupLayout,
-    pipeline: wgpu::ComputePipeline,
+    pub(super) gpu: Gpu,
+    pub(super) layout: wgpu::BindGroupLayout,
+    pub(super) pipeline: wgpu::ComputePipeline,
     io: Mutex<Option<Io>>,
 }
 

@@ -70,7 +70,7 @@ impl GpuMatrix {
     /// Copy a matrix's file bytes (`rows` rows of `cols` elements of type
     /// `ty`, as a GGUF tensor stores them) to the device, once.
     pub fn upload(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<GpuMatrix> {
-        let pipeline = gpu.matvec_pipeline(ty, false)?;
+        let pipeline = gpu.matvec_pipeline(ty, super::context::MatvecEntry::All)?;
         let row_bytes = ty
             .row_bytes(cols as u64)
             .filter(|_| rows > 0 && cols > 0)

@@ -20,6 +20,10 @@
 //! - [`KvMirror`] and [`GpuAttention`]: an attention layer's KV cache kept
 //!   on the device (written only the positions that changed) and causal
 //!   attention over it (GQA, sliding windows, output gates; f16 or f32).
+//! - [`Graph`]: a decoded token's whole forward pass recorded once over
+//!   device buffers and replayed per token as one submission and one
+//!   readback (per-row operations in `shaders/graph.wgsl`, the MoE router
+//!   and the routed experts' ids on the device).
 //! - [`GpuDeltaRule`] and [`GpuState`]: the gated delta rule of a Gated
 //!   DeltaNet layer over a pass's tokens, on a recurrent state that stays
 //!   on the device between calls (written and read back only on request).
@@ -48,6 +52,8 @@ mod context;
 #[cfg(feature = "gpu")]
 mod delta;
 #[cfg(feature = "gpu")]
+mod graph;
+#[cfg(feature = "gpu")]
 mod matrix;
 #[cfg(feature = "gpu")]
 mod shaders;
@@ -59,6 +65,8 @@ pub use batch::{GpuBatch, RowsJob};
 pub use context::Gpu;
 #[cfg(feature = "gpu")]
 pub use delta::{GpuDeltaRule, GpuState};
+#[cfg(feature = "gpu")]
+pub use graph::{norm_mode, Graph, GraphOps, Op, OpParams, Tensor};
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 

@@ -27,6 +27,8 @@ const REDUCE: &str = include_str!("shaders/reduce.wgsl");
 const REDUCE_SUBGROUPS: &str = include_str!("shaders/reduce_subgroups.wgsl");
 const ATTENTION: &str = include_str!("shaders/attention.wgsl");
 const DELTA: &str = include_str!("shaders/delta.wgsl");
+const GRAPH: &str = include_str!("shaders/graph.wgsl");
+const KV_STORE: &str = include_str!("shaders/kv_store.wgsl");
 
 /// The format's block reader, or `None` for a format without a kernel.
 fn block(ty: GgmlType) -> Option<&'static str> {
@@ -79,6 +81,18 @@ pub fn attention(v: KernelVariant) -> String {
     format!("{}\n{ATTENTION}\n{kv}\n{ROUND_HALF}", common(v))
 }
 
+/// The decoded token's per-row operations (`shaders/graph.wgsl`: norms,
+/// RoPE, adds, activations, the router, the DeltaNet decays and conv).
+pub fn graph(v: KernelVariant) -> String {
+    format!("{}\n{GRAPH}\n{ROUND_HALF}", common(v))
+}
+
+/// A token's keys or values into a KV cache (`shaders/kv_store.wgsl`; no
+/// reductions, the same in every variant).
+pub fn kv_store(_v: KernelVariant) -> String {
+    format!("{KV_STORE}\n{ROUND_HALF}")
+}
+
 /// Every module of variant `v`, named (for the translation tests).
 #[cfg(test)]
 pub fn all(v: KernelVariant) -> Vec<(String, String)> {
@@ -86,5 +100,7 @@ pub fn all(v: KernelVariant) -> Vec<(String, String)> {
         super::FORMATS.iter().filter_map(|&ty| Some((ty.to_string(), matvec(ty, v)?))).collect();
     modules.push(("attention".into(), attention(v)));
     modules.push(("delta rule".into(), delta(v)));
+    modules.push(("graph".into(), graph(v)));
+    modules.push(("kv store".into(), kv_store(v)));
     modules
 }

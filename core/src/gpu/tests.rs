@@ -282,8 +282,8 @@ fn every_module_translates_to_msl_and_spirv() {
             let info = Validator::new(ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
-            // The delta rule has no reductions and no f16: one form for all.
-            if v != KernelVariant::PORTABLE && ty != "delta rule" {
+            // The delta rule and the KV store have no reductions and no f16: one form for all.
+            if v != KernelVariant::PORTABLE && ty != "delta rule" && ty != "kv store" {
                 let bare = Validator::new(ValidationFlags::all(), Capabilities::empty()).validate(&module);
                 assert!(bare.is_err(), "{what} validates without its capabilities");
             }

@@ -136,6 +136,22 @@ impl Network for Gemma3 {
         self.layers.iter().map(|l| LayerKind::Attention(&l.attn.p)).collect()
     }
 
+    #[cfg(feature = "gpu")]
+    fn record(&self, r: &mut super::gpu_backend::Recorder<'_>) -> Result<()> {
+        let (x, xn, out) = (r.x, r.xn, r.out);
+        for (il, layer) in self.layers.iter().enumerate() {
+            r.norm(&layer.attn_norm, x, xn)?;
+            r.attention(il, &layer.attn, xn, out)?;
+            r.norm_in_place(&layer.attn_post_norm, out)?;
+            r.add(x, out)?;
+            r.norm(&layer.ffn_norm, x, xn)?;
+            r.dense(&layer.ffn, xn, out)?;
+            r.norm_in_place(&layer.ffn_post_norm, out)?;
+            r.add(x, out)?;
+        }
+        Ok(())
+    }
+
     fn layers(
         &self,
         pass: &Pass,

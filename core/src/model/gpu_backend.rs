@@ -47,7 +47,7 @@ use crate::gpu::{
     AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, GpuState,
     KvMirror, RowsJob, MAX_D_K, MAX_HEAD_DIM,
 };
-use crate::kernels::{MatJob, QActs};
+use crate::kernels::{MatJob, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use crate::Result;
 
@@ -74,8 +74,16 @@ pub struct GpuBackend {
     delta: OnceLock<Option<GpuDeltaRule>>,
     /// The device copies of the KV caches, by cache id.
     mirrors: Mutex<HashMap<u64, Mirror>>,
-    /// The device copies of the recurrent states, by state id.
+    /// The device copies of the recurrent states (and conv windows), by id.
     states: Mutex<HashMap<u64, StateMirror>>,
+    /// The graph kernels, compiled on first use (`None`: they failed to).
+    #[cfg(feature = "gpu")]
+    graph_ops: OnceLock<Option<Arc<crate::gpu::GraphOps>>>,
+    /// Each live state's recorded decode (`None`: it does not record), by
+    /// its first layer's id, with a handle that dies with that layer.
+    #[cfg(feature = "gpu")]
+    graphs: Mutex<HashMap<u64, decode::Recorded>>,
+    graph_tokens: AtomicU64,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,
     attn_gpu: AtomicU64,
@@ -88,7 +96,7 @@ pub struct GpuBackend {
 struct Mirror {
     /// `None`: the device refused a copy of this cache (too large); its
     /// attention stays on the CPU.
-    kv: Option<KvMirror>,
+    kv: Option<Arc<KvMirror>>,
     /// Dies with the cache.
     life: Weak<()>,
     /// Positions `..valid` were copied when the cache had seen `writes` writes.
@@ -136,6 +144,9 @@ pub struct BackendCounters {
     /// Delta-rule calls (one per DeltaNet layer and pass) on each side.
     pub gpu_delta: u64,
     pub cpu_delta: u64,
+    /// Tokens decoded as one submission (a recorded graph); their products,
+    /// attention and delta rules are not among the counts above.
+    pub graph_tokens: u64,
     /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
     pub device: GpuCounters,
 }
@@ -152,6 +163,7 @@ impl std::ops::Sub for BackendCounters {
             cpu_attention: self.cpu_attention.saturating_sub(o.cpu_attention),
             gpu_delta: self.gpu_delta.saturating_sub(o.gpu_delta),
             cpu_delta: self.cpu_delta.saturating_sub(o.cpu_delta),
+            graph_tokens: self.graph_tokens.saturating_sub(o.graph_tokens),
             device: self.device - o.device,
         }
     }
@@ -169,6 +181,7 @@ impl std::ops::Add for BackendCounters {
             cpu_attention: self.cpu_attention.saturating_add(o.cpu_attention),
             gpu_delta: self.gpu_delta.saturating_add(o.gpu_delta),
             cpu_delta: self.cpu_delta.saturating_add(o.cpu_delta),
+            graph_tokens: self.graph_tokens.saturating_add(o.graph_tokens),
             device: self.device + o.device,
         }
     }
@@ -188,6 +201,11 @@ impl GpuBackend {
             delta: OnceLock::new(),
             mirrors: Mutex::default(),
             states: Mutex::default(),
+            #[cfg(feature = "gpu")]
+            graph_ops: OnceLock::new(),
+            #[cfg(feature = "gpu")]
+            graphs: Mutex::default(),
+            graph_tokens: AtomicU64::new(0),
             on_gpu: AtomicU64::new(0),
             on_cpu: AtomicU64::new(0),
             attn_gpu: AtomicU64::new(0),
@@ -209,6 +227,7 @@ impl GpuBackend {
             cpu_attention: self.attn_cpu.load(Relaxed),
             gpu_delta: self.delta_gpu.load(Relaxed),
             cpu_delta: self.delta_cpu.load(Relaxed),
+            graph_tokens: self.graph_tokens.load(Relaxed),
             device: self.gpu.counters(),
         }
     }
@@ -216,21 +235,24 @@ impl GpuBackend {
     /// The device's copy of `job`'s weights, uploading them on first use;
     /// `None` when they stay on the CPU.
     fn matrix(&self, job: &MatJob<'_>) -> Option<Arc<GpuMatrix>> {
-        let (addr, len) = (job.w.data.as_ptr() as usize, job.w.data.len());
+        self.upload(&job.w)
+    }
+
+    /// The device's copy of the weights `w`, uploaded on first use; `None`
+    /// when they stay on the CPU (outside the file, or refused).
+    fn upload(&self, w: &QMatrix<'_>) -> Option<Arc<GpuMatrix>> {
+        let (addr, len) = (w.data.as_ptr() as usize, w.data.len());
         let (start, file_len) = self.file;
         if addr < start || addr + len > start + file_len {
             return None;
         }
         let mut map = self.matrices.lock().ok()?;
         map.entry((addr, len))
-            .or_insert_with(|| {
-                let w = &job.w;
-                match GpuMatrix::upload(&self.gpu, w.ty, w.rows, w.cols, w.data) {
-                    Ok(m) => Some(Arc::new(m)),
-                    Err(e) => {
-                        log::warn!("gpu: a {}x{} {} matrix stays on the CPU: {e}", w.rows, w.cols, w.ty);
-                        None
-                    }
+            .or_insert_with(|| match GpuMatrix::upload(&self.gpu, w.ty, w.rows, w.cols, w.data) {
+                Ok(m) => Some(Arc::new(m)),
+                Err(e) => {
+                    log::warn!("gpu: a {}x{} {} matrix stays on the CPU: {e}", w.rows, w.cols, w.ty);
+                    None
                 }
             })
             .clone()
@@ -334,10 +356,7 @@ impl GpuBackend {
         if p.head_dim > MAX_HEAD_DIM || end > cache.capacity || out.len() != pass.n * p.n_head * p.head_dim_v {
             return Ok(false);
         }
-        let attention = self.attention.get_or_init(|| {
-            GpuAttention::new(&self.gpu).map_err(|e| log::warn!("gpu: attention stays on the CPU: {e}")).ok()
-        });
-        let Some(attention) = attention else { return Ok(false) };
+        let Some(attention) = self.attention_kernel() else { return Ok(false) };
         let mut mirrors = self.mirrors.lock().map_err(|_| crate::Error::Gpu("KV mirrors poisoned".into()))?;
         // Copies of caches that are gone free their device memory.
         mirrors.retain(|_, m| m.life.strong_count() > 0);
@@ -349,7 +368,8 @@ impl GpuBackend {
                 let kv =
                     KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)
                         .map_err(|err| log::warn!("gpu: a KV cache stays on the CPU: {err}"))
-                        .ok();
+                        .ok()
+                        .map(Arc::new);
                 e.insert(Mirror { kv, life, valid: 0, writes: 0 })
             }
         };
@@ -380,6 +400,22 @@ impl GpuBackend {
 }
 
 impl GpuBackend {
+    /// The attention kernel, compiled on first use.
+    fn attention_kernel(&self) -> Option<&GpuAttention> {
+        let kernel = self.attention.get_or_init(|| {
+            GpuAttention::new(&self.gpu).map_err(|e| log::warn!("gpu: attention stays on the CPU: {e}")).ok()
+        });
+        kernel.as_ref()
+    }
+
+    /// The delta-rule kernel, compiled on first use.
+    fn delta_kernel(&self) -> Option<&GpuDeltaRule> {
+        let kernel = self.delta.get_or_init(|| {
+            GpuDeltaRule::new(&self.gpu).map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}")).ok()
+        });
+        kernel.as_ref()
+    }
+
     /// The delta rule on the device, over its copy of `state`: `Ok(false)`
     /// when it does not take this shape or state (the CPU does, quietly),
     /// an error when it failed.
@@ -389,10 +425,7 @@ impl GpuBackend {
         if p.d_k > MAX_D_K {
             return Ok(false);
         }
-        let kernel = self.delta.get_or_init(|| {
-            GpuDeltaRule::new(&self.gpu).map_err(|e| log::warn!("gpu: the delta rule stays on the CPU: {e}")).ok()
-        });
-        let Some(kernel) = kernel else { return Ok(false) };
+        let Some(kernel) = self.delta_kernel() else { return Ok(false) };
         let mut states = self.states.lock().map_err(|_| crate::Error::Gpu("state mirrors poisoned".into()))?;
         // Copies of states that are gone free their device memory.
         states.retain(|_, m| m.life.strong_count() > 0);
@@ -486,6 +519,26 @@ impl Backend for GpuBackend {
         self.delta_cpu.fetch_add(1, Relaxed);
         // Reads the state back first when the device holds it.
         Cpu.delta_rule(pass, d, state, out, scratch)
+    }
+}
+
+#[cfg(feature = "gpu")]
+mod decode;
+#[cfg(feature = "gpu")]
+pub use decode::Recorder;
+
+/// Without the GPU backend no [`GpuBackend`] exists; this is never called.
+#[cfg(not(feature = "gpu"))]
+impl GpuBackend {
+    pub(in crate::model) fn decode(
+        &self,
+        _net: &dyn super::network::Network,
+        _file: &[u8],
+        _state: &mut super::state::State,
+        _token: u32,
+        _want: super::cache::Logits,
+    ) -> Result<bool> {
+        Ok(false)
     }
 }
 

@@ -143,6 +143,23 @@ impl Network for Llama {
         self.layers.iter().map(|l| LayerKind::Attention(&l.attn.p)).collect()
     }
 
+    #[cfg(feature = "gpu")]
+    fn record(&self, r: &mut super::gpu_backend::Recorder<'_>) -> Result<()> {
+        let (x, xn, out) = (r.x, r.xn, r.out);
+        for (il, layer) in self.layers.iter().enumerate() {
+            r.norm(&layer.attn_norm, x, xn)?;
+            r.attention(il, &layer.attn, xn, out)?;
+            r.add(x, out)?;
+            r.norm(&layer.ffn_norm, x, xn)?;
+            match &layer.ffn {
+                Ffn::Dense(d) => r.dense(d, xn, out)?,
+                Ffn::Moe(moe) => r.moe(moe, xn, out)?,
+            }
+            r.add(x, out)?;
+        }
+        Ok(())
+    }
+
     fn layers(
         &self,
         pass: &Pass,

@@ -56,6 +56,14 @@ pub trait Network: Send + Sync {
     fn experts_used(&self) -> usize {
         0
     }
+
+    /// Record the layers of one decoded token on the GPU, over `r.x` (the
+    /// residual stream) as [`layers`](Self::layers) runs them on the host;
+    /// an architecture that does not record decodes per operation.
+    #[cfg(feature = "gpu")]
+    fn record(&self, _r: &mut super::gpu_backend::Recorder<'_>) -> Result<()> {
+        Err(Error::InvalidArgument(format!("{} does not record its layers for the GPU", self.arch().name())))
+    }
 }
 
 /// How to load a model.
@@ -396,6 +404,13 @@ impl Model {
             n: tokens.len(),
             observer,
         };
+        if let (Device::Gpu(g), [token], None, None) = (&self.device, tokens, observer, &state.trace) {
+            // One decoded token: one submission, when the network records.
+            if g.decode(self.net.as_ref(), source.bytes(), state, *token, want)? {
+                state.n_past = end;
+                return Ok(());
+            }
+        }
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
         trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));

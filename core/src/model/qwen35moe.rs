@@ -162,6 +162,23 @@ impl Network for Qwen35Moe {
         self.hp.moe.n_used
     }
 
+    #[cfg(feature = "gpu")]
+    fn record(&self, r: &mut super::gpu_backend::Recorder<'_>) -> Result<()> {
+        let (x, xn, out) = (r.x, r.xn, r.out);
+        for (il, layer) in self.layers.iter().enumerate() {
+            r.norm(&layer.attn_norm, x, xn)?;
+            match &layer.mixer {
+                Mixer::Delta(d) => r.deltanet(il, d, xn, out)?,
+                Mixer::Attention(a) => r.attention(il, a, xn, out)?,
+            }
+            r.add(x, out)?;
+            r.norm(&layer.post_norm, x, xn)?;
+            r.moe(&layer.moe, xn, out)?;
+            r.add(x, out)?;
+        }
+        Ok(())
+    }
+
     fn layer_kinds(&self) -> Vec<LayerKind<'_>> {
         self.layers
             .iter()

@@ -49,9 +49,14 @@ impl Trunk {
     /// `x = the tokens' embedding rows` (`[n][n_embd]`), scaled where the architecture says.
     pub fn embed(&self, pass: &Pass, tokens: &[u32], x: &mut [f32]) {
         let e = self.n_embd;
-        for (t, &tok) in tokens.iter().enumerate() {
-            self.token_embd.row_f32(pass.file, tok as usize, &mut x[t * e..(t + 1) * e]);
+        for (&tok, row) in tokens.iter().zip(x.chunks_exact_mut(e)) {
+            self.embed_row(pass.file, tok, row);
         }
+    }
+
+    /// `x = token's embedding row` (`[n_embd]`), scaled where the architecture says.
+    pub fn embed_row(&self, file: &[u8], token: u32, x: &mut [f32]) {
+        self.token_embd.row_f32(file, token as usize, x);
         if let Some(s) = self.embed_scale {
             ops::scale(x, s);
         }

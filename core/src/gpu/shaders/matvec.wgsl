@@ -105,3 +105,22 @@ fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
         y[job.y_base + t * p.out_stride + p.row0 + row] = sum;
     }
 }
+
+// y[j * R + r] = W[idx[j] * R + r] . x[j * x_stride ..] for the rows r < R
+// of expert idx[j] that lie in this binding (`main_experts`: a MoE layer's
+// routed experts for one token, their ids read on the device from the
+// router's output; `x_stride` 0 when every expert takes the same input).
+// The job's fields mean, here: `x_base` x_stride, `idx_base` R (rows per
+// expert), `y_base` the workgroups along x.
+@compute @workgroup_size(64)
+fn main_experts(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
+    let r = wid.y * job.y_base + wid.x;
+    let j = wid.z;
+    let per = job.idx_base;
+    let global = idx[j] * per + r;
+    let ok = r < per && global >= p.row0 && global - p.row0 < p.rows;
+    let sum = row_dot(select(p.rows, global - p.row0, ok), j * job.x_base, lane);
+    if (lane.lid == 0u && ok) {
+        y[j * per + r] = sum;
+    }
+}

@@ -102,8 +102,9 @@ fn taps_major(w: &[f32], taps: usize) -> Vec<f32> {
 /// Recurrent state of one DeltaNet layer for one sequence.
 #[derive(Debug)]
 pub struct DeltaState {
-    /// The last `d_conv - 1` conv inputs, oldest first: `[d_conv-1][conv_dim]`.
-    pub conv: Vec<f32>,
+    /// The last `d_conv - 1` conv inputs, oldest first: `[d_conv-1][conv_dim]`;
+    /// a backend may hold its newest values on its device, as it may S's.
+    pub conv: Ssm,
     /// Per value head, S as `[d_k][d_v]` (rows indexed by key dim); a
     /// backend may hold its newest values on its device.
     pub ssm: Ssm,
@@ -118,7 +119,7 @@ pub struct SavedDelta {
 
 impl DeltaState {
     pub fn new(p: &DeltaParams) -> DeltaState {
-        DeltaState { conv: vec![0.0; (p.d_conv - 1) * p.conv_dim()], ssm: Ssm::new(p.n_v_heads * p.d_k * p.d_v) }
+        DeltaState { conv: Ssm::new((p.d_conv - 1) * p.conv_dim()), ssm: Ssm::new(p.n_v_heads * p.d_k * p.d_v) }
     }
 
     pub fn bytes(&self) -> usize {
@@ -126,13 +127,13 @@ impl DeltaState {
     }
 
     pub fn clear(&mut self) {
-        self.conv.fill(0.0);
+        self.conv.clear();
         self.ssm.clear();
     }
 
-    /// The values now (S read back from a device that holds newer ones).
+    /// The values now (read back from a device that holds newer ones).
     pub fn save(&self) -> Result<SavedDelta> {
-        Ok(SavedDelta { conv: self.conv.clone(), ssm: self.ssm.read()?.into_owned() })
+        Ok(SavedDelta { conv: self.conv.read()?.into_owned(), ssm: self.ssm.read()?.into_owned() })
     }
 
     /// Zeros of this state's shape, to read saved values into.
@@ -140,7 +141,7 @@ impl DeltaState {
         SavedDelta { conv: vec![0.0; self.conv.len()], ssm: vec![0.0; self.ssm.len()] }
     }
 
-    /// Take `saved`'s values (a device's copy of S is stale from then on).
+    /// Take `saved`'s values (a device's copies are stale from then on).
     pub fn load(&mut self, saved: &SavedDelta) -> Result<()> {
         if saved.conv.len() != self.conv.len() || saved.ssm.len() != self.ssm.len() {
             return Err(Error::InvalidArgument(format!(
@@ -151,7 +152,7 @@ impl DeltaState {
                 self.ssm.len()
             )));
         }
-        self.conv.copy_from_slice(&saved.conv);
+        self.conv.overwrite().copy_from_slice(&saved.conv);
         self.ssm.overwrite().copy_from_slice(&saved.ssm);
         Ok(())
     }
@@ -214,13 +215,14 @@ impl DeltaNet {
         // Causal depthwise conv (kernel d_conv) over [state window | new inputs], then SiLU.
         let conv_out = take(&mut s.conv, n * cd);
         let hist = p.d_conv - 1;
+        let window = st.conv.host_mut()?;
         for t in 0..n {
             let out = &mut conv_out[t * cd..(t + 1) * cd];
             for (j, taps) in self.conv.chunks_exact(cd).enumerate() {
                 // Input at time t + j - hist: from the state window when negative.
                 let i = t + j;
                 let x =
-                    if i < hist { &st.conv[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
+                    if i < hist { &window[i * cd..(i + 1) * cd] } else { &qkv[(i - hist) * cd..(i - hist + 1) * cd] };
                 if j == 0 {
                     out.iter_mut().zip(x).zip(taps).for_each(|((o, &x), &k)| *o = x * k);
                 } else {
@@ -231,9 +233,9 @@ impl DeltaNet {
         }
         // The window now holds the last `hist` inputs: shift the state, then copy new rows in.
         let keep = hist.saturating_sub(n);
-        st.conv.copy_within((hist - keep) * cd..hist * cd, 0);
+        window.copy_within((hist - keep) * cd..hist * cd, 0);
         let fresh = hist - keep;
-        st.conv[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
+        window[keep * cd..].copy_from_slice(&qkv[(n - fresh) * cd..n * cd]);
 
         // L2-normalise q and k of every key head.
         let kd = p.key_dim();

@@ -268,7 +268,7 @@ pub(super) fn read(
                 reader.section(RECURRENT, &what, 4 + 4 * floats, 4 + 4 * floats, &mut buf)?;
                 let mut f = Fields::new(&buf, &what);
                 layer_index(&mut f, il, &what)?;
-                f.f32s_into(&mut r.conv)?;
+                f.f32s_into(r.conv.overwrite())?;
                 f.f32s_into(r.ssm.overwrite())?;
                 f.finish()?;
             }

@@ -1,0 +1,658 @@
+//! A decoded token as one submission: the dispatches of a whole forward
+//! pass recorded once over device buffers, replayed per token.
+//!
+//! A [`Graph`] owns its activations ([`Tensor`]s: f32 buffers made when the
+//! graph is built, never after) and a list of dispatches whose bind groups
+//! are made once too: matrix products over [`GpuMatrix`] weights, the MoE
+//! experts chosen by a router on the device (`main_experts`), the per-row
+//! operations of `shaders/graph.wgsl`, keys and values into a [`KvMirror`],
+//! attention over it, and the delta rule over a [`GpuState`]. [`Graph::run`]
+//! writes the token's position and input, records every dispatch into one
+//! compute pass, copies the tensors the host wants into one readback buffer,
+//! and submits once: one submission and one readback per token.
+//!
+//! What depends on the position is read from a small buffer on the device
+//! (`step`) or, for attention, rewritten into that layer's parameters
+//! before the submission; the dispatch grid never depends on it.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use super::attention::{params as attention_params, GpuAttention, KvMirror};
+use super::context::{storage_entry, uniform_entry, MatvecEntry};
+use super::delta::{GpuDeltaRule, GpuState};
+use super::matrix::{f32_bytes, GpuMatrix};
+use super::{AttnShape, DeltaShape, Gpu, MAX_D_K, MAX_HEAD_DIM};
+use crate::{Error, Result};
+
+/// An f32 buffer of a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    id: usize,
+    len: usize,
+}
+
+impl Tensor {
+    /// Values it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The compiled operations of `shaders/graph.wgsl` and `kv_store.wgsl` on
+/// one device (compile once, share between graphs).
+pub struct GraphOps {
+    layout: wgpu::BindGroupLayout,
+    ops: Vec<(&'static str, Arc<wgpu::ComputePipeline>)>,
+    kv_layout: wgpu::BindGroupLayout,
+    kv: Arc<wgpu::ComputePipeline>,
+}
+
+/// The entry points of `shaders/graph.wgsl`.
+const ENTRY_POINTS: [&str; 11] =
+    ["norm", "rope", "add", "glu", "softcap", "decay", "conv", "route", "shared_gate", "combine", "quant"];
+
+impl GraphOps {
+    pub fn new(gpu: &Gpu) -> Result<GraphOps> {
+        let device = gpu.device();
+        gpu.scoped("compiling the graph kernels", || {
+            let entries = [
+                storage_entry(0, false),
+                storage_entry(1, true),
+                storage_entry(2, true),
+                storage_entry(3, false),
+                uniform_entry(4),
+                storage_entry(5, true),
+            ];
+            let layout = device
+                .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some("graph"), entries: &entries });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some("graph"),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some("graph"),
+                source: wgpu::ShaderSource::Wgsl(super::shaders::graph(gpu.kernels()).into()),
+            });
+            let ops = ENTRY_POINTS
+                .iter()
+                .map(|&name| {
+                    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(name),
+                        layout: Some(&pipeline_layout),
+                        module: &module,
+                        entry_point: Some(name),
+                        compilation_options: Default::default(),
+                        cache: None,
+                    });
+                    (name, Arc::new(pipeline))
+                })
+                .collect();
+            let kv_entries =
+                [storage_entry(0, false), storage_entry(1, true), uniform_entry(2), storage_entry(3, true)];
+            let (kv_layout, kv) =
+                gpu.compute_pipeline("kv store", &kv_entries, super::shaders::kv_store(gpu.kernels()));
+            GraphOps { layout, ops, kv_layout, kv: Arc::new(kv) }
+        })
+    }
+
+    fn op(&self, name: &str) -> Arc<wgpu::ComputePipeline> {
+        let found = self.ops.iter().find(|(n, _)| *n == name);
+        found.map(|(_, p)| p.clone()).unwrap_or_else(|| unreachable!("no graph entry point {name}"))
+    }
+}
+
+/// One per-row operation's parameters (`Params` in `shaders/graph.wgsl`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpParams {
+    pub n: u32,
+    pub width: u32,
+    pub a0: u32,
+    pub sa: u32,
+    pub b0: u32,
+    pub sb: u32,
+    pub mode: u32,
+    pub k: u32,
+    pub m: u32,
+    pub eps: f32,
+    pub f0: f32,
+    pub f1: f32,
+}
+
+/// `norm`'s modes (`shaders/graph.wgsl`).
+pub mod norm_mode {
+    pub const WEIGHT: u32 = 1;
+    pub const IN_PLACE: u32 = 2;
+    pub const L2: u32 = 4;
+    pub const SILU_GATE: u32 = 8;
+}
+
+/// The operations of `shaders/graph.wgsl`, by entry point.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Rows of `a` (or `b`) normalised: see `norm_mode`.
+    Norm,
+    Rope,
+    /// a[a0 + i] += b[b0 + i % k].
+    Add,
+    /// a = act(a) * b: mode 0 SiLU, 1 GELU.
+    Glu,
+    Softcap,
+    Decay,
+    Conv,
+    Route,
+    SharedGate,
+    Combine,
+    /// `a` = `b` quantised to int8 blocks and back (mode 0: Q8_0/Q8_1, 2: Q8_K).
+    Quant,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Norm => "norm",
+            Op::Rope => "rope",
+            Op::Add => "add",
+            Op::Glu => "glu",
+            Op::Softcap => "softcap",
+            Op::Decay => "decay",
+            Op::Conv => "conv",
+            Op::Route => "route",
+            Op::SharedGate => "shared_gate",
+            Op::Combine => "combine",
+            Op::Quant => "quant",
+        }
+    }
+}
+
+/// A recorded dispatch.
+struct Dispatch {
+    pipeline: Arc<wgpu::ComputePipeline>,
+    group: wgpu::BindGroup,
+    grid: [u32; 3],
+}
+
+/// An attention layer's parameters, rewritten per token (its position).
+struct AttnParams {
+    buffer: wgpu::Buffer,
+    shape: AttnShape,
+    capacity: usize,
+    f16: bool,
+    sc_stride: usize,
+}
+
+/// A forward pass of one token, recorded.
+pub struct Graph {
+    gpu: Gpu,
+    ops: Arc<GraphOps>,
+    buffers: Vec<wgpu::Buffer>,
+    /// Word 0: the token's position.
+    step: wgpu::Buffer,
+    /// Bound where an operation leaves a binding unused: a read-only one,
+    /// and the written `d` (one buffer may not be both in a dispatch).
+    dummy: Tensor,
+    dummy_rw: Tensor,
+    dispatches: Vec<Dispatch>,
+    attention: Vec<AttnParams>,
+    /// The tensors [`run`](Self::run) reads back, one after the other.
+    reads: Vec<Tensor>,
+    readback: Option<wgpu::Buffer>,
+}
+
+/// Workgroups of 64 for `n` invocations, along x then y (`p.e` in the shader).
+fn grid_1d(gpu: &Gpu, n: usize) -> ([u32; 3], u32) {
+    let groups = n.div_ceil(64).max(1);
+    let max = gpu.max_groups();
+    let gx = groups.min(max);
+    ([gx as u32, groups.div_ceil(gx) as u32, 1], gx as u32)
+}
+
+impl Graph {
+    /// An empty graph on `gpu`.
+    pub fn new(gpu: &Gpu, ops: Arc<GraphOps>) -> Result<Graph> {
+        use wgpu::BufferUsages as U;
+        let step = gpu.scoped("allocating a graph", || gpu.buffer("graph step", 16, U::STORAGE | U::COPY_DST))?;
+        gpu.tally().created(1);
+        let mut g = Graph {
+            gpu: gpu.clone(),
+            ops,
+            buffers: Vec::new(),
+            step,
+            dummy: Tensor { id: 0, len: 0 },
+            dummy_rw: Tensor { id: 0, len: 0 },
+            dispatches: Vec::new(),
+            attention: Vec::new(),
+            reads: Vec::new(),
+            readback: None,
+        };
+        g.dummy = g.tensor(4)?;
+        g.dummy_rw = g.tensor(4)?;
+        Ok(g)
+    }
+
+    /// A tensor of `len` f32 values (content undefined until written).
+    pub fn tensor(&mut self, len: usize) -> Result<Tensor> {
+        let bytes = (4 * len.max(1)).next_multiple_of(16) as u64;
+        if bytes > self.gpu.max_binding_bytes() {
+            return Err(Error::InvalidArgument(format!("a tensor of {len} values exceeds the GPU's binding")));
+        }
+        use wgpu::BufferUsages as U;
+        let buffer = self.gpu.scoped("allocating a tensor", || {
+            self.gpu.buffer("graph tensor", bytes, U::STORAGE | U::COPY_DST | U::COPY_SRC)
+        })?;
+        self.gpu.tally().created(1);
+        self.buffers.push(buffer);
+        Ok(Tensor { id: self.buffers.len() - 1, len })
+    }
+
+    /// A tensor holding `values` (weights the host keeps as f32: norms,
+    /// biases, conv taps), written once.
+    pub fn constant(&mut self, values: &[f32]) -> Result<Tensor> {
+        let t = self.tensor(values.len())?;
+        if !values.is_empty() {
+            self.gpu.queue().write_buffer(&self.buffers[t.id], 0, f32_bytes(values));
+        }
+        self.gpu.tally().weights(4 * values.len() as u64);
+        Ok(t)
+    }
+
+    fn buf(&self, t: Tensor) -> &wgpu::Buffer {
+        &self.buffers[t.id]
+    }
+
+    fn uniform(&self, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+        use wgpu::BufferUsages as U;
+        let b = self.gpu.scoped("allocating parameters", || {
+            self.gpu.buffer(label, bytes.len().next_multiple_of(16) as u64, U::UNIFORM | U::COPY_DST)
+        })?;
+        self.gpu.queue().write_buffer(&b, 0, bytes);
+        self.gpu.tally().created(1);
+        Ok(b)
+    }
+
+    fn push(&mut self, pipeline: Arc<wgpu::ComputePipeline>, group: wgpu::BindGroup, grid: [u32; 3]) {
+        self.dispatches.push(Dispatch { pipeline, group, grid });
+    }
+
+    /// A per-row operation over `a` (written), `b`, `c`, `d` (`None`: unused)
+    /// on a grid of `invocations` (one-dimensional ops) or of `rows`
+    /// workgroups (`Norm`), or one workgroup (`Route`, `SharedGate`).
+    pub fn op(
+        &mut self,
+        op: Op,
+        p: OpParams,
+        a: Tensor,
+        b: Option<Tensor>,
+        c: Option<Tensor>,
+        d: Option<Tensor>,
+    ) -> Result<()> {
+        let (grid, gx) = match op {
+            Op::Norm => ([p.n, 1, 1], 1),
+            Op::Quant => {
+                let blocks = (p.n as usize).div_ceil(if p.mode == 2 { 256 } else { 32 });
+                let max = self.gpu.max_groups();
+                let gx = blocks.clamp(1, max);
+                ([gx as u32, blocks.div_ceil(gx).max(1) as u32, 1], gx as u32)
+            }
+            Op::Route | Op::SharedGate => ([1, 1, 1], 1),
+            Op::Rope => grid_1d(&self.gpu, (p.n * p.k) as usize),
+            Op::Decay | Op::Conv | Op::Add | Op::Glu | Op::Softcap | Op::Combine => grid_1d(&self.gpu, p.n as usize),
+        };
+        if grid[0] as usize > self.gpu.max_groups() {
+            return Err(Error::InvalidArgument(format!("{} rows exceed the GPU's dispatch grid", grid[0])));
+        }
+        let words: [u32; 16] = [
+            p.n,
+            p.width,
+            p.a0,
+            p.sa,
+            p.b0,
+            p.sb,
+            p.mode,
+            p.k,
+            p.m,
+            gx,
+            p.eps.to_bits(),
+            p.f0.to_bits(),
+            p.f1.to_bits(),
+            0,
+            0,
+            0,
+        ];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let params = self.uniform(op.name(), &bytes)?;
+        let (b, c, d) = (b.unwrap_or(self.dummy), c.unwrap_or(self.dummy), d.unwrap_or(self.dummy_rw));
+        let entries = [
+            wgpu::BindGroupEntry { binding: 0, resource: self.buf(a).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: self.buf(b).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: self.buf(c).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: self.buf(d).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 5, resource: self.step.as_entire_binding() },
+        ];
+        let group = self.group(op.name(), &self.ops.layout, &entries)?;
+        self.push(self.ops.op(op.name()), group, grid);
+        Ok(())
+    }
+
+    fn group(
+        &self,
+        label: &str,
+        layout: &wgpu::BindGroupLayout,
+        entries: &[wgpu::BindGroupEntry],
+    ) -> Result<wgpu::BindGroup> {
+        let device = self.gpu.device();
+        self.gpu.scoped("binding a graph operation", || {
+            device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries })
+        })
+    }
+
+    /// `y[..rows] = W · x` (one token).
+    pub fn matvec(&mut self, m: &GpuMatrix, x: Tensor, y: Tensor) -> Result<()> {
+        if !m.is_on(&self.gpu) || x.len != m.cols() || y.len < m.rows() {
+            return Err(Error::InvalidArgument(format!(
+                "a {}x{} product from {} into {} values",
+                m.rows(),
+                m.cols(),
+                x.len,
+                y.len
+            )));
+        }
+        let pipeline = self.gpu.matvec_pipeline(m.ty(), MatvecEntry::All)?;
+        for (weights, params, (gx, gy)) in m.chunks() {
+            let entries = self.gpu.matvec_entries(weights, self.buf(x), self.buf(y), params);
+            let group = self.group("graph matvec", self.gpu.layout(), &entries)?;
+            self.push(pipeline.clone(), group, [gx, gy, 1]);
+        }
+        Ok(())
+    }
+
+    /// `y[j][..per] = W_{ids[j]} · x[j * x_stride ..]` for the `k` experts a
+    /// router chose (`ids`: the router's output, ids as u32 bits first) of a
+    /// stack `m` of experts of `per` rows each.
+    #[allow(clippy::too_many_arguments)]
+    pub fn experts(
+        &mut self,
+        m: &GpuMatrix,
+        per: usize,
+        ids: Tensor,
+        k: usize,
+        x: Tensor,
+        x_stride: usize,
+        y: Tensor,
+    ) -> Result<()> {
+        let x_need = if x_stride == 0 { m.cols() } else { (k - 1) * x_stride + m.cols() };
+        let fits = m.is_on(&self.gpu)
+            && per > 0
+            && m.rows().is_multiple_of(per)
+            && k > 0
+            && ids.len >= k
+            && x.len >= x_need
+            && (x_stride == 0 || x_stride >= m.cols())
+            && y.len >= k * per
+            && k <= self.gpu.max_groups();
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "{k} experts of {per} rows of a {}x{} stack from {} into {} values",
+                m.rows(),
+                m.cols(),
+                x.len,
+                y.len
+            )));
+        }
+        let pipeline = self.gpu.matvec_pipeline(m.ty(), MatvecEntry::Experts)?;
+        let max = self.gpu.max_groups();
+        let gx = per.min(max);
+        let gy = per.div_ceil(gx);
+        if gy > max {
+            return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
+        }
+        let job: Vec<u8> = [x_stride as u32, per as u32, gx as u32, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let job = self.uniform("graph experts job", &job)?;
+        for (weights, params, _) in m.chunks() {
+            let mut entries = self.gpu.matvec_entries(weights, self.buf(x), self.buf(y), params);
+            entries.extend([
+                wgpu::BindGroupEntry {
+                    binding: 4,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &job,
+                        offset: 0,
+                        size: NonZeroU64::new(16),
+                    }),
+                },
+                wgpu::BindGroupEntry { binding: 5, resource: self.buf(ids).as_entire_binding() },
+            ]);
+            let group = self.group("graph experts", self.gpu.rows_layout(), &entries)?;
+            self.push(pipeline.clone(), group, [gx as u32, gy as u32, k as u32]);
+        }
+        Ok(())
+    }
+
+    /// The token's keys `k` and values `v` (`[n_kv_head][dim]`) into `kv`
+    /// at the token's position.
+    pub fn kv_store(&mut self, kv: &KvMirror, k: Tensor, v: Tensor) -> Result<()> {
+        if !kv.gpu.same_device(&self.gpu)
+            || k.len != kv.n_kv_head * kv.head_dim
+            || v.len != kv.n_kv_head * kv.head_dim_v
+        {
+            return Err(Error::InvalidArgument(format!("keys of {} and values of {} for a KV cache", k.len, v.len)));
+        }
+        for (dst, src, dim) in [(&kv.k, k, kv.head_dim), (&kv.v, v, kv.head_dim_v)] {
+            let words = [kv.n_kv_head as u32, dim as u32, kv.capacity as u32, kv.f16 as u32];
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let params = self.uniform("kv store", &bytes)?;
+            let entries = [
+                wgpu::BindGroupEntry { binding: 0, resource: dst.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 1, resource: self.buf(src).as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 2, resource: params.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 3, resource: self.step.as_entire_binding() },
+            ];
+            let group = self.group("kv store", &self.ops.kv_layout, &entries)?;
+            let groups = kv.n_kv_head.div_ceil(64) as u32;
+            self.push(self.ops.kv.clone(), group, [groups, 1, 1]);
+        }
+        Ok(())
+    }
+
+    /// Attention of the token's queries `q` over `kv` (positions up to the
+    /// token's) into `out`; `shape`'s `pos0` is set per token, its `n` is 1.
+    /// `scores` holds one row of scores per head over the whole cache (or window).
+    pub fn attention(
+        &mut self,
+        kernel: &GpuAttention,
+        kv: &KvMirror,
+        shape: AttnShape,
+        q: Tensor,
+        out: Tensor,
+        scores: Tensor,
+    ) -> Result<()> {
+        let s = AttnShape { n: 1, ..shape };
+        let sc_stride = s.window.map_or(kv.capacity, |w| w.min(kv.capacity));
+        let fits = kv.gpu.same_device(&self.gpu)
+            && kernel.gpu.same_device(&self.gpu)
+            && s.n_kv_head == kv.n_kv_head
+            && s.head_dim == kv.head_dim
+            && s.head_dim_v == kv.head_dim_v
+            && (1..=MAX_HEAD_DIM).contains(&s.head_dim)
+            && s.n_kv_head > 0
+            && s.n_head.is_multiple_of(s.n_kv_head)
+            && s.q_stride >= s.head_dim
+            && s.q_rows >= s.n_head * s.q_stride
+            && (!s.gated || s.head_dim_v == s.head_dim && s.q_stride >= 2 * s.head_dim)
+            && q.len >= s.q_rows
+            && out.len >= s.n_head * s.head_dim_v
+            && scores.len >= s.n_head * sc_stride
+            && s.window != Some(0)
+            && s.n_head <= self.gpu.max_groups();
+        if !fits {
+            return Err(Error::InvalidArgument(format!("graph attention of {s:?} over {} positions", kv.capacity)));
+        }
+        let buffer = self.uniform("graph attention", &attention_params(&s, kv.capacity, kv.f16, sc_stride, 0))?;
+        let mut entries = vec![
+            wgpu::BindGroupEntry { binding: 0, resource: kv.k.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: kv.v.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: self.buf(q).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: self.buf(out).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: self.buf(scores).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 5, resource: buffer.as_entire_binding() },
+        ];
+        if self.gpu.kernels().f16 {
+            entries.extend([
+                wgpu::BindGroupEntry { binding: 6, resource: kv.k.as_entire_binding() },
+                wgpu::BindGroupEntry { binding: 7, resource: kv.v.as_entire_binding() },
+            ]);
+        }
+        let group = self.group("graph attention", &kernel.layout, &entries)?;
+        self.push(Arc::new(kernel.pipeline.clone()), group, [s.n_head as u32, 1, 1]);
+        self.attention.push(AttnParams { buffer, shape: s, capacity: kv.capacity, f16: kv.f16, sc_stride });
+        Ok(())
+    }
+
+    /// The delta rule of one token over `state`: `qkv` (`[conv_dim]`, q and
+    /// k normalised), `gb` (`[exp(g) | beta]` per value head) into `out`.
+    pub fn delta(
+        &mut self,
+        kernel: &GpuDeltaRule,
+        state: &GpuState,
+        shape: DeltaShape,
+        qkv: Tensor,
+        gb: Tensor,
+        out: Tensor,
+    ) -> Result<()> {
+        let s = DeltaShape { n: 1, ..shape };
+        let (kd, vd) = (s.n_k_heads * s.d_k, s.n_v_heads * s.d_v);
+        let fits = kernel.gpu.same_device(&self.gpu)
+            && state.gpu.same_device(&self.gpu)
+            && s.n_k_heads > 0
+            && (1..=MAX_D_K).contains(&s.d_k)
+            && s.d_v > 0
+            && s.n_v_heads > 0
+            && s.n_v_heads <= self.gpu.max_groups()
+            && state.len == s.n_v_heads * s.d_k * s.d_v
+            && qkv.len >= 2 * kd + vd
+            && gb.len >= 2 * s.n_v_heads
+            && out.len >= vd;
+        if !fits {
+            return Err(Error::InvalidArgument(format!("the graph's delta rule of {s:?}")));
+        }
+        let words = [
+            1u32,
+            s.n_v_heads as u32,
+            s.n_k_heads as u32,
+            s.d_k as u32,
+            s.d_v as u32,
+            (2 * kd + vd) as u32,
+            kd as u32,
+            (1.0 / (s.d_k as f32).sqrt()).to_bits(),
+        ];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let params = self.uniform("graph delta rule", &bytes)?;
+        let entries = [
+            wgpu::BindGroupEntry { binding: 0, resource: state.values.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: self.buf(qkv).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: self.buf(gb).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: self.buf(out).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
+        ];
+        let group = self.group("graph delta rule", &kernel.layout, &entries)?;
+        self.push(Arc::new(kernel.pipeline.clone()), group, [s.n_v_heads as u32, 1, 1]);
+        Ok(())
+    }
+
+    /// An op over a raw f32 buffer of the device (a recurrent state's conv
+    /// window) as its `d` binding: see [`op`](Self::op).
+    pub fn conv(&mut self, p: OpParams, x: Tensor, taps: Tensor, window: &GpuState) -> Result<()> {
+        let hist = p.k as usize;
+        let n = p.n as usize;
+        if !window.gpu.same_device(&self.gpu) || window.len != hist * n || x.len < n || taps.len < (hist + 1) * n {
+            return Err(Error::InvalidArgument(format!("a conv of {hist} + 1 taps over {n} channels")));
+        }
+        let (grid, gx) = grid_1d(&self.gpu, n);
+        let words: [u32; 16] = [p.n, 0, 0, 0, 0, 0, 0, p.k, 0, gx, 0, 0, 0, 0, 0, 0];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let params = self.uniform("conv", &bytes)?;
+        let entries = [
+            wgpu::BindGroupEntry { binding: 0, resource: self.buf(x).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 1, resource: self.buf(taps).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 2, resource: self.buf(self.dummy).as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 3, resource: window.values.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
+            wgpu::BindGroupEntry { binding: 5, resource: self.step.as_entire_binding() },
+        ];
+        let group = self.group("conv", &self.ops.layout, &entries)?;
+        self.push(self.ops.op("conv"), group, grid);
+        Ok(())
+    }
+
+    /// The tensors [`run`](Self::run) reads back, in this order.
+    pub fn read_back(&mut self, tensors: &[Tensor]) -> Result<()> {
+        let bytes = (4 * tensors.iter().map(|t| t.len).sum::<usize>()).max(4) as u64;
+        use wgpu::BufferUsages as U;
+        let buffer = self
+            .gpu
+            .scoped("allocating a readback", || self.gpu.buffer("graph readback", bytes, U::MAP_READ | U::COPY_DST))?;
+        self.gpu.tally().created(1);
+        self.reads = tensors.to_vec();
+        self.readback = Some(buffer);
+        Ok(())
+    }
+
+    /// Dispatches per token.
+    pub fn dispatches(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    /// Run the graph for the token at `pos`, its inputs written first
+    /// (`inputs`: tensor and values); `out` = the read-back tensors, one
+    /// after the other. One submission, one readback.
+    pub fn run(&self, pos: usize, inputs: &[(Tensor, &[f32])], out: &mut Vec<f32>) -> Result<()> {
+        let Some(readback) = &self.readback else {
+            return Err(Error::InvalidArgument("a graph without its readback".into()));
+        };
+        let (device, queue, tally) = (self.gpu.device(), self.gpu.queue(), self.gpu.tally());
+        let bytes: u64 = 4 * self.reads.iter().map(|t| t.len as u64).sum::<u64>();
+        self.gpu.scoped("running a decoded token", || {
+            let mut up = 16u64;
+            queue.write_buffer(&self.step, 0, &[pos as u32, 0, 0, 0].map(u32::to_le_bytes).concat());
+            for &(t, values) in inputs {
+                queue.write_buffer(self.buf(t), 0, f32_bytes(&values[..values.len().min(t.len)]));
+                up += 4 * values.len().min(t.len) as u64;
+            }
+            for a in &self.attention {
+                let s = AttnShape { pos0: pos, ..a.shape };
+                queue.write_buffer(&a.buffer, 0, &attention_params(&s, a.capacity, a.f16, a.sc_stride, 0));
+                up += 64;
+            }
+            tally.activations(up);
+            let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("token") });
+            {
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                for d in &self.dispatches {
+                    pass.set_pipeline(&d.pipeline);
+                    pass.set_bind_group(0, &d.group, &[]);
+                    pass.dispatch_workgroups(d.grid[0], d.grid[1], d.grid[2]);
+                }
+            }
+            let mut at = 0u64;
+            for &t in &self.reads {
+                let n = 4 * t.len as u64;
+                if n > 0 {
+                    enc.copy_buffer_to_buffer(self.buf(t), 0, readback, at, n);
+                }
+                at += n;
+            }
+            queue.submit([enc.finish()]);
+            tally.submitted(self.dispatches.len() as u64);
+        })?;
+        if bytes == 0 {
+            out.clear();
+            return Ok(());
+        }
+        self.gpu.read_f32(readback, bytes, out)
+    }
+}
