@@ -53,7 +53,8 @@ impl KvMirror {
                 })
         };
         let (kb, vb) = (size(head_dim)?, size(head_dim_v)?);
-        let buffer = |label, size| gpu.buffer(label, size, wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST);
+        use wgpu::BufferUsages as U;
+        let buffer = |label, size| gpu.buffer(label, size, U::STORAGE | U::COPY_DST | U::COPY_SRC);
         let (k, v) = gpu.scoped("allocating a KV cache", || (buffer("kv keys", kb), buffer("kv values", vb)))?;
         gpu.tally().created(2);
         Ok(KvMirror { gpu: gpu.clone(), k, v, f16, n_kv_head, capacity, head_dim, head_dim_v })

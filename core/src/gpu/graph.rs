@@ -602,6 +602,19 @@ impl Graph {
         Ok(())
     }
 
+    /// The words of a device buffer (tests).
+    #[cfg(test)]
+    pub(super) fn read_words(gpu: &Gpu, buffer: &wgpu::Buffer) -> Vec<u32> {
+        use wgpu::BufferUsages as U;
+        let back = gpu.buffer("test readback", buffer.size(), U::MAP_READ | U::COPY_DST);
+        let mut enc = gpu.device().create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        enc.copy_buffer_to_buffer(buffer, 0, &back, 0, buffer.size());
+        gpu.queue().submit([enc.finish()]);
+        let mut out = Vec::new();
+        gpu.read_f32(&back, buffer.size(), &mut out).unwrap();
+        out.iter().map(|v| v.to_bits()).collect()
+    }
+
     /// Dispatches per token.
     pub fn dispatches(&self) -> usize {
         self.dispatches.len()

@@ -76,6 +76,8 @@ mod stand_in;
 pub use stand_in::{Gpu, GpuAttention, GpuBatch, GpuDeltaRule, GpuMatrix, GpuState, KvMirror, RowsJob};
 
 #[cfg(all(test, feature = "gpu"))]
+mod graph_tests;
+#[cfg(all(test, feature = "gpu"))]
 mod tests;
 
 /// The formats the GPU computes with, in GGUF id order.

@@ -84,7 +84,8 @@ pub fn attention(v: KernelVariant) -> String {
 /// The decoded token's per-row operations (`shaders/graph.wgsl`: norms,
 /// RoPE, adds, activations, the router, the DeltaNet decays and conv).
 pub fn graph(v: KernelVariant) -> String {
-    format!("{}\n{GRAPH}\n{ROUND_HALF}", common(v))
+    // No f16 values: only the reductions differ between forms.
+    format!("{}\n{GRAPH}\n{ROUND_HALF}", common(KernelVariant { f16: false, ..v }))
 }
 
 /// A token's keys or values into a KV cache (`shaders/kv_store.wgsl`; no

@@ -17,7 +17,7 @@ use crate::quant::GgmlType;
 use crate::Error;
 
 /// The device, or `None` (printing why) when there is none and none is required.
-fn device(opts: &GpuOptions) -> Option<Gpu> {
+pub(super) fn device(opts: &GpuOptions) -> Option<Gpu> {
     match Gpu::new(opts) {
         Ok(gpu) => Some(gpu),
         Err(e) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
@@ -32,7 +32,7 @@ fn device(opts: &GpuOptions) -> Option<Gpu> {
 
 /// A device per form of the kernels the adapter can run (each of
 /// `shader-f16` and subgroups on and off where offered), or none.
-fn variants(base: &GpuOptions) -> Vec<Gpu> {
+pub(super) fn variants(base: &GpuOptions) -> Vec<Gpu> {
     let mut seen = Vec::new();
     let mut gpus = Vec::new();
     for (no_f16, no_subgroups) in [(false, false), (true, false), (false, true), (true, true)] {
@@ -56,7 +56,7 @@ fn test_cols(ty: GgmlType) -> usize {
 
 /// `W · x[t]` in f64 from the CPU's dequantisation, and per output the sum
 /// of |w·x| terms (the scale of the rounding error f32 sums may make).
-fn reference(ty: GgmlType, rows: usize, cols: usize, w: &[u8], x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn reference(ty: GgmlType, rows: usize, cols: usize, w: &[u8], x: &[f32], n: usize) -> (Vec<f64>, Vec<f64>) {
     let row_bytes = w.len() / rows;
     let mut deq = vec![0f32; cols];
     let (mut want, mut scale) = (vec![0f64; n * rows], vec![0f64; n * rows]);
@@ -71,7 +71,7 @@ fn reference(ty: GgmlType, rows: usize, cols: usize, w: &[u8], x: &[f32], n: usi
     (want, scale)
 }
 
-fn assert_close(what: &str, got: &[f32], want: &[f64], scale: &[f64]) {
+pub(super) fn assert_close(what: &str, got: &[f32], want: &[f64], scale: &[f64]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, ((&g, &w), &s)) in got.iter().zip(want).zip(scale).enumerate() {
         let tol = 3e-5 * s + 1e-7;
@@ -282,8 +282,10 @@ fn every_module_translates_to_msl_and_spirv() {
             let info = Validator::new(ValidationFlags::all(), caps)
                 .validate(&module)
                 .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
-            // The delta rule and the KV store have no reductions and no f16: one form for all.
-            if v != KernelVariant::PORTABLE && ty != "delta rule" && ty != "kv store" {
+            // The delta rule and the KV store have no reductions and no f16
+            // (one form for all), the graph's operations no f16.
+            let one_form = ty == "delta rule" || ty == "kv store" || ty == "graph" && !subgroups;
+            if v != KernelVariant::PORTABLE && !one_form {
                 let bare = Validator::new(ValidationFlags::all(), Capabilities::empty()).validate(&module);
                 assert!(bare.is_err(), "{what} validates without its capabilities");
             }

@@ -334,6 +334,16 @@ fn combine(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     a[i] = s;
 }
 
+// The scale `d` times a quantised value `q`, as the CPU's int8 times its
+// scale: a zero has the sign of `d`, set by the bits (a compiler free to
+// ignore the sign of zero keeps them).
+fn int_times(d: f32, q: f32) -> f32 {
+    if (q == 0.0) {
+        return bitcast<f32>(bitcast<u32>(d) & 0x80000000u);
+    }
+    return d * q;
+}
+
 // Activations as the CPU's kernels see them (`QActs::quantize`, then
 // `QActs::dequantize`): block `wid` of `b` quantised to int8 and back into
 // `a`. Mode 0: Q8_0 and Q8_1 (blocks of 32, `quantize_row_q8_0`'s
@@ -356,12 +366,13 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     }
     hi = max_all(hi, lane);
     lo = -max_all(-lo, lane);
-    let amax = max(hi, -lo);
+    // abs: no -0 from the maximum of two zeros.
+    let amax = abs(max(hi, -lo));
     if (p.mode != 2u) {
         let d = round_to_half(amax / 127.0);
         let id = select(0.0, 127.0 / amax, amax != 0.0);
         for (var i = lane.lid; i < size && live; i += WG) {
-            a[base + i] = d * round(b[base + i] * id);
+            a[base + i] = int_times(d, round(b[base + i] * id));
         }
         return;
     }
@@ -388,6 +399,6 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     let iscale = -127.0 / mx;
     let d = 1.0 / iscale;
     for (var i = lane.lid; i < size && live; i += WG) {
-        a[base + i] = d * min(round(iscale * b[base + i]), 127.0);
+        a[base + i] = int_times(d, min(round(iscale * b[base + i]), 127.0));
     }
 }
