@@ -292,6 +292,44 @@ fn recurrent_states_stay_on_the_gpu_while_decoding() {
     assert_eq!(gpu.backend_counters().unwrap().cpu_delta, 0);
 }
 
+/// Two sequences of the same shape take turns on one recorded decode (it
+/// binds each one's caches and states in turn: bind groups, no buffers),
+/// each giving the CPU's logits, on the hybrid model and an attention-only one.
+#[cfg(feature = "gpu")]
+#[test]
+fn sequences_take_turns_on_one_recorded_decode() {
+    for name in ["qwen35moe-tiny-Q2_K", "gemma3-tiny-Q8_0"] {
+        let Some(gpu) = load_gpu(name) else { return };
+        let cpu = Model::load(path(name)).unwrap();
+        let pool = ThreadPool::new(2);
+        let new = |m: &Model| m.new_state(32, KvType::F16).unwrap();
+        let (mut g, mut c) = ([new(&gpu), new(&gpu)], [new(&cpu), new(&cpu)]);
+        for (i, prompt) in [[100u32, 137, 174], [9, 900, 33]].iter().enumerate() {
+            gpu.forward(&pool, &mut g[i], prompt, Logits::Last).unwrap();
+            cpu.forward(&pool, &mut c[i], prompt, Logits::Last).unwrap();
+        }
+        let mut warm = None;
+        for step in 0..4u32 {
+            for i in 0..2 {
+                let t = 5 + 31 * step + 400 * i as u32;
+                gpu.forward(&pool, &mut g[i], &[t], Logits::Last).unwrap();
+                cpu.forward(&pool, &mut c[i], &[t], Logits::Last).unwrap();
+                let range = c[i].logits().iter().fold(0f32, |m, v| m.max(v.abs()));
+                let worst = c[i].logits().iter().zip(g[i].logits()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+                // Another sequence's cache bound by mistake moves them by far more.
+                assert!(worst <= 0.02 * range, "{name}: sequence {i}, step {step}: logits differ by {worst}");
+                assert_eq!(argmax(c[i].logits()), argmax(g[i].logits()), "{name}: sequence {i}, step {step}");
+            }
+            if step == 0 {
+                warm = gpu.backend_counters();
+            }
+        }
+        let d = gpu.backend_counters().unwrap() - warm.unwrap();
+        assert_eq!(d.graph_tokens, 6, "{name}");
+        assert_eq!((d.device.buffers_created, d.device.weight_bytes_uploaded), (0, 0), "{name}: {d:?}");
+    }
+}
+
 /// Greedy text on the GPU is the CPU's on the hybrid model through all that
 /// rewrites its recurrent states: a snapshot saved and loaded into a new
 /// session, a reset (a new sequence), a rewind to a checkpoint (a prompt

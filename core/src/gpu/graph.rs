@@ -170,12 +170,19 @@ impl Op {
     }
 }
 
-/// A recorded dispatch.
+/// A recorded dispatch, and what its bind group binds (to bind another
+/// sequence's caches and states in place of the ones it was recorded with).
 struct Dispatch {
     pipeline: Arc<wgpu::ComputePipeline>,
     group: wgpu::BindGroup,
     grid: [u32; 3],
+    layout: wgpu::BindGroupLayout,
+    /// Binding, buffer, and the bound size when not the whole buffer.
+    entries: Vec<(u32, wgpu::Buffer, Option<u64>)>,
 }
+
+/// A bind group entry as a [`Dispatch`] keeps it.
+type Entry = (u32, wgpu::Buffer, Option<u64>);
 
 /// An attention layer's parameters, rewritten per token (its position).
 struct AttnParams {
@@ -275,8 +282,77 @@ impl Graph {
         Ok(b)
     }
 
-    fn push(&mut self, pipeline: Arc<wgpu::ComputePipeline>, group: wgpu::BindGroup, grid: [u32; 3]) {
-        self.dispatches.push(Dispatch { pipeline, group, grid });
+    /// Record a dispatch of `pipeline` over a bind group of `entries` in `layout`.
+    fn push(
+        &mut self,
+        label: &str,
+        pipeline: Arc<wgpu::ComputePipeline>,
+        layout: &wgpu::BindGroupLayout,
+        entries: Vec<Entry>,
+        grid: [u32; 3],
+    ) -> Result<()> {
+        let group = self.bind(label, layout, &entries)?;
+        self.dispatches.push(Dispatch { pipeline, group, grid, layout: layout.clone(), entries });
+        Ok(())
+    }
+
+    fn bind(&self, label: &str, layout: &wgpu::BindGroupLayout, entries: &[Entry]) -> Result<wgpu::BindGroup> {
+        let entries: Vec<wgpu::BindGroupEntry> = entries
+            .iter()
+            .map(|(binding, buffer, size)| wgpu::BindGroupEntry {
+                binding: *binding,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer,
+                    offset: 0,
+                    size: size.and_then(NonZeroU64::new),
+                }),
+            })
+            .collect();
+        let device = self.gpu.device();
+        self.gpu.scoped("binding a graph operation", || {
+            device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries: &entries })
+        })
+    }
+
+    /// Bind `new` wherever the graph binds `old` (another sequence's cache
+    /// or state of the same shape): new bind groups, no new buffer.
+    fn rebind(&mut self, swaps: &[(&wgpu::Buffer, &wgpu::Buffer)]) -> Result<()> {
+        for i in 0..self.dispatches.len() {
+            let d = &self.dispatches[i];
+            if !d.entries.iter().any(|(_, b, _)| swaps.iter().any(|(old, _)| *old == b)) {
+                continue;
+            }
+            let entries: Vec<Entry> = d
+                .entries
+                .iter()
+                .map(|(n, b, size)| {
+                    let b = swaps.iter().find(|(old, _)| *old == b).map_or(b, |(_, new)| *new);
+                    (*n, b.clone(), *size)
+                })
+                .collect();
+            let group = self.bind("rebound", &d.layout, &entries)?;
+            let d = &mut self.dispatches[i];
+            (d.group, d.entries) = (group, entries);
+        }
+        Ok(())
+    }
+
+    /// Bind the KV cache copy `new` where `old` is bound (same shape).
+    pub fn rebind_kv(&mut self, old: &KvMirror, new: &KvMirror) -> Result<()> {
+        let same = (old.f16, old.n_kv_head, old.capacity, old.head_dim, old.head_dim_v)
+            == (new.f16, new.n_kv_head, new.capacity, new.head_dim, new.head_dim_v);
+        if !same || !new.gpu.same_device(&self.gpu) {
+            return Err(Error::InvalidArgument("rebinding a KV cache of another shape".into()));
+        }
+        self.rebind(&[(&old.k, &new.k), (&old.v, &new.v)])
+    }
+
+    /// Bind the state copy `new` where `old` is bound (same length).
+    pub fn rebind_state(&mut self, old: &GpuState, new: &GpuState) -> Result<()> {
+        if old.len != new.len || !new.gpu.same_device(&self.gpu) {
+            return Err(Error::InvalidArgument("rebinding a state of another length".into()));
+        }
+        self.rebind(&[(&old.values, &new.values)])
     }
 
     /// A per-row operation over `a` (written), `b`, `c`, `d` (`None`: unused)
@@ -327,29 +403,16 @@ impl Graph {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let params = self.uniform(op.name(), &bytes)?;
         let (b, c, d) = (b.unwrap_or(self.dummy), c.unwrap_or(self.dummy), d.unwrap_or(self.dummy_rw));
-        let entries = [
-            wgpu::BindGroupEntry { binding: 0, resource: self.buf(a).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: self.buf(b).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: self.buf(c).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: self.buf(d).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 5, resource: self.step.as_entire_binding() },
+        let entries = vec![
+            (0, self.buf(a).clone(), None),
+            (1, self.buf(b).clone(), None),
+            (2, self.buf(c).clone(), None),
+            (3, self.buf(d).clone(), None),
+            (4, params, None),
+            (5, self.step.clone(), None),
         ];
-        let group = self.group(op.name(), &self.ops.layout, &entries)?;
-        self.push(self.ops.op(op.name()), group, grid);
-        Ok(())
-    }
-
-    fn group(
-        &self,
-        label: &str,
-        layout: &wgpu::BindGroupLayout,
-        entries: &[wgpu::BindGroupEntry],
-    ) -> Result<wgpu::BindGroup> {
-        let device = self.gpu.device();
-        self.gpu.scoped("binding a graph operation", || {
-            device.create_bind_group(&wgpu::BindGroupDescriptor { label: Some(label), layout, entries })
-        })
+        let layout = self.ops.layout.clone();
+        self.push(op.name(), self.ops.op(op.name()), &layout, entries, grid)
     }
 
     /// `y[..rows] = W · x` (one token).
@@ -364,12 +427,27 @@ impl Graph {
             )));
         }
         let pipeline = self.gpu.matvec_pipeline(m.ty(), MatvecEntry::All)?;
+        let layout = self.gpu.layout().clone();
         for (weights, params, (gx, gy)) in m.chunks() {
-            let entries = self.gpu.matvec_entries(weights, self.buf(x), self.buf(y), params);
-            let group = self.group("graph matvec", self.gpu.layout(), &entries)?;
-            self.push(pipeline.clone(), group, [gx, gy, 1]);
+            let entries = self.matvec_entries(weights, x, y, params);
+            self.push("graph matvec", pipeline.clone(), &layout, entries, [gx, gy, 1])?;
         }
         Ok(())
+    }
+
+    /// A product's bindings: weights, x, y, params (and the weights again
+    /// as f16 values for the f16 kernels).
+    fn matvec_entries(&self, weights: &wgpu::Buffer, x: Tensor, y: Tensor, params: &wgpu::Buffer) -> Vec<Entry> {
+        let mut entries = vec![
+            (0, weights.clone(), None),
+            (1, self.buf(x).clone(), None),
+            (2, self.buf(y).clone(), None),
+            (3, params.clone(), None),
+        ];
+        if self.gpu.kernels().f16 {
+            entries.push((6, weights.clone(), None));
+        }
+        entries
     }
 
     /// `y[j][..per] = W_{ids[j]} · x[j * x_stride ..]` for the `k` experts a
@@ -414,21 +492,11 @@ impl Graph {
         }
         let job: Vec<u8> = [x_stride as u32, per as u32, gx as u32, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
         let job = self.uniform("graph experts job", &job)?;
+        let layout = self.gpu.rows_layout().clone();
         for (weights, params, _) in m.chunks() {
-            let mut entries = self.gpu.matvec_entries(weights, self.buf(x), self.buf(y), params);
-            entries.extend([
-                wgpu::BindGroupEntry {
-                    binding: 4,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &job,
-                        offset: 0,
-                        size: NonZeroU64::new(16),
-                    }),
-                },
-                wgpu::BindGroupEntry { binding: 5, resource: self.buf(ids).as_entire_binding() },
-            ]);
-            let group = self.group("graph experts", self.gpu.rows_layout(), &entries)?;
-            self.push(pipeline.clone(), group, [gx as u32, gy as u32, k as u32]);
+            let mut entries = self.matvec_entries(weights, x, y, params);
+            entries.extend([(4, job.clone(), Some(16)), (5, self.buf(ids).clone(), None)]);
+            self.push("graph experts", pipeline.clone(), &layout, entries, [gx as u32, gy as u32, k as u32])?;
         }
         Ok(())
     }
@@ -446,15 +514,15 @@ impl Graph {
             let words = [kv.n_kv_head as u32, dim as u32, kv.capacity as u32, kv.f16 as u32];
             let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let params = self.uniform("kv store", &bytes)?;
-            let entries = [
-                wgpu::BindGroupEntry { binding: 0, resource: dst.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 1, resource: self.buf(src).as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 2, resource: params.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 3, resource: self.step.as_entire_binding() },
+            let entries = vec![
+                (0, dst.clone(), None),
+                (1, self.buf(src).clone(), None),
+                (2, params, None),
+                (3, self.step.clone(), None),
             ];
-            let group = self.group("kv store", &self.ops.kv_layout, &entries)?;
             let groups = kv.n_kv_head.div_ceil(64) as u32;
-            self.push(self.ops.kv.clone(), group, [groups, 1, 1]);
+            let layout = self.ops.kv_layout.clone();
+            self.push("kv store", self.ops.kv.clone(), &layout, entries, [groups, 1, 1])?;
         }
         Ok(())
     }
@@ -494,21 +562,18 @@ impl Graph {
         }
         let buffer = self.uniform("graph attention", &attention_params(&s, kv.capacity, kv.f16, sc_stride, 0))?;
         let mut entries = vec![
-            wgpu::BindGroupEntry { binding: 0, resource: kv.k.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: kv.v.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: self.buf(q).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: self.buf(out).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: self.buf(scores).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 5, resource: buffer.as_entire_binding() },
+            (0, kv.k.clone(), None),
+            (1, kv.v.clone(), None),
+            (2, self.buf(q).clone(), None),
+            (3, self.buf(out).clone(), None),
+            (4, self.buf(scores).clone(), None),
+            (5, buffer.clone(), None),
         ];
         if self.gpu.kernels().f16 {
-            entries.extend([
-                wgpu::BindGroupEntry { binding: 6, resource: kv.k.as_entire_binding() },
-                wgpu::BindGroupEntry { binding: 7, resource: kv.v.as_entire_binding() },
-            ]);
+            entries.extend([(6, kv.k.clone(), None), (7, kv.v.clone(), None)]);
         }
-        let group = self.group("graph attention", &kernel.layout, &entries)?;
-        self.push(Arc::new(kernel.pipeline.clone()), group, [s.n_head as u32, 1, 1]);
+        let pipeline = Arc::new(kernel.pipeline.clone());
+        self.push("graph attention", pipeline, &kernel.layout, entries, [s.n_head as u32, 1, 1])?;
         self.attention.push(AttnParams { buffer, shape: s, capacity: kv.capacity, f16: kv.f16, sc_stride });
         Ok(())
     }
@@ -552,16 +617,15 @@ impl Graph {
         ];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let params = self.uniform("graph delta rule", &bytes)?;
-        let entries = [
-            wgpu::BindGroupEntry { binding: 0, resource: state.values.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: self.buf(qkv).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: self.buf(gb).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: self.buf(out).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
+        let entries = vec![
+            (0, state.values.clone(), None),
+            (1, self.buf(qkv).clone(), None),
+            (2, self.buf(gb).clone(), None),
+            (3, self.buf(out).clone(), None),
+            (4, params, None),
         ];
-        let group = self.group("graph delta rule", &kernel.layout, &entries)?;
-        self.push(Arc::new(kernel.pipeline.clone()), group, [s.n_v_heads as u32, 1, 1]);
-        Ok(())
+        let pipeline = Arc::new(kernel.pipeline.clone());
+        self.push("graph delta rule", pipeline, &kernel.layout, entries, [s.n_v_heads as u32, 1, 1])
     }
 
     /// An op over a raw f32 buffer of the device (a recurrent state's conv
@@ -576,17 +640,16 @@ impl Graph {
         let words: [u32; 16] = [p.n, 0, 0, 0, 0, 0, 0, p.k, 0, gx, 0, 0, 0, 0, 0, 0];
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let params = self.uniform("conv", &bytes)?;
-        let entries = [
-            wgpu::BindGroupEntry { binding: 0, resource: self.buf(x).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 1, resource: self.buf(taps).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 2, resource: self.buf(self.dummy).as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 3, resource: window.values.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 4, resource: params.as_entire_binding() },
-            wgpu::BindGroupEntry { binding: 5, resource: self.step.as_entire_binding() },
+        let entries = vec![
+            (0, self.buf(x).clone(), None),
+            (1, self.buf(taps).clone(), None),
+            (2, self.buf(self.dummy).clone(), None),
+            (3, window.values.clone(), None),
+            (4, params, None),
+            (5, self.step.clone(), None),
         ];
-        let group = self.group("conv", &self.ops.layout, &entries)?;
-        self.push(self.ops.op("conv"), group, grid);
-        Ok(())
+        let layout = self.ops.layout.clone();
+        self.push("conv", self.ops.op("conv"), &layout, entries, grid)
     }
 
     /// The tensors [`run`](Self::run) reads back, in this order.

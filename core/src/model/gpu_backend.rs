@@ -79,10 +79,10 @@ pub struct GpuBackend {
     /// The graph kernels, compiled on first use (`None`: they failed to).
     #[cfg(feature = "gpu")]
     graph_ops: OnceLock<Option<Arc<crate::gpu::GraphOps>>>,
-    /// Each live state's recorded decode (`None`: it does not record), by
-    /// its first layer's id, with a handle that dies with that layer.
+    /// The recorded decode per shape of state (`None`: it does not record),
+    /// bound to the last state of that shape that decoded.
     #[cfg(feature = "gpu")]
-    graphs: Mutex<HashMap<u64, decode::Recorded>>,
+    graphs: Mutex<HashMap<decode::Shape, Option<decode::DecodeGraph>>>,
     graph_tokens: AtomicU64,
     on_gpu: AtomicU64,
     on_cpu: AtomicU64,

@@ -333,6 +333,7 @@ impl GpuReport {
             "attention_on_cpu_per_token": self.per_token(self.decode.cpu_attention),
             "delta_rule_on_gpu_per_token": self.per_token(self.decode.gpu_delta),
             "delta_rule_on_cpu_per_token": self.per_token(self.decode.cpu_delta),
+            "one_submission_tokens_per_token": self.per_token(self.decode.graph_tokens),
             "submissions_per_token": self.per_token(d.submissions),
             "dispatches_per_token": self.per_token(d.dispatches),
             "readbacks_per_token": self.per_token(d.readbacks),
@@ -355,9 +356,10 @@ impl GpuReport {
         let (d, after) = (&self.decode.device, &self.after_load.device);
         let t = |v: u64| self.per_token(v).unwrap_or(0.0);
         format!(
-            "gpu          per decoded token: {:.0} products on the GPU, {:.0} on the CPU, {:.0} attention and \
-             {:.0} delta-rule calls on the GPU, {:.0} on the CPU, {:.0} submissions, {:.0} dispatches, {:.1} KB uploaded, {:.1} KB read back; after load: {:.1} MiB of weights uploaded, \
+            "gpu          per decoded token: {:.0}% as one recorded submission; otherwise {:.0} products on the GPU, {:.0} on the CPU, {:.0} attention and \
+             {:.0} delta-rule calls on the GPU, {:.0} on the CPU; {:.0} submissions, {:.0} dispatches, {:.1} KB uploaded, {:.1} KB read back; after load: {:.1} MiB of weights uploaded, \
              {} buffers created",
+            100.0 * t(self.decode.graph_tokens),
             t(self.decode.gpu_products),
             t(self.decode.cpu_products),
             t(self.decode.gpu_attention),

@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use super::super::blocks::attention::Attention;
 use super::super::blocks::deltanet::DeltaNet;
@@ -38,28 +38,38 @@ use crate::kernels::ActFormat;
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
-/// A recorded decode for one state.
+/// A recorded decode, bound to one state's caches at a time.
 pub(super) struct DecodeGraph {
     graph: Graph,
+    /// The id of the state it is bound to (its first layer's).
+    bound: u64,
     x: Tensor,
-    /// Per attention layer: its index and the token's keys and values (read back).
-    kv: Vec<(usize, Tensor, Tensor)>,
+    /// Per attention layer: its index, the token's keys and values (read
+    /// back), and the device copy of the cache the graph binds.
+    kv: Vec<(usize, Tensor, Tensor, Arc<KvMirror>)>,
     /// Per recurrent layer: its index and the device copies of its conv
     /// window and delta-rule state.
     recurrent: Vec<(usize, Arc<DeviceState>, Arc<DeviceState>)>,
     n_vocab: usize,
 }
 
-/// A state's recorded decode (`None`: it does not record), and a handle
-/// that dies with the state's first layer.
-pub(super) type Recorded = (Weak<()>, Option<DecodeGraph>);
+/// The shape of a state a graph can be bound to: its context and KV type.
+pub(super) type Shape = (usize, &'static str);
 
-/// The key of a state's graph: the ids of its layers' caches and states.
-fn state_key(state: &State) -> Option<(u64, Weak<()>)> {
+/// The id of a state (its first layer's cache or state).
+fn state_id(state: &State) -> Option<u64> {
     match state.layers.first()? {
-        LayerState::Attention(c) => Some(c.identity()),
-        LayerState::Recurrent(r) => Some(r.ssm.identity()),
+        LayerState::Attention(c) => Some(c.identity().0),
+        LayerState::Recurrent(r) => Some(r.ssm.identity().0),
     }
+}
+
+fn shape(state: &State) -> Shape {
+    let kv = state.layers.iter().find_map(|l| match l {
+        LayerState::Attention(c) => Some(c.ty.name()),
+        LayerState::Recurrent(_) => None,
+    });
+    (state.n_ctx, kv.unwrap_or(""))
 }
 
 /// What an architecture's [`Network::record`] records its layers with.
@@ -74,7 +84,7 @@ pub struct Recorder<'a> {
     pub out: Tensor,
     /// Working tensors by role and length, shared by the layers (they run in turn).
     temps: HashMap<(&'static str, usize), Tensor>,
-    kv: Vec<(usize, Tensor, Tensor)>,
+    kv: Vec<(usize, Tensor, Tensor, Arc<KvMirror>)>,
     recurrent: Vec<(usize, Arc<DeviceState>, Arc<DeviceState>)>,
     /// The last activations quantised (input, format, output), valid until
     /// the next operation that is not a product.
@@ -243,7 +253,7 @@ impl Recorder<'_> {
         self.quantised = None;
         self.g.attention(kernel, &mirror, shape, q, att, sc)?;
         self.matvec(&a.o, att, out)?;
-        self.kv.push((il, k, v));
+        self.kv.push((il, k, v, mirror));
         Ok(())
     }
 
@@ -379,17 +389,23 @@ impl GpuBackend {
         token: u32,
         want: Logits,
     ) -> Result<bool> {
-        let Some((key, life)) = state_key(state) else { return Ok(false) };
+        let Some(id) = state_id(state) else { return Ok(false) };
+        let key = shape(state);
         let mut graphs = self.graphs.lock().map_err(|_| Error::Gpu("decode graphs poisoned".into()))?;
-        graphs.retain(|_, (life, _)| life.strong_count() > 0);
-        let (_, graph) = graphs.entry(key).or_insert_with(|| {
-            let graph = self
-                .record(net, file, state)
-                .map_err(|e| log::info!("gpu: this sequence decodes per operation, not as one submission: {e}"))
-                .ok();
-            (life, graph)
+        let graph = graphs.entry(key).or_insert_with(|| {
+            self.record(net, file, state)
+                .map_err(|e| log::info!("gpu: this model decodes per operation, not as one submission: {e}"))
+                .ok()
         });
-        let Some(g) = graph.as_ref() else { return Ok(false) };
+        let Some(g) = graph.as_mut() else { return Ok(false) };
+        if g.bound != id {
+            if let Err(e) = self.rebind(g, state, id) {
+                log::warn!("gpu: a token decodes per operation (its state does not bind): {e}");
+                graphs.remove(&key);
+                return Ok(false);
+            }
+        }
+        let Some(Some(g)) = graphs.get(&key) else { unreachable!("bound above") };
         let pos = state.n_past;
         let result = self.sync(g, state, pos).and_then(|()| {
             let trunk = net.trunk();
@@ -409,7 +425,7 @@ impl GpuBackend {
         };
         // The token's keys and values into the host's caches, which the device's copies now equal.
         let mut at = g.n_vocab;
-        for &(il, k, v) in &g.kv {
+        for &(il, k, v, _) in &g.kv {
             let Some(LayerState::Attention(cache)) = state.layers.get_mut(il) else { unreachable!("recorded") };
             let (kh, vh) = (cache.head_dim_k, cache.head_dim_v);
             let (ks, vs) = (&out[at..at + k.len()], &out[at + k.len()..at + k.len() + v.len()]);
@@ -476,15 +492,45 @@ impl GpuBackend {
             )?;
         }
         let mut reads = vec![logits];
-        reads.extend(r.kv.iter().flat_map(|&(_, k, v)| [k, v]));
+        reads.extend(r.kv.iter().flat_map(|&(_, k, v, _)| [k, v]));
         r.g.read_back(&reads)?;
         log::info!("gpu: a decoded token is {} dispatches in one submission", r.g.dispatches());
-        Ok(DecodeGraph { graph: r.g, x, kv: r.kv, recurrent: r.recurrent, n_vocab: trunk.n_vocab })
+        let bound = state_id(state).ok_or_else(|| unsupported("a state without layers"))?;
+        Ok(DecodeGraph { graph: r.g, bound, x, kv: r.kv, recurrent: r.recurrent, n_vocab: trunk.n_vocab })
+    }
+
+    /// Bind `g` to `state` (id `id`) in place of the state it was bound to:
+    /// the device copies of its caches and states, made if new.
+    fn rebind(&self, g: &mut DecodeGraph, state: &State, id: u64) -> Result<()> {
+        for (il, _, _, mirror) in &mut g.kv {
+            let Some(LayerState::Attention(cache)) = state.layers.get(*il) else {
+                return Err(unsupported("layers differ"));
+            };
+            let new = self.kv_mirror(cache)?.ok_or_else(|| unsupported("a KV cache the GPU refused"))?;
+            if !Arc::ptr_eq(mirror, &new) {
+                g.graph.rebind_kv(mirror, &new)?;
+                *mirror = new;
+            }
+        }
+        for (il, conv, ssm) in &mut g.recurrent {
+            let Some(LayerState::Recurrent(st)) = state.layers.get(*il) else {
+                return Err(unsupported("layers differ"));
+            };
+            for (copy, s) in [(conv, &st.conv), (ssm, &st.ssm)] {
+                let new = self.state_copy(s)?.ok_or_else(|| unsupported("a recurrent state the GPU refused"))?;
+                if !Arc::ptr_eq(copy, &new) {
+                    g.graph.rebind_state(&copy.gpu, &new.gpu)?;
+                    *copy = new;
+                }
+            }
+        }
+        g.bound = id;
+        Ok(())
     }
 
     /// Bring the device's copies of `state` up to date for a token at `pos`.
     fn sync(&self, g: &DecodeGraph, state: &mut State, pos: usize) -> Result<()> {
-        for &(il, _, _) in &g.kv {
+        for &(il, _, _, _) in &g.kv {
             let Some(LayerState::Attention(cache)) = state.layers.get(il) else {
                 return Err(super::super::network::foreign_state());
             };
@@ -507,7 +553,7 @@ impl GpuBackend {
     /// After a failed token: the device's copies may have moved halfway.
     fn forget(&self, g: &DecodeGraph, state: &State) {
         if let Ok(mut mirrors) = self.mirrors.lock() {
-            for &(il, _, _) in &g.kv {
+            for &(il, _, _, _) in &g.kv {
                 if let Some(LayerState::Attention(c)) = state.layers.get(il) {
                     mirrors.remove(&c.identity().0);
                 }
