@@ -1,8 +1,19 @@
-//! The model layer's GPU backend: matrix products, attention and the delta
-//! rule on the device ([`crate::gpu`]).
+//! The model layer's GPU backend: a decoded token as one submission, and a
+//! prompt's matrix products, attention and delta rule on the device.
 //!
 //! What runs where, today:
-//! - every matrix product over weights that lie in the model file runs on
+//! - a decoded token (one token, no observer, no routing trace) is one
+//!   submission and one readback when the architecture records its layers
+//!   ([`decode`]: [`Network::record`](super::network::Network::record)):
+//!   the whole pass runs on the device, the per-row arithmetic included,
+//!   over the same device copies of the KV caches and recurrent states as
+//!   below; the readback carries the logits and the token's keys and
+//!   values, which join the host's cache; the conv windows and delta-rule
+//!   states stay on the device. The graph is recorded at the first such
+//!   token of a shape of state (context length, KV type) and bound to each
+//!   sequence in turn; a state it does not take (a q8_0 cache, a shape the
+//!   kernels refuse) decodes per operation, as below;
+//! - a prompt runs per operation: every matrix product over weights that lie in the model file runs on
 //!   the GPU; each matrix is uploaded once, the first time a pass uses it
 //!   (the first pass is the warm-up: after it no weights move and no
 //!   buffers are made unless a larger batch arrives). A whole-matrix
@@ -29,11 +40,18 @@
 //!   sequence, a restored checkpoint, a loaded snapshot: the state counts
 //!   its writes). A key head larger than [`MAX_D_K`], a state larger than
 //!   one binding, or a call the device fails runs on the CPU, counted;
-//! - the per-row arithmetic (norms, RoPE, the DeltaNet conv, routing,
-//!   activations) runs on the CPU;
+//! - in a prompt the per-row arithmetic (norms, RoPE, the DeltaNet conv,
+//!   routing, activations) runs on the CPU;
 //! - the activations are the ones the CPU kernels would use (quantised to
 //!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
-//!   f32), so the GPU computes the CPU's products up to f32 rounding.
+//!   f32; in a decoded token quantised so on the device), so the GPU
+//!   computes the CPU's products up to f32 rounding.
+//!
+//! Not yet: weights go up at their first use (the warm-up), not at load,
+//! and as copies (no Metal no-copy buffer, no `VK_EXT_external_memory_host`);
+//! a decoded token uploads each MoE layer's expert stacks whole while a
+//! prompt uploads each routed expert's slab, so a model that both prompts
+//! and decodes holds its routed experts twice on the device.
 //!
 //! [`QActs::dequantize`]: crate::kernels::QActs::dequantize
 
