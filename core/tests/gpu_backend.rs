@@ -113,8 +113,10 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         if std::env::var(KERNELS_ENV).is_ok_and(|v| v == "portable") {
             assert_eq!(kernels, KernelVariant::PORTABLE);
         }
-        // Weights go up on first use, not at load.
-        assert_eq!(gpu.backend_counters().unwrap().device.weight_bytes_uploaded, 0);
+        // Weights go up at load (the expert stacks whole, every matrix a
+        // decoded token reads), and not again.
+        let at_load = gpu.backend_counters().unwrap().device.weight_bytes_uploaded;
+        assert!(at_load > 0, "{name}");
         let cpu = Model::load(path(name)).unwrap();
         assert_eq!((cpu.backend_name(), cpu.backend()), ("cpu", BackendKind::Cpu));
         assert!(cpu.adapter().is_none() && cpu.backend_counters().is_none());
@@ -133,7 +135,8 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
         if name.starts_with("gemma3") {
             assert_eq!(d.submissions, on_gpu, "{name}");
         }
-        assert!(d.dispatches >= d.submissions && d.readback_bytes > 0 && d.weight_bytes_uploaded > 0, "{name}");
+        assert!(d.dispatches >= d.submissions && d.readback_bytes > 0, "{name}");
+        assert_eq!(d.weight_bytes_uploaded, at_load, "{name}: weights uploaded after load");
         // Every product, attention and delta rule ran on the GPU, the MoE
         // experts (chosen rows of stacked tensors) included.
         assert_eq!((counters.cpu_products, counters.cpu_attention, counters.cpu_delta), (0, 0, 0), "{name}");
@@ -298,7 +301,7 @@ fn recurrent_states_stay_on_the_gpu_while_decoding() {
 #[cfg(feature = "gpu")]
 #[test]
 fn sequences_take_turns_on_one_recorded_decode() {
-    for name in ["qwen35moe-tiny-Q2_K", "gemma3-tiny-Q8_0"] {
+    for name in ["qwen35moe-tiny-Q2_K", "gemma3-tiny-Q4_K_M"] {
         let Some(gpu) = load_gpu(name) else { return };
         let cpu = Model::load(path(name)).unwrap();
         let pool = ThreadPool::new(2);
@@ -316,9 +319,10 @@ fn sequences_take_turns_on_one_recorded_decode() {
                 cpu.forward(&pool, &mut c[i], &[t], Logits::Last).unwrap();
                 let range = c[i].logits().iter().fold(0f32, |m, v| m.max(v.abs()));
                 let worst = c[i].logits().iter().zip(g[i].logits()).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-                // Another sequence's cache bound by mistake moves them by far more.
-                assert!(worst <= 0.02 * range, "{name}: sequence {i}, step {step}: logits differ by {worst}");
-                assert_eq!(argmax(c[i].logits()), argmax(g[i].logits()), "{name}: sequence {i}, step {step}");
+                // K-quant activations are quantised alike on both sides: the
+                // logits agree to f32 rounding; another sequence's cache
+                // bound by mistake moves them by far more.
+                assert!(worst <= 2e-3 * range, "{name}: sequence {i}, step {step}: logits differ by {worst}");
             }
             if step == 0 {
                 warm = gpu.backend_counters();

@@ -17,10 +17,13 @@ pub struct RowsJob<'a> {
     pub matrix: &'a GpuMatrix,
     pub input: usize,
     pub rows: &'a [usize],
+    /// The rows of the matrix it computes (one expert of a stack uploaded
+    /// whole), or all of them.
+    pub w_rows: std::ops::Range<usize>,
 }
 
 /// The kernel's `Job` (16 bytes, at a multiple of the uniform alignment).
-const JOB_BYTES: u64 = 16;
+pub(super) const JOB_BYTES: u64 = 32;
 
 /// The buffers of the largest batch so far: grown, never shrunk.
 struct Io {
@@ -77,12 +80,16 @@ impl GpuBatch {
             if job.rows.len() > gpu.max_groups() {
                 return bad(format!("{} rows exceed the GPU's dispatch grid", job.rows.len()));
             }
+            let w = &job.w_rows;
+            if w.is_empty() || w.end > m.rows() || w.len().div_ceil(w.len().min(gpu.max_groups())) > gpu.max_groups() {
+                return bad(format!("rows {w:?} of a {}-row matrix", m.rows()));
+            }
             let n = x.len() / cols;
             if let Some(&r) = job.rows.iter().find(|&&r| r >= n) {
                 return bad(format!("row {r} of {n}"));
             }
             idx.extend(job.rows.iter().map(|&r| r as u32));
-            y_len += job.rows.len() * m.rows();
+            y_len += job.rows.len() * job.w_rows.len();
         }
         out.clear();
         if y_len == 0 {
@@ -112,12 +119,13 @@ impl GpuBatch {
         let mut job_bytes = vec![0u8; (jobs.len() as u64 * stride) as usize];
         let (mut idx_base, mut y_base) = (0usize, 0usize);
         for (job, b) in jobs.iter().zip(job_bytes.chunks_exact_mut(stride as usize)) {
-            let words = [x_base[job.input], idx_base, y_base, job.rows.len()];
+            let (w0, wn) = (job.w_rows.start, job.w_rows.len());
+            let words = [x_base[job.input], idx_base, y_base, job.rows.len(), w0, wn, wn.min(gpu.max_groups()), 0];
             for (o, w) in b.chunks_exact_mut(4).zip(words) {
                 o.copy_from_slice(&(w as u32).to_le_bytes());
             }
             idx_base += job.rows.len();
-            y_base += job.rows.len() * job.matrix.rows();
+            y_base += job.rows.len() * wn;
         }
         let pipelines = jobs
             .iter()
@@ -143,7 +151,10 @@ impl GpuBatch {
                     offset: j as u64 * stride,
                     size: NonZeroU64::new(JOB_BYTES),
                 };
-                for (weights, params, grid) in job.matrix.chunks() {
+                let wn = job.w_rows.len();
+                let gx = wn.min(gpu.max_groups());
+                let grid = (gx as u32, wn.div_ceil(gx) as u32);
+                for (weights, params) in job.matrix.chunks_of(job.w_rows.clone()) {
                     let mut entries = gpu.matvec_entries(weights, &io.x, &io.y, params);
                     entries.extend([
                         wgpu::BindGroupEntry { binding: 4, resource: wgpu::BindingResource::Buffer(at.clone()) },

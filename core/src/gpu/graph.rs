@@ -490,12 +490,13 @@ impl Graph {
         if gy > max {
             return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
         }
-        let job: Vec<u8> = [x_stride as u32, per as u32, gx as u32, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let words = [x_stride as u32, 0, 0, k as u32, 0, per as u32, gx as u32, 0];
+        let job: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         let job = self.uniform("graph experts job", &job)?;
         let layout = self.gpu.rows_layout().clone();
         for (weights, params, _) in m.chunks() {
             let mut entries = self.matvec_entries(weights, x, y, params);
-            entries.extend([(4, job.clone(), Some(16)), (5, self.buf(ids).clone(), None)]);
+            entries.extend([(4, job.clone(), Some(super::batch::JOB_BYTES)), (5, self.buf(ids).clone(), None)]);
             self.push("graph experts", pipeline.clone(), &layout, entries, [gx as u32, gy as u32, k as u32])?;
         }
         Ok(())

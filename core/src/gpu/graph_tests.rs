@@ -251,3 +251,39 @@ fn keys_and_values_land_as_the_host_stores_them() {
         }
     }
 }
+
+/// A prompt's expert products over rows of a stack uploaded whole (the
+/// same copy the decoded token reads by id): each expert's rows of the
+/// stack, split over bindings in the middle of experts, over chosen tokens.
+#[test]
+fn prompt_products_over_an_expert_s_rows_of_a_stack() {
+    let opts = GpuOptions { max_binding_bytes: Some(4096), ..Default::default() };
+    for gpu in variants(&opts) {
+        let v = gpu.kernels().name();
+        let mut rng = Rng::new(29);
+        let (ty, n_expert, per, cols) = (GgmlType::Q4K, 6usize, 7usize, 256usize);
+        let w = random_weights(ty, n_expert * per, cols, &mut rng);
+        let m = GpuMatrix::upload(&gpu, ty, n_expert * per, cols, &w).unwrap();
+        assert!(m.bindings() > 1, "{v}: the stack is not split");
+        let n = 5;
+        let x = rng.vec(n * cols, 1.0);
+        let jobs = [(4usize, vec![0usize, 3]), (0, vec![1, 2, 4]), (5, vec![4]), (2, vec![0, 1, 2, 3, 4])];
+        let batch: Vec<super::RowsJob<'_>> = jobs
+            .iter()
+            .map(|(e, rows)| super::RowsJob { matrix: &m, input: 0, rows, w_rows: e * per..(e + 1) * per })
+            .collect();
+        let mut got = Vec::new();
+        super::GpuBatch::new(&gpu).run(&[(&x, cols)], &batch, &mut got).unwrap();
+        let row_bytes = w.len() / (n_expert * per);
+        let mut at = 0;
+        for (e, rows) in &jobs {
+            let slab = &w[e * per * row_bytes..(e + 1) * per * row_bytes];
+            for &t in rows {
+                let (want, scale) = reference(ty, per, cols, slab, &x[t * cols..(t + 1) * cols], 1);
+                assert_close(&format!("expert {e}, token {t} ({v})"), &got[at..at + per], &want, &scale);
+                at += per;
+            }
+        }
+        assert_eq!(at, got.len());
+    }
+}

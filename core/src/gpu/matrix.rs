@@ -38,6 +38,8 @@ impl Params {
 struct Chunk {
     weights: wgpu::Buffer,
     params: wgpu::Buffer,
+    /// The rows of the whole matrix it holds.
+    rows: std::ops::Range<usize>,
     /// The dispatch grid: rows along x, then y (x is capped by the device).
     groups: (u32, u32),
 }
@@ -113,7 +115,7 @@ impl GpuMatrix {
             })??;
             gpu.tally().created(2);
             gpu.tally().weights(weights.size() + params.size());
-            chunks.push(Chunk { weights, params, groups: (gx as u32, gy as u32) });
+            chunks.push(Chunk { weights, params, rows: row0..row0 + n, groups: (gx as u32, gy as u32) });
         }
         Ok(GpuMatrix { gpu: gpu.clone(), ty, rows, cols, pipeline, chunks, io: Mutex::new(None) })
     }
@@ -134,6 +136,15 @@ impl GpuMatrix {
     /// along x, then y), for products that record their own dispatches.
     pub(super) fn chunks(&self) -> impl Iterator<Item = (&wgpu::Buffer, &wgpu::Buffer, (u32, u32))> {
         self.chunks.iter().map(|c| (&c.weights, &c.params, c.groups))
+    }
+
+    /// The bindings that hold any of the matrix rows `rows`: weights and parameters.
+    pub(super) fn chunks_of(
+        &self,
+        rows: std::ops::Range<usize>,
+    ) -> impl Iterator<Item = (&wgpu::Buffer, &wgpu::Buffer)> + '_ {
+        let hit = move |c: &&Chunk| c.rows.start < rows.end && rows.start < c.rows.end;
+        self.chunks.iter().filter(hit).map(|c| (&c.weights, &c.params))
     }
 
     /// Whether the matrix lives on `gpu`.

@@ -78,6 +78,7 @@ pub struct RowsJob<'a> {
     pub matrix: &'a GpuMatrix,
     pub input: usize,
     pub rows: &'a [usize],
+    pub w_rows: std::ops::Range<usize>,
 }
 
 /// Stand-in for batches of products over chosen rows: no value of it can exist.

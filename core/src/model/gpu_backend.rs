@@ -47,11 +47,14 @@
 //!   f32; in a decoded token quantised so on the device), so the GPU
 //!   computes the CPU's products up to f32 rounding.
 //!
-//! Not yet: weights go up at their first use (the warm-up), not at load,
-//! and as copies (no Metal no-copy buffer, no `VK_EXT_external_memory_host`);
-//! a decoded token uploads each MoE layer's expert stacks whole while a
-//! prompt uploads each routed expert's slab, so a model that both prompts
-//! and decodes holds its routed experts twice on the device.
+//! Weights go up at load ([`GpuBackend::upload_weights`]): each MoE expert
+//! stack whole (a prompt's expert products use their rows of it, as the
+//! decoded token's do: one copy), and every matrix a decoded token reads,
+//! by recording a decode over a throwaway state. A weight outside those (an
+//! architecture that does not record) goes up at its first use.
+//!
+//! Not yet: the weights are copies (no Metal no-copy buffer over the
+//! mapping, no `VK_EXT_external_memory_host`).
 //!
 //! [`QActs::dequantize`]: crate::kernels::QActs::dequantize
 
@@ -80,6 +83,10 @@ pub struct GpuBackend {
     /// uploaded, since only they never change under the same address.
     file: (usize, usize),
     matrices: Mutex<Uploads>,
+    /// The MoE expert stacks, uploaded whole at load (their address range
+    /// and matrix): an expert's products use its rows of the stack, so a
+    /// prompt and a decoded token share one copy.
+    stacks: OnceLock<Vec<(std::ops::Range<usize>, Arc<GpuMatrix>)>>,
     /// Reused buffers: activations as f32, and the device's output.
     io: Mutex<(Vec<f32>, Vec<f32>)>,
     /// Products over chosen rows, and their inputs as f32 (one per distinct
@@ -213,6 +220,7 @@ impl GpuBackend {
             gpu,
             file: (file.as_ptr() as usize, file.len()),
             matrices: Mutex::default(),
+            stacks: OnceLock::new(),
             io: Mutex::default(),
             inputs: Mutex::default(),
             attention: OnceLock::new(),
@@ -248,6 +256,36 @@ impl GpuBackend {
             graph_tokens: self.graph_tokens.load(Relaxed),
             device: self.gpu.counters(),
         }
+    }
+
+    /// Upload the model's weights now: each MoE expert stack whole (`stacks`:
+    /// the stacks' views into the file), then what `record` uploads (where
+    /// the architecture records its decode: every matrix a decoded token
+    /// reads). What the device refuses stays for later (and the CPU), logged.
+    pub fn upload_weights(&self, stacks: &[QMatrix<'_>], record: impl FnOnce(&GpuBackend)) {
+        let mut up = Vec::new();
+        for w in stacks {
+            if let Some(m) = self.upload(w) {
+                let a = w.data.as_ptr() as usize;
+                up.push((a..a + w.data.len(), m));
+            }
+        }
+        let _ = self.stacks.set(up);
+        record(self);
+    }
+
+    /// The stack uploaded whole that holds the weights `w` (one expert's
+    /// slab), and `w`'s rows of it.
+    fn stack_rows(&self, w: &QMatrix<'_>) -> Option<(Arc<GpuMatrix>, std::ops::Range<usize>)> {
+        let a = w.data.as_ptr() as usize;
+        let (range, m) = self.stacks.get()?.iter().find(|(r, _)| r.start <= a && a + w.data.len() <= r.end)?;
+        let row_bytes = range.len() / m.rows();
+        let off = a - range.start;
+        if m.ty() != w.ty || m.cols() != w.cols || row_bytes == 0 || off % row_bytes != 0 {
+            return None;
+        }
+        let w0 = off / row_bytes;
+        Some((m.clone(), w0..w0 + w.rows))
     }
 
     /// The device's copy of `job`'s weights, uploading them on first use;
@@ -310,8 +348,15 @@ impl GpuBackend {
         let mut picked = Vec::new();
         for (i, job) in jobs.iter().enumerate() {
             let Some(rows) = job.rows else { continue };
-            let Some(m) = self.matrix(job) else { continue };
-            if job.out.len() < rows.len() * m.rows() {
+            // An expert of a stack uploaded whole: its rows of the stack.
+            let Some((m, w_rows)) = self.stack_rows(&job.w).or_else(|| {
+                let m = self.matrix(job)?;
+                let all = 0..m.rows();
+                Some((m, all))
+            }) else {
+                continue;
+            };
+            if job.out.len() < rows.len() * w_rows.len() {
                 continue;
             }
             let x: &QActs = job.x;
@@ -319,7 +364,7 @@ impl GpuBackend {
                 acts.push(x);
                 acts.len() - 1
             });
-            picked.push((i, m, input, rows));
+            picked.push((i, m, w_rows, input, rows));
         }
         if picked.is_empty() {
             return done;
@@ -331,20 +376,22 @@ impl GpuBackend {
             x.dequantize(f);
         }
         let views: Vec<(&[f32], usize)> = acts.iter().zip(inputs.iter()).map(|(x, f)| (f.as_slice(), x.k())).collect();
-        let batch: Vec<RowsJob<'_>> =
-            picked.iter().map(|(_, m, input, rows)| RowsJob { matrix: m, input: *input, rows }).collect();
+        let batch: Vec<RowsJob<'_>> = picked
+            .iter()
+            .map(|(_, m, w_rows, input, rows)| RowsJob { matrix: m, input: *input, rows, w_rows: w_rows.clone() })
+            .collect();
         let mut out = Vec::new();
         if let Err(e) = self.batch.run(&views, &batch, &mut out) {
             log::warn!("gpu: {} products over chosen rows fell back to the CPU: {e}", batch.len());
             return done;
         }
-        if out.len() != picked.iter().map(|(_, m, _, rows)| rows.len() * m.rows()).sum::<usize>() {
+        if out.len() != picked.iter().map(|(_, _, w, _, rows)| rows.len() * w.len()).sum::<usize>() {
             log::warn!("gpu: {} outputs of a batch of products over chosen rows; it runs on the CPU", out.len());
             return done;
         }
         let mut at = 0;
-        for (i, m, _, rows) in &picked {
-            let len = rows.len() * m.rows();
+        for (i, _, w, _, rows) in &picked {
+            let len = rows.len() * w.len();
             jobs[*i].out[..len].copy_from_slice(&out[at..at + len]);
             at += len;
             done[*i] = true;
@@ -557,6 +604,14 @@ impl GpuBackend {
         _want: super::cache::Logits,
     ) -> Result<bool> {
         Ok(false)
+    }
+
+    pub(in crate::model) fn warm_up(
+        &self,
+        _net: &dyn super::network::Network,
+        _file: &[u8],
+        _state: &super::state::State,
+    ) {
     }
 }
 

@@ -260,7 +260,16 @@ impl Model {
             }
             BackendKind::Gpu => {
                 let gpu = Gpu::new(&GpuOptions::from_env())?;
-                Device::Gpu(Box::new(GpuBackend::new(gpu, file.source().bytes())))
+                let bytes = file.source().bytes();
+                let backend = GpuBackend::new(gpu, bytes);
+                // The weights go up now: the expert stacks whole, the rest
+                // by recording a decode over a one-position state.
+                let stacks: Vec<_> = net.experts().iter().map(|(_, x)| x.all.view(bytes)).collect();
+                let kinds = net.layer_kinds();
+                let layers = kinds.into_iter().map(|k| k.new_state(1, KvType::F16)).collect::<Result<_>>()?;
+                let state = State::new(layers, 1);
+                backend.upload_weights(&stacks, |g| g.warm_up(net.as_ref(), bytes, &state));
+                Device::Gpu(Box::new(backend))
             }
         };
         let faults = FaultWatch::default();

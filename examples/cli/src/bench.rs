@@ -307,8 +307,7 @@ pub fn run(args: Args) -> Result<(), String> {
 /// What the GPU backend did, from its counters: since load, and in the
 /// decode phase of the counted draws (per decoded token).
 struct GpuReport {
-    /// At the end of the load (weights are uploaded on first use, so
-    /// today nothing is uploaded yet).
+    /// At the end of the load (the weights are uploaded then).
     at_load: BackendCounters,
     /// From the end of the load to the end of the last draw (the warm-up included).
     after_load: BackendCounters,

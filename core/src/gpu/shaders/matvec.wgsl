@@ -1,8 +1,9 @@
 // y[t][row0 + r] = W[r] . x[t] for the rows r of one binding of a weight
 // matrix in a GGUF block format, and the tokens t of a batch (`main`); or
-// y[y_base + t][row0 + r] = W[r] . x[x_base + idx[idx_base + t]] for chosen
-// rows of activations shared by several products (`main_rows`: a MoE
-// expert over the tokens routed to it).
+// y[y_base + t][r] = W[w0 + r] . x[x_base + idx[idx_base + t]] for the rows
+// r < wn of a range of the matrix (one expert of a stack) and chosen rows of
+// activations shared by several products (`main_rows`: a MoE expert over the
+// tokens routed to it); or the experts a router chose (`main_experts`).
 //
 // The weights are the file's bytes as they lie (`array<u32>`, read with the
 // byte helpers below; `f16_at` from `weights_half.wgsl` or
@@ -33,14 +34,21 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> p: Params;
 
-// One product of a batch over chosen rows (`main_rows` only): where its
-// activations, its row list and its output start (in elements), and how
-// many rows it takes.
+// One product over chosen rows (`main_rows`, `main_experts`): where its
+// activations, its row list and its output start (in elements), how many
+// tokens it takes, the matrix rows it computes (`w0 ..`, `wn` of them) and
+// the workgroups along x of its grid (rows past them continue along y).
+// `main_experts` reads `x_base` as the stride from one expert's input to
+// the next and `wn` as the rows of one expert.
 struct Job {
     x_base: u32,
     idx_base: u32,
     y_base: u32,
     tokens: u32,
+    w0: u32,
+    wn: u32,
+    groups_x: u32,
+    pad: u32,
 }
 
 @group(0) @binding(4) var<uniform> job: Job;
@@ -98,25 +106,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
 
 @compute @workgroup_size(64)
 fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
-    let row = wid.y * p.groups_x + wid.x;
+    let r = wid.y * job.groups_x + wid.x;
     let t = wid.z;
-    let sum = row_dot(row, job.x_base + idx[job.idx_base + t] * p.cols, lane);
-    if (lane.lid == 0u && row < p.rows) {
-        y[job.y_base + t * p.out_stride + p.row0 + row] = sum;
+    // The row of the whole matrix, and whether this binding holds it.
+    let global = job.w0 + r;
+    let ok = r < job.wn && global >= p.row0 && global - p.row0 < p.rows;
+    let sum = row_dot(select(p.rows, global - p.row0, ok), job.x_base + idx[job.idx_base + t] * p.cols, lane);
+    if (lane.lid == 0u && ok) {
+        y[job.y_base + t * job.wn + r] = sum;
     }
 }
 
 // y[j * R + r] = W[idx[j] * R + r] . x[j * x_stride ..] for the rows r < R
-// of expert idx[j] that lie in this binding (`main_experts`: a MoE layer's
-// routed experts for one token, their ids read on the device from the
-// router's output; `x_stride` 0 when every expert takes the same input).
-// The job's fields mean, here: `x_base` x_stride, `idx_base` R (rows per
-// expert), `y_base` the workgroups along x.
+// (`job.wn`) of expert idx[j] that lie in this binding (`main_experts`: a
+// MoE layer's routed experts for one token, their ids read on the device
+// from the router's output; `x_stride` (`job.x_base`) 0 when every expert
+// takes the same input).
 @compute @workgroup_size(64)
 fn main_experts(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
-    let r = wid.y * job.y_base + wid.x;
+    let r = wid.y * job.groups_x + wid.x;
     let j = wid.z;
-    let per = job.idx_base;
+    let per = job.wn;
     let global = idx[j] * per + r;
     let ok = r < per && global >= p.row0 && global - p.row0 < p.rows;
     let sum = row_dot(select(p.rows, global - p.row0, ok), j * job.x_base, lane);

@@ -452,6 +452,14 @@ impl GpuBackend {
         Ok(true)
     }
 
+    /// Record `net`'s decode over `state` (a throwaway) and drop it: every
+    /// matrix a decoded token reads goes up, every kernel compiles (at load).
+    pub(in crate::model) fn warm_up(&self, net: &dyn Network, file: &[u8], state: &State) {
+        if let Err(e) = self.record(net, file, state) {
+            log::info!("gpu: no recorded decode to warm up: {e}");
+        }
+    }
+
     /// Record `net`'s decode over `state`'s layers.
     fn record(&self, net: &dyn Network, file: &[u8], state: &State) -> Result<DecodeGraph> {
         let ops = self
