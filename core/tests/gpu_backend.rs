@@ -305,7 +305,7 @@ fn sequences_take_turns_on_one_recorded_decode() {
         let Some(gpu) = load_gpu(name) else { return };
         let cpu = Model::load(path(name)).unwrap();
         let pool = ThreadPool::new(2);
-        let new = |m: &Model| m.new_state(32, KvType::F16).unwrap();
+        let new = |m: &Model| m.new_state(32, KvType::F32).unwrap();
         let (mut g, mut c) = ([new(&gpu), new(&gpu)], [new(&cpu), new(&cpu)]);
         for (i, prompt) in [[100u32, 137, 174], [9, 900, 33]].iter().enumerate() {
             gpu.forward(&pool, &mut g[i], prompt, Logits::Last).unwrap();

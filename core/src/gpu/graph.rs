@@ -107,6 +107,34 @@ impl GraphOps {
     }
 }
 
+/// Weights the host keeps as f32 (norms, biases, conv taps) on the device,
+/// uploaded once and bound by any number of graphs.
+#[derive(Clone)]
+pub struct Constant {
+    buffer: wgpu::Buffer,
+    len: usize,
+}
+
+impl Constant {
+    pub fn upload(gpu: &Gpu, values: &[f32]) -> Result<Constant> {
+        let bytes = (4 * values.len().max(1)).next_multiple_of(16) as u64;
+        if bytes > gpu.max_binding_bytes() {
+            return Err(Error::InvalidArgument(format!("{} values exceed the GPU's binding", values.len())));
+        }
+        use wgpu::BufferUsages as U;
+        let buffer = gpu.scoped("uploading weights", || {
+            let b = gpu.buffer("graph constant", bytes, U::STORAGE | U::COPY_DST);
+            if !values.is_empty() {
+                gpu.queue().write_buffer(&b, 0, f32_bytes(values));
+            }
+            b
+        })?;
+        gpu.tally().created(1);
+        gpu.tally().weights(4 * values.len() as u64);
+        Ok(Constant { buffer, len: values.len() })
+    }
+}
+
 /// One per-row operation's parameters (`Params` in `shaders/graph.wgsl`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct OpParams {
@@ -266,6 +294,12 @@ impl Graph {
         }
         self.gpu.tally().weights(4 * values.len() as u64);
         Ok(t)
+    }
+
+    /// `c` as a tensor of this graph (the same buffer, not a copy).
+    pub fn bind_constant(&mut self, c: &Constant) -> Tensor {
+        self.buffers.push(c.buffer.clone());
+        Tensor { id: self.buffers.len() - 1, len: c.len }
     }
 
     fn buf(&self, t: Tensor) -> &wgpu::Buffer {

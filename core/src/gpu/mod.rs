@@ -66,7 +66,7 @@ pub use context::Gpu;
 #[cfg(feature = "gpu")]
 pub use delta::{GpuDeltaRule, GpuState};
 #[cfg(feature = "gpu")]
-pub use graph::{norm_mode, Graph, GraphOps, Op, OpParams, Tensor};
+pub use graph::{norm_mode, Constant, Graph, GraphOps, Op, OpParams, Tensor};
 #[cfg(feature = "gpu")]
 pub use matrix::GpuMatrix;
 

@@ -141,8 +141,10 @@ fn products_over_chosen_rows_match_the_cpu_reference_on(gpu: &Gpu) {
             (&a, &wa, rows_a, 1, &[1]),
         ];
         let inputs = [(&x0[..], cols), (&x1[..], cols)];
-        let jobs: Vec<RowsJob> =
-            picks.iter().map(|&(m, _, _, input, rows)| RowsJob { matrix: m, input, rows, w_rows: 0..m.rows() }).collect();
+        let jobs: Vec<RowsJob> = picks
+            .iter()
+            .map(|&(m, _, _, input, rows)| RowsJob { matrix: m, input, rows, w_rows: 0..m.rows() })
+            .collect();
         let before = gpu.counters();
         let mut got = Vec::new();
         batch.run(&inputs, &jobs, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
@@ -174,7 +176,9 @@ fn products_over_chosen_rows_split_over_bindings_and_refuse_bad_jobs() {
     let batch = GpuBatch::new(&split);
     let mut got = Vec::new();
     let picked = [0, 0, 0];
-    batch.run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &picked, w_rows: 0..m.rows() }], &mut got).unwrap();
+    batch
+        .run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &picked, w_rows: 0..m.rows() }], &mut got)
+        .unwrap();
     let xs: Vec<f32> = picked.iter().flat_map(|&r| x[r * cols..(r + 1) * cols].to_vec()).collect();
     let (want, scale) = reference(ty, rows, cols, &w, &xs, 3);
     assert_close("Q6_K over chosen rows, split", &got, &want, &scale);
@@ -188,7 +192,11 @@ fn products_over_chosen_rows_split_over_bindings_and_refuse_bad_jobs() {
     bad(1, &[0], &x, cols);
     bad(0, &[0], &x[..cols - 32], cols - 32);
     let Some(other) = device(&GpuOptions::default()) else { return };
-    let r = GpuBatch::new(&other).run(&[(&x, cols)], &[RowsJob { matrix: &m, input: 0, rows: &[0], w_rows: 0..m.rows() }], &mut got);
+    let r = GpuBatch::new(&other).run(
+        &[(&x, cols)],
+        &[RowsJob { matrix: &m, input: 0, rows: &[0], w_rows: 0..m.rows() }],
+        &mut got,
+    );
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
 }
 

@@ -101,6 +101,10 @@ pub struct GpuBackend {
     mirrors: Mutex<HashMap<u64, Mirror>>,
     /// The device copies of the recurrent states (and conv windows), by id.
     states: Mutex<HashMap<u64, StateMirror>>,
+    /// The host's f32 weights (norms, biases, conv taps) on the device, by
+    /// the address and length of their values (and a tag for a derived one).
+    #[cfg(feature = "gpu")]
+    constants: Mutex<HashMap<(usize, usize, u8), crate::gpu::Constant>>,
     /// The graph kernels, compiled on first use (`None`: they failed to).
     #[cfg(feature = "gpu")]
     graph_ops: OnceLock<Option<Arc<crate::gpu::GraphOps>>>,
@@ -228,6 +232,8 @@ impl GpuBackend {
             mirrors: Mutex::default(),
             states: Mutex::default(),
             #[cfg(feature = "gpu")]
+            constants: Mutex::default(),
+            #[cfg(feature = "gpu")]
             graph_ops: OnceLock::new(),
             #[cfg(feature = "gpu")]
             graphs: Mutex::default(),
@@ -281,7 +287,7 @@ impl GpuBackend {
         let (range, m) = self.stacks.get()?.iter().find(|(r, _)| r.start <= a && a + w.data.len() <= r.end)?;
         let row_bytes = range.len() / m.rows();
         let off = a - range.start;
-        if m.ty() != w.ty || m.cols() != w.cols || row_bytes == 0 || off % row_bytes != 0 {
+        if m.ty() != w.ty || m.cols() != w.cols || row_bytes == 0 || !off.is_multiple_of(row_bytes) {
             return None;
         }
         let w0 = off / row_bytes;

@@ -33,7 +33,9 @@ use super::super::ssm::Ssm;
 use super::super::state::{LayerState, State};
 use super::super::weights::Matrix;
 use super::{DeviceState, GpuBackend, Mirror, StateMirror};
-use crate::gpu::{norm_mode, AttnShape, DeltaShape, GpuState, Graph, GraphOps, KvMirror, Op, OpParams, Tensor};
+use crate::gpu::{
+    norm_mode, AttnShape, Constant, DeltaShape, GpuState, Graph, GraphOps, KvMirror, Op, OpParams, Tensor,
+};
 use crate::kernels::ActFormat;
 use crate::quant::GgmlType;
 use crate::{Error, Result};
@@ -106,6 +108,26 @@ impl Recorder<'_> {
         Ok(t)
     }
 
+    /// The host's weights `values` (kept by the network) as a tensor: uploaded
+    /// once per model, bound by every graph.
+    fn constant(&mut self, values: &[f32]) -> Result<Tensor> {
+        self.constant_of((values.as_ptr() as usize, values.len(), 0), || values.to_vec())
+    }
+
+    /// The constant known by `key`, made from `values` the first time.
+    fn constant_of(&mut self, key: (usize, usize, u8), values: impl FnOnce() -> Vec<f32>) -> Result<Tensor> {
+        let mut map = self.be.constants.lock().map_err(|_| Error::Gpu("graph constants poisoned".into()))?;
+        let c = match map.get(&key) {
+            Some(c) => c.clone(),
+            None => {
+                let c = Constant::upload(&self.be.gpu, &values())?;
+                map.insert(key, c.clone());
+                c
+            }
+        };
+        Ok(self.g.bind_constant(&c))
+    }
+
     /// A per-row operation (it may write what a product reads).
     fn op(
         &mut self,
@@ -153,7 +175,7 @@ impl Recorder<'_> {
 
     /// `out = RMSNorm(x)` (one row).
     pub fn norm(&mut self, n: &RmsNorm, x: Tensor, out: Tensor) -> Result<()> {
-        let w = self.g.constant(&n.w)?;
+        let w = self.constant(&n.w)?;
         let width = n.w.len() as u32;
         let p =
             OpParams { n: 1, width, sa: width, sb: width, mode: norm_mode::WEIGHT, eps: n.eps, ..Default::default() };
@@ -162,7 +184,7 @@ impl Recorder<'_> {
 
     /// `x = RMSNorm(x)` (one row: Gemma's post-norms).
     pub fn norm_in_place(&mut self, n: &RmsNorm, x: Tensor) -> Result<()> {
-        let w = self.g.constant(&n.w)?;
+        let w = self.constant(&n.w)?;
         let width = n.w.len() as u32;
         let mode = norm_mode::WEIGHT | norm_mode::IN_PLACE;
         let p = OpParams { n: 1, width, sa: width, mode, eps: n.eps, ..Default::default() };
@@ -177,7 +199,7 @@ impl Recorder<'_> {
 
     fn bias(&mut self, x: Tensor, b: &Option<Vec<f32>>) -> Result<()> {
         if let Some(b) = b {
-            let b = self.g.constant(b)?;
+            let b = self.constant(b)?;
             let n = x.len() as u32;
             self.op(Op::Add, OpParams { n, k: b.len() as u32, ..Default::default() }, x, Some(b), None, None)?;
         }
@@ -206,7 +228,7 @@ impl Recorder<'_> {
         let q_stride = if a.gated { 2 * hd } else { hd };
         for (t, heads, stride, norm) in [(q, p.n_head, q_stride, &a.q_norm), (k, p.n_kv_head, hd, &a.k_norm)] {
             if let Some(nw) = norm {
-                let w = self.g.constant(nw)?;
+                let w = self.constant(nw)?;
                 let mode = norm_mode::WEIGHT | norm_mode::IN_PLACE;
                 let np = OpParams {
                     n: heads as u32,
@@ -309,7 +331,7 @@ impl Recorder<'_> {
             self.dense(&sh.ffn, x, s_out)?;
             mode = 2;
             if let Some((gi, _)) = &sh.gate_inp {
-                let gi = self.g.constant(gi)?;
+                let gi = self.constant(gi)?;
                 let sp = OpParams { n: n_embd as u32, a0: (2 * k) as u32, ..Default::default() };
                 self.op(Op::SharedGate, sp, route, Some(x), Some(gi), None)?;
                 mode = 1;
@@ -336,12 +358,13 @@ impl Recorder<'_> {
         self.matvec(&d.beta, x, beta)?;
         self.matvec(&d.alpha, x, alpha)?;
         let gb = self.temp("dn gb", 2 * hv)?;
-        let dt_a: Vec<f32> = d.dt_bias.iter().chain(&d.a).copied().collect();
-        let dt_a = self.g.constant(&dt_a)?;
+        let dt_a = self.constant_of((d.dt_bias.as_ptr() as usize, 2 * hv, 1), || {
+            d.dt_bias.iter().chain(&d.a).copied().collect()
+        })?;
         self.op(Op::Decay, OpParams { n: hv as u32, ..Default::default() }, gb, Some(alpha), Some(dt_a), Some(beta))?;
         let conv = self.be.state_copy(&st.conv)?.ok_or_else(|| unsupported("a conv window the GPU refused"))?;
         let ssm = self.be.state_copy(&st.ssm)?.ok_or_else(|| unsupported("a recurrent state the GPU refused"))?;
-        let taps = self.g.constant(&d.conv)?;
+        let taps = self.constant(&d.conv)?;
         self.quantised = None;
         self.g.conv(OpParams { n: cd as u32, k: hist as u32, ..Default::default() }, qkv, taps, &conv.gpu)?;
         let l2 = OpParams {
@@ -358,7 +381,7 @@ impl Recorder<'_> {
         let shape = DeltaShape { n_k_heads: p.n_k_heads, n_v_heads: hv, d_k: p.d_k, d_v: p.d_v, n: 1 };
         self.quantised = None;
         self.g.delta(kernel, &ssm.gpu, shape, qkv, gb, o)?;
-        let w = self.g.constant(&d.norm)?;
+        let w = self.constant(&d.norm)?;
         let gated = OpParams {
             n: hv as u32,
             width: p.d_v as u32,
