@@ -2,8 +2,10 @@
 //! pass recorded once over device buffers, replayed per token.
 //!
 //! A [`Graph`] owns its activations ([`Tensor`]s: f32 buffers made when the
-//! graph is built, never after) and a list of dispatches whose bind groups
-//! are made once too: matrix products over [`GpuMatrix`] weights, the MoE
+//! graph is built, never after), binds the host's f32 weights shared by
+//! every graph ([`Constant`]), and holds a list of dispatches whose bind
+//! groups are made once too (again only when it is bound to another
+//! sequence's caches and states): matrix products over [`GpuMatrix`] weights, the MoE
 //! experts chosen by a router on the device (`main_experts`), the per-row
 //! operations of `shaders/graph.wgsl`, keys and values into a [`KvMirror`],
 //! attention over it, and the delta rule over a [`GpuState`]. [`Graph::run`]
