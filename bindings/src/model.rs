@@ -86,6 +86,10 @@ pub struct GpuAdapter {
     pub driver_info: String,
     /// The graphics API: "vulkan" or "metal".
     pub api: String,
+    /// The form of the kernels it runs: "f16+subgroups", "f16", "subgroups"
+    /// or "portable" (what the adapter offers, or forced by
+    /// `POCKET_GPU_KERNELS=portable`).
+    pub kernels: String,
 }
 
 /// How a memory budget divides for a model (all in bytes).
@@ -227,6 +231,7 @@ impl PocketModel {
                 driver: a.driver.clone(),
                 driver_info: a.driver_info.clone(),
                 api: a.backend.clone(),
+                kernels: a.kernels.name().to_string(),
             }),
         }
     }

@@ -64,6 +64,7 @@ def test_backend_auto_is_the_cpu_and_gpu_names_its_adapter_or_is_unsupported(moe
         assert info.backend == pocket.Backend.CPU and info.adapter is None
     try:
         info = pocket.PocketModel.load(moe_path, pocket.LoadOptions(backend=pocket.Backend.GPU)).info()
+        assert info.adapter.kernels in ("f16+subgroups", "f16", "subgroups", "portable")
         assert info.backend == pocket.Backend.GPU and info.adapter.name
     except pocket.PocketError.UnsupportedModel as e:
         assert "GPU unavailable" in e.reason

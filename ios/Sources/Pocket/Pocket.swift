@@ -1804,6 +1804,12 @@ public struct GpuAdapter {
      * The graphics API: "vulkan" or "metal".
      */
     public var api: String
+    /**
+     * The form of the kernels it runs: "f16+subgroups", "f16", "subgroups"
+     * or "portable" (what the adapter offers, or forced by
+     * `POCKET_GPU_KERNELS=portable`).
+     */
+    public var kernels: String
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1819,11 +1825,17 @@ public struct GpuAdapter {
          */driverInfo: String, 
         /**
          * The graphics API: "vulkan" or "metal".
-         */api: String) {
+         */api: String, 
+        /**
+         * The form of the kernels it runs: "f16+subgroups", "f16", "subgroups"
+         * or "portable" (what the adapter offers, or forced by
+         * `POCKET_GPU_KERNELS=portable`).
+         */kernels: String) {
         self.name = name
         self.driver = driver
         self.driverInfo = driverInfo
         self.api = api
+        self.kernels = kernels
     }
 }
 
@@ -1846,6 +1858,9 @@ extension GpuAdapter: Equatable, Hashable {
         if lhs.api != rhs.api {
             return false
         }
+        if lhs.kernels != rhs.kernels {
+            return false
+        }
         return true
     }
 
@@ -1854,6 +1869,7 @@ extension GpuAdapter: Equatable, Hashable {
         hasher.combine(driver)
         hasher.combine(driverInfo)
         hasher.combine(api)
+        hasher.combine(kernels)
     }
 }
 
@@ -1869,7 +1885,8 @@ public struct FfiConverterTypeGpuAdapter: FfiConverterRustBuffer {
                 name: FfiConverterString.read(from: &buf), 
                 driver: FfiConverterString.read(from: &buf), 
                 driverInfo: FfiConverterString.read(from: &buf), 
-                api: FfiConverterString.read(from: &buf)
+                api: FfiConverterString.read(from: &buf), 
+                kernels: FfiConverterString.read(from: &buf)
         )
     }
 
@@ -1878,6 +1895,7 @@ public struct FfiConverterTypeGpuAdapter: FfiConverterRustBuffer {
         FfiConverterString.write(value.driver, into: &buf)
         FfiConverterString.write(value.driverInfo, into: &buf)
         FfiConverterString.write(value.api, into: &buf)
+        FfiConverterString.write(value.kernels, into: &buf)
     }
 }
 

@@ -3002,7 +3002,13 @@ data class GpuAdapter (
     /**
      * The graphics API: "vulkan" or "metal".
      */
-    var `api`: kotlin.String
+    var `api`: kotlin.String, 
+    /**
+     * The form of the kernels it runs: "f16+subgroups", "f16", "subgroups"
+     * or "portable" (what the adapter offers, or forced by
+     * `POCKET_GPU_KERNELS=portable`).
+     */
+    var `kernels`: kotlin.String
 ) {
     
     companion object
@@ -3018,6 +3024,7 @@ public object FfiConverterTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter> {
             FfiConverterString.read(buf),
             FfiConverterString.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
         )
     }
 
@@ -3025,7 +3032,8 @@ public object FfiConverterTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter> {
             FfiConverterString.allocationSize(value.`name`) +
             FfiConverterString.allocationSize(value.`driver`) +
             FfiConverterString.allocationSize(value.`driverInfo`) +
-            FfiConverterString.allocationSize(value.`api`)
+            FfiConverterString.allocationSize(value.`api`) +
+            FfiConverterString.allocationSize(value.`kernels`)
     )
 
     override fun write(value: GpuAdapter, buf: ByteBuffer) {
@@ -3033,6 +3041,7 @@ public object FfiConverterTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter> {
             FfiConverterString.write(value.`driver`, buf)
             FfiConverterString.write(value.`driverInfo`, buf)
             FfiConverterString.write(value.`api`, buf)
+            FfiConverterString.write(value.`kernels`, buf)
     }
 }
 
