@@ -14,10 +14,15 @@ fn block_dot(o: u32, xi: u32) -> f32 {
         let shift = 4u * (g % 2u);
         var sq = 0.0;
         var sx = 0.0;
-        for (var l = 0u; l < 32u; l++) {
-            let xv = x[xi + 32u * g + l];
-            sq += f32((byte_at(q0 + l) >> shift) & 15u) * xv;
-            sx += xv;
+        // Four quants per word read (the same sums, in the same order).
+        for (var l = 0u; l < 32u; l += 4u) {
+            let q = u32_at(q0 + l) >> shift;
+            let xb = xi + 32u * g + l;
+            for (var i = 0u; i < 4u; i++) {
+                let xv = x[xb + i];
+                sq += f32((q >> (8u * i)) & 15u) * xv;
+                sx += xv;
+            }
         }
         s += d * sm.x * sq - dmin * sm.y * sx;
     }

@@ -15,10 +15,15 @@ fn block_dot(o: u32, xi: u32) -> f32 {
         let ql0 = o + 64u * h + 32u * (k % 2u) + l0;
         let qh0 = o + 128u + 32u * h + l0;
         var sq = 0.0;
-        for (var l = 0u; l < 16u; l++) {
-            let lo = (byte_at(ql0 + l) >> (4u * (k / 2u))) & 15u;
-            let hi = (byte_at(qh0 + l) >> (2u * k)) & 3u;
-            sq += (f32(lo | (hi << 4u)) - 32.0) * x[xi + 16u * g + l];
+        // Four quants per word read (the same sums, in the same order).
+        for (var l = 0u; l < 16u; l += 4u) {
+            let qlw = u32_at(ql0 + l) >> (4u * (k / 2u));
+            let qhw = u32_at(qh0 + l) >> (2u * k);
+            for (var i = 0u; i < 4u; i++) {
+                let lo = (qlw >> (8u * i)) & 15u;
+                let hi = (qhw >> (8u * i)) & 3u;
+                sq += (f32(lo | (hi << 4u)) - 32.0) * x[xi + 16u * g + l + i];
+            }
         }
         s += i8_of(byte_at(o + 192u + g)) * sq;
     }
