@@ -62,6 +62,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
+use super::cache::{KvCache, KvType};
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
 use super::ssm::{DeviceCopy, Ssm};
 use crate::gpu::{
@@ -70,7 +71,7 @@ use crate::gpu::{
 };
 use crate::kernels::{MatJob, QActs, QMatrix};
 use crate::threads::ThreadPool;
-use crate::Result;
+use crate::{Error, Result};
 
 /// Uploaded matrices by the address and length of their bytes; `None` for
 /// one the device refused (it stays on the CPU).
@@ -409,7 +410,9 @@ impl GpuBackend {
     /// cache or shape (the CPU does, quietly), an error when it failed.
     fn try_attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32]) -> Result<bool> {
         let (p, cache) = (a.p, a.cache);
-        let Some((k, v)) = cache.raw() else { return Ok(false) };
+        if cache.raw().is_none() {
+            return Ok(false);
+        }
         let end = pass.pos0 + pass.n;
         let shape = AttnShape {
             n_head: p.n_head,
@@ -428,45 +431,20 @@ impl GpuBackend {
             return Ok(false);
         }
         let Some(attention) = self.attention_kernel() else { return Ok(false) };
-        let mut mirrors = self.mirrors.lock().map_err(|_| crate::Error::Gpu("KV mirrors poisoned".into()))?;
-        // Copies of caches that are gone free their device memory.
-        mirrors.retain(|_, m| m.life.strong_count() > 0);
-        let (id, life) = cache.identity();
-        let f16 = cache.ty == super::KvType::F16;
-        let m = match mirrors.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                let kv =
-                    KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)
-                        .map_err(|err| log::warn!("gpu: a KV cache stays on the CPU: {err}"))
-                        .ok()
-                        .map(Arc::new);
-                e.insert(Mirror { kv, life, valid: 0, writes: 0 })
-            }
-        };
-        let Some(kv) = &m.kv else { return Ok(false) };
-        // Positions rewritten since the last copy, and those never copied.
-        let from = cache.changed_since(m.writes, m.valid.min(end));
-        let result = kv.write(k, v, from..end).and_then(|()| {
-            let mut got = Vec::new();
-            attention.attend(kv, &shape, a.q, &mut got)?;
+        let Some(kv) = self.kv_mirror(cache)? else { return Ok(false) };
+        self.write_mirror(cache, &kv, end)?;
+        let mut got = Vec::new();
+        let result = attention.attend(&kv, &shape, a.q, &mut got).and_then(|()| {
             let back = out.len();
-            out.copy_from_slice(
-                got.get(..back).ok_or_else(|| crate::Error::Gpu(format!("{} of {back} outputs", got.len())))?,
-            );
-            Ok(())
+            let got = got.get(..back).ok_or_else(|| crate::Error::Gpu(format!("{} of {back} outputs", got.len())))?;
+            out.copy_from_slice(got);
+            Ok(true)
         });
-        match result {
-            Ok(()) => {
-                (m.valid, m.writes) = (end, cache.writes());
-                Ok(true)
-            }
-            Err(e) => {
-                // Whatever the device holds now, copy it all again next time.
-                mirrors.remove(&id);
-                Err(e)
-            }
+        if result.is_err() {
+            // Whatever the device holds now, copy it all again next time.
+            self.forget_mirror(cache);
         }
+        result
     }
 }
 
@@ -497,29 +475,8 @@ impl GpuBackend {
             return Ok(false);
         }
         let Some(kernel) = self.delta_kernel() else { return Ok(false) };
-        let mut states = self.states.lock().map_err(|_| crate::Error::Gpu("state mirrors poisoned".into()))?;
-        // Copies of states that are gone free their device memory.
-        states.retain(|_, m| m.life.strong_count() > 0);
-        let (id, life) = state.identity();
-        let m = states.entry(id).or_insert_with(|| {
-            let copy = GpuState::new(&self.gpu, state.len())
-                .map_err(|e| log::warn!("gpu: a recurrent state stays on the CPU: {e}"))
-                .ok()
-                .map(|gpu| Arc::new(DeviceState { gpu, lost: false.into() }));
-            StateMirror { copy, life, writes: u64::MAX }
-        });
-        let Some(copy) = m.copy.clone() else { return Ok(false) };
-        // Whose values are the newest: this copy's, another device's, or the host's.
-        let mine = state.ahead().is_some_and(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(&copy)));
-        if !mine {
-            if state.ahead().is_some() {
-                state.host_mut()?;
-            }
-            if m.writes != state.writes() {
-                copy.gpu.write(state.host())?;
-                m.writes = state.writes();
-            }
-        }
+        let Some(copy) = self.state_copy(state)? else { return Ok(false) };
+        self.make_current(state, &copy)?;
         match kernel.run(&shape, &copy.gpu, d.qkv, d.g, d.beta, out) {
             Ok(()) => {
                 state.advanced_on(copy);
@@ -530,9 +487,106 @@ impl GpuBackend {
             Err(e) => {
                 // It may have advanced halfway: never read it, never use it again.
                 copy.lost.store(true, Relaxed);
-                states.remove(&id);
+                if let Ok(mut states) = self.states.lock() {
+                    states.remove(&state.identity().0);
+                }
                 Err(e)
             }
+        }
+    }
+}
+
+/// The device copies of caches and recurrent states, shared by prompts and
+/// decoded tokens.
+impl GpuBackend {
+    /// The device copy of `cache`, made on first use; `None` when the
+    /// device refused one.
+    fn kv_mirror(&self, cache: &KvCache) -> Result<Option<Arc<KvMirror>>> {
+        let mut mirrors = self.mirrors.lock().map_err(|_| Error::Gpu("KV mirrors poisoned".into()))?;
+        mirrors.retain(|_, m| m.life.strong_count() > 0);
+        let (id, life) = cache.identity();
+        let f16 = cache.ty == KvType::F16;
+        let m = mirrors.entry(id).or_insert_with(|| {
+            let kv = KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)
+                .map_err(|err| log::warn!("gpu: a KV cache stays on the CPU: {err}"))
+                .ok()
+                .map(Arc::new);
+            Mirror { kv, life, valid: 0, writes: 0 }
+        });
+        Ok(m.kv.clone())
+    }
+
+    /// Copy to `mirror` the positions below `end` that `cache` rewrote
+    /// since the last copy, or never copied.
+    fn write_mirror(&self, cache: &KvCache, mirror: &KvMirror, end: usize) -> Result<()> {
+        let Some((k, v)) = cache.raw() else {
+            return Err(crate::Error::InvalidArgument("a q8_0 KV cache has no device copy".into()));
+        };
+        let mut mirrors = self.mirrors.lock().map_err(|_| Error::Gpu("KV mirrors poisoned".into()))?;
+        let (id, _) = cache.identity();
+        let Some(m) = mirrors.get_mut(&id) else { return Err(Error::Gpu("a KV cache's device copy is gone".into())) };
+        let from = cache.changed_since(m.writes, m.valid.min(end));
+        if let Err(e) = mirror.write(k, v, from..end) {
+            mirrors.remove(&id);
+            return Err(e);
+        }
+        (m.valid, m.writes) = (end, cache.writes());
+        Ok(())
+    }
+
+    /// The device copy of `cache` holds positions `..end`, as the host does now.
+    #[cfg(feature = "gpu")]
+    fn synced(&self, cache: &KvCache, end: usize) {
+        if let Ok(mut mirrors) = self.mirrors.lock() {
+            if let Some(m) = mirrors.get_mut(&cache.identity().0) {
+                (m.valid, m.writes) = (end, cache.writes());
+            }
+        }
+    }
+
+    /// The device copy of a state's values, made on first use; `None` when
+    /// the device refused one.
+    fn state_copy(&self, s: &Ssm) -> Result<Option<Arc<DeviceState>>> {
+        let mut states = self.states.lock().map_err(|_| Error::Gpu("state mirrors poisoned".into()))?;
+        states.retain(|_, m| m.life.strong_count() > 0);
+        let (id, life) = s.identity();
+        let m = states.entry(id).or_insert_with(|| {
+            let copy = GpuState::new(&self.gpu, s.len())
+                .map_err(|e| log::warn!("gpu: a recurrent state stays on the CPU: {e}"))
+                .ok()
+                .map(|gpu| Arc::new(DeviceState { gpu, lost: false.into() }));
+            StateMirror { copy, life, writes: u64::MAX }
+        });
+        Ok(m.copy.clone())
+    }
+
+    /// Make `copy` hold `s`'s newest values: read back from another device
+    /// copy, or write the host's when it changed since.
+    fn make_current(&self, s: &mut Ssm, copy: &Arc<DeviceState>) -> Result<()> {
+        let mine = s.ahead().is_some_and(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(copy)));
+        if mine {
+            return Ok(());
+        }
+        if s.ahead().is_some() {
+            s.host_mut()?;
+        }
+        let mut states = self.states.lock().map_err(|_| Error::Gpu("state mirrors poisoned".into()))?;
+        let Some(m) = states.get_mut(&s.identity().0) else {
+            return Err(Error::Gpu("a state's device copy is gone".into()));
+        };
+        if m.writes != s.writes() || copy.lost.load(Relaxed) {
+            copy.gpu.write(s.host())?;
+            copy.lost.store(false, Relaxed);
+            m.writes = s.writes();
+        }
+        Ok(())
+    }
+
+    /// Drop the device copy of `cache` (after a failure: whatever the
+    /// device holds is copied again next time).
+    fn forget_mirror(&self, cache: &KvCache) {
+        if let Ok(mut mirrors) = self.mirrors.lock() {
+            mirrors.remove(&cache.identity().0);
         }
     }
 }

@@ -27,15 +27,12 @@ use super::super::blocks::deltanet::DeltaNet;
 use super::super::blocks::ffn::{Act, Dense};
 use super::super::blocks::moe::{Gating, Moe};
 use super::super::blocks::norm::RmsNorm;
-use super::super::cache::{KvCache, KvType, Logits};
+use super::super::cache::{KvType, Logits};
 use super::super::network::Network;
-use super::super::ssm::Ssm;
 use super::super::state::{LayerState, State};
 use super::super::weights::Matrix;
-use super::{DeviceState, GpuBackend, Mirror, StateMirror};
-use crate::gpu::{
-    norm_mode, AttnShape, Constant, DeltaShape, GpuState, Graph, GraphOps, KvMirror, Op, OpParams, Tensor,
-};
+use super::{DeviceState, GpuBackend};
+use crate::gpu::{norm_mode, AttnShape, Constant, DeltaShape, Graph, GraphOps, KvMirror, Op, OpParams, Tensor};
 use crate::kernels::ActFormat;
 use crate::quant::GgmlType;
 use crate::{Error, Result};
@@ -583,96 +580,14 @@ impl GpuBackend {
 
     /// After a failed token: the device's copies may have moved halfway.
     fn forget(&self, g: &DecodeGraph, state: &State) {
-        if let Ok(mut mirrors) = self.mirrors.lock() {
-            for &(il, _, _, _) in &g.kv {
-                if let Some(LayerState::Attention(c)) = state.layers.get(il) {
-                    mirrors.remove(&c.identity().0);
-                }
+        for &(il, _, _, _) in &g.kv {
+            if let Some(LayerState::Attention(c)) = state.layers.get(il) {
+                self.forget_mirror(c);
             }
         }
         for (_, conv, ssm) in &g.recurrent {
             conv.lost.store(true, Relaxed);
             ssm.lost.store(true, Relaxed);
         }
-    }
-
-    /// The device copy of `cache`, made on first use; `None` when the
-    /// device refused one.
-    pub(super) fn kv_mirror(&self, cache: &KvCache) -> Result<Option<Arc<KvMirror>>> {
-        let mut mirrors = self.mirrors.lock().map_err(|_| Error::Gpu("KV mirrors poisoned".into()))?;
-        mirrors.retain(|_, m| m.life.strong_count() > 0);
-        let (id, life) = cache.identity();
-        let f16 = cache.ty == KvType::F16;
-        let m = mirrors.entry(id).or_insert_with(|| {
-            let kv = KvMirror::new(&self.gpu, f16, cache.n_kv_head, cache.head_dim_k, cache.head_dim_v, cache.capacity)
-                .map_err(|err| log::warn!("gpu: a KV cache stays on the CPU: {err}"))
-                .ok()
-                .map(Arc::new);
-            Mirror { kv, life, valid: 0, writes: 0 }
-        });
-        Ok(m.kv.clone())
-    }
-
-    /// Copy to `mirror` the positions below `end` that `cache` rewrote
-    /// since the last copy, or never copied.
-    fn write_mirror(&self, cache: &KvCache, mirror: &KvMirror, end: usize) -> Result<()> {
-        let Some((k, v)) = cache.raw() else { return Err(unsupported("a q8_0 KV cache")) };
-        let mut mirrors = self.mirrors.lock().map_err(|_| Error::Gpu("KV mirrors poisoned".into()))?;
-        let (id, _) = cache.identity();
-        let Some(m) = mirrors.get_mut(&id) else { return Err(Error::Gpu("a KV cache's device copy is gone".into())) };
-        let from = cache.changed_since(m.writes, m.valid.min(end));
-        if let Err(e) = mirror.write(k, v, from..end) {
-            mirrors.remove(&id);
-            return Err(e);
-        }
-        (m.valid, m.writes) = (end, cache.writes());
-        Ok(())
-    }
-
-    /// The device copy of `cache` holds positions `..end`, as the host does now.
-    fn synced(&self, cache: &KvCache, end: usize) {
-        if let Ok(mut mirrors) = self.mirrors.lock() {
-            if let Some(m) = mirrors.get_mut(&cache.identity().0) {
-                (m.valid, m.writes) = (end, cache.writes());
-            }
-        }
-    }
-
-    /// The device copy of a state's values, made on first use; `None` when
-    /// the device refused one.
-    pub(super) fn state_copy(&self, s: &Ssm) -> Result<Option<Arc<DeviceState>>> {
-        let mut states = self.states.lock().map_err(|_| Error::Gpu("state mirrors poisoned".into()))?;
-        states.retain(|_, m| m.life.strong_count() > 0);
-        let (id, life) = s.identity();
-        let m = states.entry(id).or_insert_with(|| {
-            let copy = GpuState::new(&self.gpu, s.len())
-                .map_err(|e| log::warn!("gpu: a recurrent state stays on the CPU: {e}"))
-                .ok()
-                .map(|gpu| Arc::new(DeviceState { gpu, lost: false.into() }));
-            StateMirror { copy, life, writes: u64::MAX }
-        });
-        Ok(m.copy.clone())
-    }
-
-    /// Make `copy` hold `s`'s newest values: read back from another device
-    /// copy, or write the host's when it changed since.
-    pub(super) fn make_current(&self, s: &mut Ssm, copy: &Arc<DeviceState>) -> Result<()> {
-        let mine = s.ahead().is_some_and(|a| std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(copy)));
-        if mine {
-            return Ok(());
-        }
-        if s.ahead().is_some() {
-            s.host_mut()?;
-        }
-        let mut states = self.states.lock().map_err(|_| Error::Gpu("state mirrors poisoned".into()))?;
-        let Some(m) = states.get_mut(&s.identity().0) else {
-            return Err(Error::Gpu("a state's device copy is gone".into()));
-        };
-        if m.writes != s.writes() || copy.lost.load(Relaxed) {
-            copy.gpu.write(s.host())?;
-            copy.lost.store(false, Relaxed);
-            m.writes = s.writes();
-        }
-        Ok(())
     }
 }
