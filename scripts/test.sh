@@ -29,6 +29,14 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup target list --installed | grep -q aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
+# Disk: CI machines have had only a few GB free, and a debug build of the
+# workspace with full debug info and incremental caches wrote ~14 GB (one CI run
+# died of a full disk in the aarch64 step). Line tables keep panics' locations;
+# nothing here reuses an incremental cache on a clean machine.
+export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+step "disk: $(df -Ph . | awk 'NR==2 {print $4}') free at $(pwd)"
+
 export POCKET_FIXTURES="${POCKET_FIXTURES:-$root/../shared/fixtures}"
 if [ ! -f "$POCKET_FIXTURES/manifest.json" ]; then
     echo "FAIL: fixture store not found at $POCKET_FIXTURES (set POCKET_FIXTURES)" >&2
@@ -113,4 +121,5 @@ if [ "${POCKET_SDK_TESTS:-1}" != 0 ]; then
     done
 fi
 
+step "disk: $(du -sh target 2>/dev/null | cut -f1) in target/, $(df -Ph . | awk 'NR==2 {print $4}') free"
 step "all tests passed"
