@@ -114,8 +114,16 @@ impl KvMirror {
     }
 }
 
-/// The kernel's `Params` (64 bytes).
-pub(super) fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize, t0: usize) -> [u8; 64] {
+/// The kernel's `Params` (64 bytes); `chunks`: workgroups per head of a
+/// decoded token's split attention (`attention_split.wgsl`; 1 for `main`).
+pub(super) fn params(
+    s: &AttnShape,
+    capacity: usize,
+    f16: bool,
+    sc_stride: usize,
+    t0: usize,
+    chunks: usize,
+) -> [u8; 64] {
     let words = [
         s.n_head as u32,
         s.n_kv_head as u32,
@@ -131,7 +139,7 @@ pub(super) fn params(s: &AttnShape, capacity: usize, f16: bool, sc_stride: usize
         sc_stride as u32,
         s.scale.to_bits(),
         t0 as u32,
-        0,
+        chunks as u32,
         0,
     ];
     let mut b = [0u8; 64];
@@ -159,6 +167,11 @@ pub struct GpuAttention {
     pub(super) gpu: Gpu,
     pub(super) layout: wgpu::BindGroupLayout,
     pub(super) pipeline: wgpu::ComputePipeline,
+    /// The decoded token's attention split over positions: the layout adds
+    /// the partial results (8); `split_scores`, `split_exp`,
+    /// `split_values`, `split_sum`.
+    pub(super) split_layout: wgpu::BindGroupLayout,
+    pub(super) split: Vec<wgpu::ComputePipeline>,
     io: Mutex<Option<Io>>,
 }
 
@@ -181,7 +194,12 @@ impl GpuAttention {
         let (layout, pipeline) = gpu.scoped("compiling the attention kernel", || {
             gpu.compute_pipeline("attention", &entries, super::shaders::attention(gpu.kernels()))
         })?;
-        Ok(GpuAttention { gpu: gpu.clone(), layout, pipeline, io: Mutex::default() })
+        entries.push(storage_entry(8, false));
+        let names = ["split_scores", "split_exp", "split_values", "split_sum"];
+        let (split_layout, split) = gpu.scoped("compiling the split attention kernels", || {
+            gpu.compute_pipelines("split attention", &entries, super::shaders::attention(gpu.kernels()), &names)
+        })?;
+        Ok(GpuAttention { gpu: gpu.clone(), layout, pipeline, split_layout, split, io: Mutex::default() })
     }
 
     /// `out` (`[n][n_head][head_dim_v]`) = attention of the queries `q`
@@ -264,7 +282,7 @@ impl GpuAttention {
             // first (a queue write lands before the commands submitted after it).
             for t0 in (0..s.n).step_by(chunk) {
                 let nt = chunk.min(s.n - t0);
-                queue.write_buffer(&io.params, 0, &params(s, kv.capacity, kv.f16, sc_stride, t0));
+                queue.write_buffer(&io.params, 0, &params(s, kv.capacity, kv.f16, sc_stride, t0, 1));
                 tally.activations(64);
                 let mut enc =
                     device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("attention") });

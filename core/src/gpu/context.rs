@@ -29,6 +29,11 @@ pub(super) enum MatvecEntry {
     Rows,
     /// The experts a device-side router chose (`main_experts`).
     Experts,
+    /// A GLU's gate and up products and its activation, one token
+    /// (`main_glu` of `shaders/matvec_glu.wgsl`).
+    Glu,
+    /// The same over the experts a device-side router chose (`main_experts_glu`).
+    ExpertsGlu,
 }
 
 struct Inner {
@@ -40,12 +45,17 @@ struct Inner {
     max_binding: u64,
     /// The most workgroups per dispatch dimension (the device's, or fewer).
     max_groups: u32,
+    /// See [`GpuOptions::attention_chunk`].
+    attention_chunk: usize,
     /// The bind group layout every matrix kernel shares: weights, x, y, params.
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
     /// The products over chosen rows add their job (uniform) and row list.
     rows_layout: wgpu::BindGroupLayout,
     rows_pipeline_layout: wgpu::PipelineLayout,
+    /// The fused gate and up products add the up matrix (7, and 8 as f16 values).
+    glu_layout: wgpu::BindGroupLayout,
+    glu_pipeline_layout: wgpu::PipelineLayout,
     /// Offsets of uniform bindings into one buffer are multiples of this.
     uniform_align: u64,
     /// Matrix-vector pipelines, compiled on first use per format, and
@@ -143,16 +153,33 @@ impl Gpu {
             bind_group_layouts: &[Some(&rows_layout)],
             immediate_size: 0,
         });
+        let mut glu_entries = rows_entries.clone();
+        glu_entries.push(storage_entry(7, true));
+        if kernels.f16 {
+            glu_entries.push(storage_entry(8, true));
+        }
+        let glu_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("pocket matvec glu"),
+            entries: &glu_entries,
+        });
+        let glu_pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("pocket matvec glu"),
+            bind_group_layouts: &[Some(&glu_layout)],
+            immediate_size: 0,
+        });
         let inner = Inner {
             device,
             queue,
             info,
             max_binding,
             max_groups,
+            attention_chunk: opts.attention_chunk.unwrap_or(super::ATTENTION_CHUNK).max(1),
             layout,
             pipeline_layout,
             rows_layout,
             rows_pipeline_layout,
+            glu_layout,
+            glu_pipeline_layout,
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(16)),
             matvec: Mutex::default(),
             tally: Tally::default(),
@@ -195,6 +222,12 @@ impl Gpu {
         self.inner.max_groups as usize
     }
 
+    /// Workgroups per head of a decoded token's attention over `positions`
+    /// (at most; see [`GpuOptions::attention_chunk`]): 1 is one workgroup.
+    pub(super) fn attention_chunks(&self, positions: usize) -> usize {
+        (positions / self.inner.attention_chunk).clamp(1, super::MAX_ATTENTION_CHUNKS)
+    }
+
     pub(super) fn device(&self) -> &wgpu::Device {
         &self.inner.device
     }
@@ -210,6 +243,12 @@ impl Gpu {
     /// The layout of the products over chosen rows (`main_rows`).
     pub(super) fn rows_layout(&self) -> &wgpu::BindGroupLayout {
         &self.inner.rows_layout
+    }
+
+    /// The fused gate and up products' bind group layout: the rows layout
+    /// and the up matrix.
+    pub(super) fn glu_layout(&self) -> &wgpu::BindGroupLayout {
+        &self.inner.glu_layout
     }
 
     /// The bind group entries of a matrix product: weights, x, y, params
@@ -249,9 +288,14 @@ impl Gpu {
             MatvecEntry::All => (&self.inner.pipeline_layout, "main"),
             MatvecEntry::Rows => (&self.inner.rows_pipeline_layout, "main_rows"),
             MatvecEntry::Experts => (&self.inner.rows_pipeline_layout, "main_experts"),
+            MatvecEntry::Glu => (&self.inner.glu_pipeline_layout, "main_glu"),
+            MatvecEntry::ExpertsGlu => (&self.inner.glu_pipeline_layout, "main_experts_glu"),
         };
-        let source = shaders::matvec(ty, self.kernels())
-            .ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
+        let source = match entry {
+            MatvecEntry::Glu | MatvecEntry::ExpertsGlu => shaders::matvec_glu(ty, self.kernels()),
+            _ => shaders::matvec(ty, self.kernels()),
+        }
+        .ok_or_else(|| Error::InvalidArgument(format!("the GPU has no kernel for {ty}")))?;
         let device = &self.inner.device;
         let pipeline = self.scoped(&format!("compiling the {ty} kernel"), || {
             let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -332,6 +376,19 @@ impl Gpu {
         entries: &[wgpu::BindGroupLayoutEntry],
         wgsl: String,
     ) -> (wgpu::BindGroupLayout, wgpu::ComputePipeline) {
+        let (layout, mut pipelines) = self.compute_pipelines(label, entries, wgsl, &["main"]);
+        (layout, pipelines.remove(0))
+    }
+
+    /// One pipeline per entry point `names` of `wgsl`, all over one bind
+    /// group layout of `entries`.
+    pub(super) fn compute_pipelines(
+        &self,
+        label: &str,
+        entries: &[wgpu::BindGroupLayoutEntry],
+        wgsl: String,
+        names: &[&str],
+    ) -> (wgpu::BindGroupLayout, Vec<wgpu::ComputePipeline>) {
         let device = self.device();
         let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -343,15 +400,20 @@ impl Gpu {
             label: Some(label),
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),
         });
-        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(label),
-            layout: Some(&pipeline_layout),
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
-        (layout, pipeline)
+        let pipelines = names
+            .iter()
+            .map(|&name| {
+                device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(label),
+                    layout: Some(&pipeline_layout),
+                    module: &module,
+                    entry_point: Some(name),
+                    compilation_options: Default::default(),
+                    cache: None,
+                })
+            })
+            .collect();
+        (layout, pipelines)
     }
 }
 

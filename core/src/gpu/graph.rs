@@ -221,6 +221,8 @@ struct AttnParams {
     capacity: usize,
     f16: bool,
     sc_stride: usize,
+    /// Workgroups per head (1: `main`; more: `attention_split.wgsl`).
+    chunks: usize,
 }
 
 /// A forward pass of one token, recorded.
@@ -538,6 +540,123 @@ impl Graph {
         Ok(())
     }
 
+    /// `y[..rows] = act(G · x) * (U · x)` (one token; `act`: 0 SiLU, 1
+    /// GELU): a GLU's gate and up products and its activation in one
+    /// dispatch per binding (`main_glu`). `g` and `u` must be split alike
+    /// ([`GpuMatrix::split_like`]).
+    pub fn matvec_glu(&mut self, g: &GpuMatrix, u: &GpuMatrix, act: u32, x: Tensor, y: Tensor) -> Result<()> {
+        if !g.is_on(&self.gpu) || !g.split_like(u) || act > 1 || x.len != g.cols() || y.len < g.rows() {
+            return Err(Error::InvalidArgument(format!(
+                "a fused {}x{} gate and {}x{} up product from {} into {} values",
+                g.rows(),
+                g.cols(),
+                u.rows(),
+                u.cols(),
+                x.len,
+                y.len
+            )));
+        }
+        let job = self.glu_job(0, 0, 0, act)?;
+        let pipeline = self.gpu.matvec_pipeline(g.ty(), MatvecEntry::Glu)?;
+        let layout = self.gpu.glu_layout().clone();
+        for ((gw, params, (gx, gy)), (uw, _, _)) in g.chunks().zip(u.chunks()) {
+            let entries = self.glu_entries(gw, uw, x, y, params, &job, self.dummy);
+            self.push("graph gate and up", pipeline.clone(), &layout, entries, [gx, gy, 1])?;
+        }
+        Ok(())
+    }
+
+    /// `y[j][..per] = act(G_{ids[j]} · x) * (U_{ids[j]} · x)` for the `k`
+    /// experts a router chose (as [`Graph::experts`] with one input for
+    /// all): the routed experts' gate and up products and activation in one
+    /// dispatch per binding (`main_experts_glu`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn experts_glu(
+        &mut self,
+        g: &GpuMatrix,
+        u: &GpuMatrix,
+        act: u32,
+        per: usize,
+        ids: Tensor,
+        k: usize,
+        x: Tensor,
+        y: Tensor,
+    ) -> Result<()> {
+        let fits = g.is_on(&self.gpu)
+            && g.split_like(u)
+            && act <= 1
+            && per > 0
+            && g.rows().is_multiple_of(per)
+            && k > 0
+            && ids.len >= k
+            && x.len >= g.cols()
+            && y.len >= k * per
+            && k <= self.gpu.max_groups();
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "{k} fused experts of {per} rows of {}x{} gate and {}x{} up stacks from {} into {} values",
+                g.rows(),
+                g.cols(),
+                u.rows(),
+                u.cols(),
+                x.len,
+                y.len
+            )));
+        }
+        let max = self.gpu.max_groups();
+        let gx = per.min(max);
+        let gy = per.div_ceil(gx);
+        if gy > max {
+            return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
+        }
+        let job = self.glu_job(k, per, gx, act)?;
+        let pipeline = self.gpu.matvec_pipeline(g.ty(), MatvecEntry::ExpertsGlu)?;
+        let layout = self.gpu.glu_layout().clone();
+        for ((gw, params, _), (uw, _, _)) in g.chunks().zip(u.chunks()) {
+            let entries = self.glu_entries(gw, uw, x, y, params, &job, ids);
+            self.push(
+                "graph experts gate and up",
+                pipeline.clone(),
+                &layout,
+                entries,
+                [gx as u32, gy as u32, k as u32],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The fused products' job: one input for every expert (`x_base` 0),
+    /// `k` experts of `per` rows over `gx` workgroups along x, the activation.
+    fn glu_job(&mut self, k: usize, per: usize, gx: usize, act: u32) -> Result<wgpu::Buffer> {
+        let words = [0, 0, 0, k as u32, 0, per as u32, gx as u32, act];
+        let job: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        self.uniform("graph gate and up job", &job)
+    }
+
+    /// A fused product's bindings: a product's, its job and row list, and the up matrix.
+    #[allow(clippy::too_many_arguments)]
+    fn glu_entries(
+        &self,
+        gate: &wgpu::Buffer,
+        up: &wgpu::Buffer,
+        x: Tensor,
+        y: Tensor,
+        params: &wgpu::Buffer,
+        job: &wgpu::Buffer,
+        ids: Tensor,
+    ) -> Vec<Entry> {
+        let mut entries = self.matvec_entries(gate, x, y, params);
+        entries.extend([
+            (4, job.clone(), Some(super::batch::JOB_BYTES)),
+            (5, self.buf(ids).clone(), None),
+            (7, up.clone(), None),
+        ]);
+        if self.gpu.kernels().f16 {
+            entries.push((8, up.clone(), None));
+        }
+        entries
+    }
+
     /// The token's keys `k` and values `v` (`[n_kv_head][dim]`) into `kv`
     /// at the token's position.
     pub fn kv_store(&mut self, kv: &KvMirror, k: Tensor, v: Tensor) -> Result<()> {
@@ -597,7 +716,10 @@ impl Graph {
         if !fits {
             return Err(Error::InvalidArgument(format!("graph attention of {s:?} over {} positions", kv.capacity)));
         }
-        let buffer = self.uniform("graph attention", &attention_params(&s, kv.capacity, kv.f16, sc_stride, 0))?;
+        // A long context's positions go to several workgroups per head.
+        let chunks = self.gpu.attention_chunks(sc_stride);
+        let params = attention_params(&s, kv.capacity, kv.f16, sc_stride, 0, chunks);
+        let buffer = self.uniform("graph attention", &params)?;
         let mut entries = vec![
             (0, kv.k.clone(), None),
             (1, kv.v.clone(), None),
@@ -609,9 +731,21 @@ impl Graph {
         if self.gpu.kernels().f16 {
             entries.extend([(6, kv.k.clone(), None), (7, kv.v.clone(), None)]);
         }
-        let pipeline = Arc::new(kernel.pipeline.clone());
-        self.push("graph attention", pipeline, &kernel.layout, entries, [s.n_head as u32, 1, 1])?;
-        self.attention.push(AttnParams { buffer, shape: s, capacity: kv.capacity, f16: kv.f16, sc_stride });
+        if chunks == 1 {
+            let pipeline = Arc::new(kernel.pipeline.clone());
+            self.push("graph attention", pipeline, &kernel.layout, entries, [s.n_head as u32, 1, 1])?;
+        } else {
+            let parts = self.tensor(s.n_head * chunks * (2 + s.head_dim_v))?;
+            entries.push((8, self.buf(parts).clone(), None));
+            let (heads, c) = (s.n_head as u32, chunks as u32);
+            for (pipeline, grid) in
+                kernel.split.iter().zip([[c, heads, 1], [c, heads, 1], [c, heads, 1], [heads, 1, 1]])
+            {
+                let pipeline = Arc::new(pipeline.clone());
+                self.push("graph split attention", pipeline, &kernel.split_layout, entries.clone(), grid)?;
+            }
+        }
+        self.attention.push(AttnParams { buffer, shape: s, capacity: kv.capacity, f16: kv.f16, sc_stride, chunks });
         Ok(())
     }
 
@@ -738,7 +872,7 @@ impl Graph {
             }
             for a in &self.attention {
                 let s = AttnShape { pos0: pos, ..a.shape };
-                queue.write_buffer(&a.buffer, 0, &attention_params(&s, a.capacity, a.f16, a.sc_stride, 0));
+                queue.write_buffer(&a.buffer, 0, &attention_params(&s, a.capacity, a.f16, a.sc_stride, 0, a.chunks));
                 up += 64;
             }
             tally.activations(up);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::graph::{norm_mode, Graph, GraphOps, Op, OpParams, Tensor};
 use super::tests::{assert_close, reference, variants};
-use super::{Gpu, GpuMatrix, GpuOptions, KvMirror};
+use super::{AttnShape, Gpu, GpuAttention, GpuMatrix, GpuOptions, KvMirror};
 use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{ops, QActs};
 use crate::model::blocks::moe::top_k;
@@ -209,6 +209,150 @@ fn experts_chosen_on_the_device_match_their_products() {
                     &want,
                     &scale,
                 );
+            }
+        }
+    }
+}
+
+/// The fused gate and up products (`matvec_glu.wgsl`) give exactly what the
+/// two products and the `glu` operation give (the same sums in the same
+/// order, the same activation), for one token and for routed experts, with
+/// the matrices split over bindings mid-expert, in formats whose blocks are
+/// and are not whole words, and with SiLU and GELU.
+#[test]
+fn fused_gate_and_up_products_equal_the_two_products_and_the_activation() {
+    let opts = GpuOptions { max_binding_bytes: Some(4096), ..Default::default() };
+    for gpu in variants(&opts) {
+        let v = gpu.kernels().name();
+        let mut rng = Rng::new(23);
+        for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::F16] {
+            let (n_expert, per, cols, k) = (5usize, 9usize, 256usize, 3usize);
+            let rows = n_expert * per;
+            let gw = random_weights(ty, rows, cols, &mut rng);
+            let uw = random_weights(ty, rows, cols, &mut rng);
+            let gm = GpuMatrix::upload(&gpu, ty, rows, cols, &gw).unwrap();
+            let um = GpuMatrix::upload(&gpu, ty, rows, cols, &uw).unwrap();
+            assert!(gm.bindings() > 1 && gm.split_like(&um), "{ty} ({v}): the stacks are not split alike");
+            let x = rng.vec(cols, 1.0);
+            let ids = [3u32, 0, 4];
+            for act in [0u32, 1] {
+                let what = format!("{ty}, act {act} ({v})");
+                let mut g = Graph::new(&gpu, Arc::new(GraphOps::new(&gpu).unwrap())).unwrap();
+                let idt = g.constant(&ids.map(f32::from_bits)).unwrap();
+                let xt = g.constant(&x).unwrap();
+                // Dense: every row of the pair.
+                let (dg, du, dy) = (g.tensor(rows).unwrap(), g.tensor(rows).unwrap(), g.tensor(rows).unwrap());
+                g.matvec(&gm, xt, dg).unwrap();
+                g.matvec(&um, xt, du).unwrap();
+                g.op(Op::Glu, OpParams { n: rows as u32, mode: act, ..Default::default() }, dg, Some(du), None, None)
+                    .unwrap();
+                g.matvec_glu(&gm, &um, act, xt, dy).unwrap();
+                // Experts: the rows of the chosen experts.
+                let n = k * per;
+                let (eg, eu, ey) = (g.tensor(n).unwrap(), g.tensor(n).unwrap(), g.tensor(n).unwrap());
+                g.experts(&gm, per, idt, k, xt, 0, eg).unwrap();
+                g.experts(&um, per, idt, k, xt, 0, eu).unwrap();
+                g.op(Op::Glu, OpParams { n: n as u32, mode: act, ..Default::default() }, eg, Some(eu), None, None)
+                    .unwrap();
+                g.experts_glu(&gm, &um, act, per, idt, k, xt, ey).unwrap();
+                g.read_back(&[dg, dy, eg, ey]).unwrap();
+                let mut got = Vec::new();
+                g.run(0, &[], &mut got).unwrap();
+                let (two, fused) = got.split_at(rows);
+                let (fused, rest) = fused.split_at(rows);
+                let (etwo, efused) = rest.split_at(n);
+                assert!(two.iter().any(|&y| y != 0.0), "{what}: all zero");
+                assert_eq!(two, fused, "{what}: dense");
+                assert_eq!(etwo, efused, "{what}: experts");
+                // And the two products are the CPU's.
+                let row_bytes = gw.len() / rows;
+                let e = ids[1] as usize;
+                let slab = |w: &[u8]| w[e * per * row_bytes..(e + 1) * per * row_bytes].to_vec();
+                let (want_g, _) = reference(ty, per, cols, &slab(&gw), &x, 1);
+                let (want_u, _) = reference(ty, per, cols, &slab(&uw), &x, 1);
+                let mut want: Vec<f32> = want_g.iter().map(|&g| g as f32).collect();
+                if act == 0 {
+                    ops::silu(&mut want);
+                } else {
+                    ops::gelu_tanh(&mut want);
+                }
+                want.iter_mut().zip(&want_u).for_each(|(a, &u)| *a *= u as f32);
+                assert_near(&format!("{what}: expert {e}"), &efused[per..2 * per], &want, 5e-3);
+            }
+            let other = GpuMatrix::upload(&gpu, ty, rows - per, cols, &uw[..(rows - per) * (uw.len() / rows)]).unwrap();
+            let mut g = Graph::new(&gpu, Arc::new(GraphOps::new(&gpu).unwrap())).unwrap();
+            let (xt, y) = (g.constant(&x).unwrap(), g.tensor(rows).unwrap());
+            assert!(g.matvec_glu(&gm, &other, 0, xt, y).is_err(), "{ty} ({v}): unlike matrices fused");
+        }
+    }
+}
+
+/// A decoded token's attention split over several workgroups per head
+/// (`attention_split.wgsl`) gives what one workgroup per head gives
+/// (`main`, itself tested against the CPU): chunks of a few positions, of
+/// none (fewer positions than chunks), a sliding window, output gates,
+/// grouped queries, heads larger than the workgroup, f16 and f32 caches.
+#[test]
+fn attention_split_over_positions_matches_one_workgroup_per_head() {
+    // Heads, KV heads, head dim, value head dim, window, gated, f16, capacity, position.
+    type Case = (usize, usize, usize, usize, Option<usize>, bool, bool, usize, usize);
+    let cases: [Case; 5] = [
+        (4, 2, 19, 19, None, false, true, 60, 45),
+        (6, 3, 40, 40, Some(20), true, true, 60, 50),
+        (8, 2, 64, 48, None, false, false, 60, 3),
+        (2, 1, 130, 130, None, false, true, 300, 299),
+        (3, 3, 16, 16, Some(33), true, false, 90, 89),
+    ];
+    let opts = GpuOptions { attention_chunk: Some(7), ..Default::default() };
+    for gpu in variants(&opts) {
+        let v = gpu.kernels().name();
+        let kernel = GpuAttention::new(&gpu).unwrap();
+        let mut rng = Rng::new(29);
+        for (n_head, n_kv, hd, hdv, window, gated, f16, cap, pos) in cases {
+            let what = format!(
+                "{n_head}/{n_kv} heads of {hd}/{hdv}, window {window:?}, gated {gated}, f16 {f16}, at {pos} ({v})"
+            );
+            let ty = if f16 { KvType::F16 } else { KvType::F32 };
+            let mut host = KvCache::new(ty, n_kv, hd, hdv, cap).unwrap();
+            for p in 0..cap {
+                for h in 0..n_kv {
+                    host.store(h, p, &rng.vec(hd, 1.0), &rng.vec(hdv, 1.0));
+                }
+            }
+            let mirror = KvMirror::new(&gpu, f16, n_kv, hd, hdv, cap).unwrap();
+            let (k, vv) = host.raw().unwrap();
+            mirror.write(k, vv, 0..cap).unwrap();
+            let q_stride = if gated { 2 * hd } else { hd };
+            let s = AttnShape {
+                n_head,
+                n_kv_head: n_kv,
+                head_dim: hd,
+                head_dim_v: hdv,
+                q_rows: n_head * q_stride,
+                q_stride,
+                gated,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window,
+                pos0: pos,
+                n: 1,
+            };
+            let q = rng.vec(s.q_rows, 2.0);
+            let mut want = Vec::new();
+            kernel.attend(&mirror, &s, &q, &mut want).unwrap();
+
+            let mut g = Graph::new(&gpu, Arc::new(GraphOps::new(&gpu).unwrap())).unwrap();
+            let (qt, out) = (g.tensor(s.q_rows).unwrap(), g.tensor(n_head * hdv).unwrap());
+            let sc = g.tensor(n_head * window.map_or(cap, |w| w.min(cap))).unwrap();
+            g.attention(&kernel, &mirror, s, qt, out, sc).unwrap();
+            g.read_back(&[out]).unwrap();
+            let before = gpu.counters();
+            let mut got = Vec::new();
+            g.run(pos, &[(qt, &q)], &mut got).unwrap();
+            assert_eq!((gpu.counters() - before).dispatches, 4, "{what}: not split");
+            let range = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+            let tol = if f16 { 1e-3 } else { 1e-5 } * range;
+            for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+                assert!((a - b).abs() <= tol, "{what}: output {i}: one workgroup {a} vs split {b}");
             }
         }
     }

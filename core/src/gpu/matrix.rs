@@ -147,6 +147,15 @@ impl GpuMatrix {
         self.chunks.iter().filter(hit).map(|c| (&c.weights, &c.params))
     }
 
+    /// Whether `other` has this matrix's format and shape, on the same
+    /// device, split over bindings at the same rows: the gate and up
+    /// matrices a fused product reads binding by binding.
+    pub fn split_like(&self, other: &GpuMatrix) -> bool {
+        self.gpu.same_device(&other.gpu)
+            && (self.ty, self.rows, self.cols) == (other.ty, other.rows, other.cols)
+            && self.chunks.iter().map(|c| &c.rows).eq(other.chunks.iter().map(|c| &c.rows))
+    }
+
     /// Whether the matrix lives on `gpu`.
     pub(super) fn is_on(&self, gpu: &Gpu) -> bool {
         self.gpu.same_device(gpu)

@@ -155,7 +155,19 @@ pub struct GpuOptions {
     /// Use no subgroup operations even where the adapter offers them (the
     /// workgroup-memory reductions; see [`KernelVariant`]).
     pub no_subgroups: bool,
+    /// The cached positions one workgroup takes of a decoded token's
+    /// attention before they are split over several per head (tests force
+    /// the split with it); `None`: [`ATTENTION_CHUNK`].
+    pub attention_chunk: Option<usize>,
 }
+
+/// The cached positions per workgroup above which a decoded token's
+/// attention is split over several workgroups per head (at most
+/// [`MAX_ATTENTION_CHUNKS`]), sized by the positions a layer can see.
+pub const ATTENTION_CHUNK: usize = 256;
+
+/// The most workgroups per head of a decoded token's split attention.
+pub const MAX_ATTENTION_CHUNKS: usize = 64;
 
 /// The environment variable that forces a model's GPU kernels to the
 /// portable form: `POCKET_GPU_KERNELS=portable` (as `POCKET_ISA` forces a

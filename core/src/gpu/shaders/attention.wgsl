@@ -37,7 +37,9 @@ struct Params {
     scale: f32,
     // First token of this dispatch.
     t0: u32,
-    pad1: u32,
+    // Workgroups per head of a decoded token's split attention
+    // (`attention_split.wgsl`; `main` ignores it).
+    chunks: u32,
     pad2: u32,
 }
 

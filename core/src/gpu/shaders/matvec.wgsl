@@ -5,8 +5,9 @@
 // activations shared by several products (`main_rows`: a MoE expert over the
 // tokens routed to it); or the experts a router chose (`main_experts`).
 //
-// The weights are the file's bytes as they lie (`array<u32>`, read with the
-// byte helpers below; `f16_at` from `weights_half.wgsl` or
+// The weights are the file's bytes as they lie (`array<u32>`, read by
+// `word` (`weights_one.wgsl`, or `weights_pair.wgsl` for the fused gate
+// and up products of `matvec_glu.wgsl`) through the byte helpers below; `f16_at` from `weights_half.wgsl` or
 // `weights_f16.wgsl`, which may bind them a second time as f16 values); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
 // and `block_dot(offset, xi)`: the dot product of the block at byte `offset`
 // with x[xi .. xi + BLOCK_ELEMS], accumulated in f32.
@@ -58,7 +59,7 @@ const WG: u32 = 64u;
 
 // Byte `off` of the weights.
 fn byte_at(off: u32) -> u32 {
-    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+    return (word(off >> 2u) >> ((off & 3u) * 8u)) & 0xffu;
 }
 
 // Little-endian u16 at any byte offset.
@@ -70,11 +71,11 @@ fn u16_at(off: u32) -> u32 {
 // is 34 bytes, Q3_K 110, Q6_K 210).
 fn u32_at(off: u32) -> u32 {
     let s = (off & 3u) * 8u;
-    let lo = w[off >> 2u];
+    let lo = word(off >> 2u);
     if (s == 0u) {
         return lo;
     }
-    return (lo >> s) | (w[(off >> 2u) + 1u] << (32u - s));
+    return (lo >> s) | (word((off >> 2u) + 1u) << (32u - s));
 }
 
 // A byte as a signed 8-bit value.

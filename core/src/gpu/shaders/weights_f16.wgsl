@@ -8,7 +8,7 @@
 @group(0) @binding(6) var<storage, read> w16: array<f16>;
 
 fn f16_at(off: u32) -> f32 {
-    let x = f32(w16[off >> 1u]);
+    let x = f32(half_word(off >> 1u));
     if (x == 0.0) {
         return half_to_f32(u16_at(off));
     }

@@ -32,7 +32,9 @@ use super::super::network::Network;
 use super::super::state::{LayerState, State};
 use super::super::weights::Matrix;
 use super::{DeviceState, GpuBackend};
-use crate::gpu::{norm_mode, AttnShape, Constant, DeltaShape, Graph, GraphOps, KvMirror, Op, OpParams, Tensor};
+use crate::gpu::{
+    norm_mode, AttnShape, Constant, DeltaShape, GpuMatrix, Graph, GraphOps, KvMirror, Op, OpParams, Tensor,
+};
 use crate::kernels::ActFormat;
 use crate::quant::GgmlType;
 use crate::{Error, Result};
@@ -160,13 +162,22 @@ impl Recorder<'_> {
         Ok(q)
     }
 
-    fn matvec(&mut self, m: &Matrix, x: Tensor, y: Tensor) -> Result<()> {
-        let w =
-            self.be.upload(&m.view(self.file)).ok_or_else(|| unsupported(format!("{} stays on the CPU", m.name)))?;
-        let xq = self.acts(x, m.ty)?;
+    /// The device copy of `m` (uploaded at load).
+    fn weights(&self, m: &Matrix) -> Result<Arc<GpuMatrix>> {
+        self.be.upload(&m.view(self.file)).ok_or_else(|| unsupported(format!("{} stays on the CPU", m.name)))
+    }
+
+    /// `y` is about to be written: a quantised input held in it is gone.
+    fn overwrites(&mut self, y: Tensor) {
         if self.quantised.is_some_and(|(from, _, q)| y == from || y == q) {
             self.quantised = None;
         }
+    }
+
+    fn matvec(&mut self, m: &Matrix, x: Tensor, y: Tensor) -> Result<()> {
+        let w = self.weights(m)?;
+        let xq = self.acts(x, m.ty)?;
+        self.overwrites(y);
         self.g.matvec(&w, xq, y)
     }
 
@@ -276,18 +287,34 @@ impl Recorder<'_> {
         Ok(())
     }
 
-    /// `out = FFN(x)` (`Dense::forward`).
+    /// `out = FFN(x)` (`Dense::forward`): the gate and up products and the
+    /// activation in one fused product where the two matrices are alike.
     pub fn dense(&mut self, d: &Dense, x: Tensor, out: Tensor) -> Result<()> {
         let n_ff = d.gate.rows;
-        let (gate, up) = (self.temp("ffn gate", n_ff)?, self.temp("ffn up", n_ff)?);
-        self.matvec(&d.gate, x, gate)?;
-        self.matvec(&d.up, x, up)?;
-        let mode = match d.act {
+        let act = match d.act {
             Act::Silu => 0,
             Act::GeluTanh => 1,
         };
-        self.op(Op::Glu, OpParams { n: n_ff as u32, mode, ..Default::default() }, gate, Some(up), None, None)?;
-        self.matvec(&d.down, gate, out)
+        let hidden = self.temp("ffn gate", n_ff)?;
+        let (gate_w, up_w) = (self.weights(&d.gate)?, self.weights(&d.up)?);
+        if gate_w.split_like(&up_w) {
+            let xq = self.acts(x, d.gate.ty)?;
+            self.overwrites(hidden);
+            self.g.matvec_glu(&gate_w, &up_w, act, xq, hidden)?;
+        } else {
+            let up = self.temp("ffn up", n_ff)?;
+            self.matvec(&d.gate, x, hidden)?;
+            self.matvec(&d.up, x, up)?;
+            self.op(
+                Op::Glu,
+                OpParams { n: n_ff as u32, mode: act, ..Default::default() },
+                hidden,
+                Some(up),
+                None,
+                None,
+            )?;
+        }
+        self.matvec(&d.down, hidden, out)
     }
 
     /// `out = MoE(x)` (`Moe::forward`): the router and its top-k on the
@@ -310,14 +337,18 @@ impl Recorder<'_> {
         };
         let (gate_w, up_w, down_w) = (stack(self, &m.gate.all)?, stack(self, &m.up.all)?, stack(self, &m.down.all)?);
         let gate = self.temp("experts gate", k * n_ff)?;
-        let up = self.temp("experts up", k * n_ff)?;
         let down = self.temp("experts down", k * n_embd)?;
         let xq = self.acts(x, m.gate.all.ty)?;
-        self.g.experts(&gate_w, n_ff, route, k, xq, 0, gate)?;
-        let xq = self.acts(x, m.up.all.ty)?;
-        self.g.experts(&up_w, n_ff, route, k, xq, 0, up)?;
-        let glu = OpParams { n: (k * n_ff) as u32, ..Default::default() };
-        self.op(Op::Glu, glu, gate, Some(up), None, None)?;
+        if gate_w.split_like(&up_w) {
+            self.g.experts_glu(&gate_w, &up_w, 0, n_ff, route, k, xq, gate)?;
+        } else {
+            let up = self.temp("experts up", k * n_ff)?;
+            self.g.experts(&gate_w, n_ff, route, k, xq, 0, gate)?;
+            let xq = self.acts(x, m.up.all.ty)?;
+            self.g.experts(&up_w, n_ff, route, k, xq, 0, up)?;
+            let glu = OpParams { n: (k * n_ff) as u32, ..Default::default() };
+            self.op(Op::Glu, glu, gate, Some(up), None, None)?;
+        }
         let hidden = self.acts(gate, m.down.all.ty)?;
         self.g.experts(&down_w, n_embd, route, k, hidden, n_ff, down)?;
         self.quantised = None;
