@@ -110,13 +110,25 @@ impl DirectFile {
     /// alignment), through `bounce` (an aligned buffer; any length of at
     /// least `2 * ALIGN`).
     pub fn read_into(&self, offset: u64, out: &mut [u8], bounce: &mut [u8]) -> Result<()> {
+        let mut done = 0usize;
+        self.read_each(offset, out.len(), bounce, &mut |bytes| {
+            out[done..done + bytes.len()].copy_from_slice(bytes);
+            done += bytes.len();
+        })
+    }
+
+    /// The model's bytes `offset..offset + len`, in order, handed to `put`
+    /// a piece at a time as they arrive in `bounce` (as in
+    /// [`read_into`](Self::read_into)): for memory that may only be
+    /// written (a device buffer mapped for writing).
+    pub fn read_each(&self, offset: u64, len: usize, bounce: &mut [u8], put: &mut dyn FnMut(&[u8])) -> Result<()> {
         let step = (bounce.len() / ALIGN - 1) * ALIGN;
         let mut done = 0usize;
-        while done < out.len() {
-            let n = step.min(out.len() - done);
+        while done < len {
+            let n = step.min(len - done);
             let s = self.span(offset + done as u64, n);
             self.read(s, bounce)?;
-            out[done..done + n].copy_from_slice(&bounce[s.skip..s.skip + n]);
+            put(&bounce[s.skip..s.skip + n]);
             done += n;
         }
         Ok(())

@@ -72,18 +72,41 @@ impl GpuMatrix {
     /// Copy a matrix's file bytes (`rows` rows of `cols` elements of type
     /// `ty`, as a GGUF tensor stores them) to the device, once.
     pub fn upload(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<GpuMatrix> {
-        let pipeline = gpu.matvec_pipeline(ty, super::context::MatvecEntry::All)?;
-        let row_bytes = ty
-            .row_bytes(cols as u64)
-            .filter(|_| rows > 0 && cols > 0)
-            .ok_or_else(|| Error::InvalidArgument(format!("a {rows}x{cols} matrix is not whole {ty} blocks")))?;
-        if (bytes.len() as u64) != (rows as u64).saturating_mul(row_bytes) {
+        let row_bytes = Self::row_bytes(ty, rows, cols)?;
+        if (bytes.len() as u64) != (rows as u64).saturating_mul(row_bytes as u64) {
             return Err(Error::InvalidArgument(format!(
                 "{} bytes for a {rows}x{cols} {ty} matrix of {row_bytes}-byte rows",
                 bytes.len()
             )));
         }
-        let row_bytes = row_bytes as usize;
+        Self::upload_with(gpu, ty, rows, cols, &mut |off, len, put| {
+            put(&bytes[off..off + len]);
+            Ok(())
+        })
+    }
+
+    /// Bytes of one row of a `rows`x`cols` matrix of type `ty`.
+    fn row_bytes(ty: GgmlType, rows: usize, cols: usize) -> Result<usize> {
+        ty.row_bytes(cols as u64)
+            .filter(|_| rows > 0 && cols > 0)
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| Error::InvalidArgument(format!("a {rows}x{cols} matrix is not whole {ty} blocks")))
+    }
+
+    /// As [`upload`](Self::upload), the bytes that `read(offset, len, put)`
+    /// hands to `put` in order (the matrix's bytes `offset..offset + len`,
+    /// in pieces) written straight into the device buffers' mapped memory:
+    /// positional reads of the file need no other copy of the weights in
+    /// memory (no mapped pages).
+    pub fn upload_with(
+        gpu: &Gpu,
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        read: &mut dyn FnMut(usize, usize, &mut dyn FnMut(&[u8])) -> Result<()>,
+    ) -> Result<GpuMatrix> {
+        let pipeline = gpu.matvec_pipeline(ty, super::context::MatvecEntry::All)?;
+        let row_bytes = Self::row_bytes(ty, rows, cols)?;
         let per_chunk = rows_per_binding(row_bytes, gpu.max_binding_bytes()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "a {ty} row of {row_bytes} bytes exceeds the GPU's {}-byte binding",
@@ -95,7 +118,7 @@ impl GpuMatrix {
         let mut chunks = Vec::new();
         for row0 in (0..rows).step_by(per_chunk) {
             let n = per_chunk.min(rows - row0);
-            let data = &bytes[row0 * row_bytes..(row0 + n) * row_bytes];
+            let (at, len) = (row0 * row_bytes, n * row_bytes);
             let gx = n.min(max_groups);
             let gy = n.div_ceil(gx);
             if gy > max_groups {
@@ -110,7 +133,8 @@ impl GpuMatrix {
                 groups_x: gx as u32,
             };
             let (weights, params) = gpu.scoped("uploading weights", || -> Result<_> {
-                let weights = init_buffer(device, "weights", wgpu::BufferUsages::STORAGE, data)?;
+                let weights =
+                    fill_buffer(device, "weights", wgpu::BufferUsages::STORAGE, len, &mut |put| read(at, len, put))?;
                 Ok((weights, init_buffer(device, "params", wgpu::BufferUsages::UNIFORM, &params.bytes())?))
             })??;
             gpu.tally().created(2);
@@ -266,7 +290,24 @@ fn rows_per_binding(row_bytes: usize, limit: u64) -> Option<usize> {
 
 /// A buffer holding `data`, padded with zeros to a whole number of words.
 fn init_buffer(device: &wgpu::Device, label: &str, usage: wgpu::BufferUsages, data: &[u8]) -> Result<wgpu::Buffer> {
-    let size = data.len().next_multiple_of(4).max(4);
+    fill_buffer(device, label, usage, data.len(), &mut |put| {
+        put(data);
+        Ok(())
+    })
+}
+
+/// A buffer of `len` bytes (padded to whole words with zeros) whose bytes
+/// `fill` hands, in order, to the `put` it is given, which writes them
+/// into the buffer's memory mapped at creation (write-only memory: it may
+/// be write-combined). Fewer or more than `len` bytes are an error.
+fn fill_buffer(
+    device: &wgpu::Device,
+    label: &str,
+    usage: wgpu::BufferUsages,
+    len: usize,
+    fill: &mut dyn FnMut(&mut dyn FnMut(&[u8])) -> Result<()>,
+) -> Result<wgpu::Buffer> {
+    let size = len.next_multiple_of(4).max(4);
     let buffer = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size: size as u64,
@@ -277,10 +318,21 @@ fn init_buffer(device: &wgpu::Device, label: &str, usage: wgpu::BufferUsages, da
         .slice(..)
         .get_mapped_range_mut()
         .map_err(|e| Error::Gpu(format!("mapping a new {label} buffer: {e}")))?;
-    view.slice(..data.len()).copy_from_slice(data);
-    view.slice(data.len()..).copy_from_slice(&[0u8; 4][..size - data.len()]);
+    let mut at = 0usize;
+    let filled = fill(&mut |bytes| {
+        let end = at + bytes.len();
+        if end <= len {
+            view.slice(at..end).copy_from_slice(bytes);
+        }
+        at = end;
+    });
+    view.slice(len..).copy_from_slice(&[0u8; 4][..size - len]);
     drop(view);
     buffer.unmap();
+    filled?;
+    if at != len {
+        return Err(Error::InvalidArgument(format!("{at} bytes for a {len}-byte {label} buffer")));
+    }
     Ok(buffer)
 }
 

@@ -323,6 +323,46 @@ fn wrong_shapes_and_formats_are_errors() {
     assert!(matches!(GpuMatrix::upload(&tiny, GgmlType::Q4K, 2, 256, &w), Err(Error::InvalidArgument(_))));
 }
 
+/// Weights handed over in pieces (as positional reads of the file deliver
+/// them, straight into the mapped device buffers) give exactly the
+/// products of weights copied from memory, split over bindings; a read
+/// that delivers too few or too many bytes, or fails, is an error.
+#[test]
+fn weights_read_in_pieces_equal_weights_copied_from_memory() {
+    let Some(gpu) = device(&GpuOptions { max_binding_bytes: Some(4096), ..Default::default() }) else { return };
+    let mut rng = Rng::new(33);
+    let (ty, rows, cols) = (GgmlType::Q6K, 37usize, 512usize);
+    let w = random_weights(ty, rows, cols, &mut rng);
+    let x = rng.vec(cols, 1.0);
+    let copied = GpuMatrix::upload(&gpu, ty, rows, cols, &w).unwrap();
+    let mut pieces = 0;
+    let read = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+        for piece in w[off..off + len].chunks(333) {
+            put(piece);
+            pieces += 1;
+        }
+        Ok(())
+    })
+    .unwrap();
+    assert!(read.bindings() > 1 && pieces > read.bindings());
+    assert_eq!(read.matvec(&x).unwrap(), copied.matvec(&x).unwrap());
+    let short = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+        put(&w[off..off + len - 1]);
+        Ok(())
+    });
+    assert!(matches!(short, Err(Error::InvalidArgument(_))), "a short read");
+    let long = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+        put(&w[off..off + len]);
+        put(&[0]);
+        Ok(())
+    });
+    assert!(matches!(long, Err(Error::InvalidArgument(_))), "a long read");
+    let failed = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |_, _, _| {
+        Err(Error::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "truncated")))
+    });
+    assert!(matches!(failed, Err(Error::Io(_))), "a failed read");
+}
+
 #[test]
 fn the_adapter_describes_itself() {
     let Some(gpu) = device(&GpuOptions::default()) else { return };

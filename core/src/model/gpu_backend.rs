@@ -65,6 +65,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use super::cache::{KvCache, KvType};
 use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
 use super::ssm::{DeviceCopy, Ssm};
+use crate::gguf::direct::{AlignedBuf, DirectFile, ALIGN};
 use crate::gpu::{
     AdapterInfo, AttnShape, DeltaShape, Gpu, GpuAttention, GpuBatch, GpuCounters, GpuDeltaRule, GpuMatrix, GpuState,
     KvMirror, RowsJob, MAX_D_K, MAX_HEAD_DIM,
@@ -83,6 +84,10 @@ pub struct GpuBackend {
     /// The model file's bytes (address range): only weights inside it are
     /// uploaded, since only they never change under the same address.
     file: (usize, usize),
+    /// The file itself, where the model came from one: weights go up by
+    /// positional reads straight into the device buffers (around the page
+    /// cache where the file system allows), never through the mapping.
+    reads: Option<DirectFile>,
     matrices: Mutex<Uploads>,
     /// The MoE expert stacks, uploaded whole at load (their address range
     /// and matrix): an expert's products use its rows of the stack, so a
@@ -224,6 +229,7 @@ impl GpuBackend {
             batch: GpuBatch::new(&gpu),
             gpu,
             file: (file.as_ptr() as usize, file.len()),
+            reads: None,
             matrices: Mutex::default(),
             stacks: OnceLock::new(),
             io: Mutex::default(),
@@ -263,6 +269,15 @@ impl GpuBackend {
             graph_tokens: self.graph_tokens.load(Relaxed),
             device: self.gpu.counters(),
         }
+    }
+
+    /// Read the weights it uploads from `file` (the model file's bytes, the
+    /// same as the mapping's) rather than copy them from the mapping: no
+    /// page of the mapping is touched, so the weights are in memory once,
+    /// in the device's buffers (on a phone's unified memory, that is all of it).
+    pub fn reading_from(mut self, file: DirectFile) -> GpuBackend {
+        self.reads = Some(file);
+        self
     }
 
     /// Upload the model's weights now: each MoE expert stack whole (`stacks`:
@@ -311,7 +326,7 @@ impl GpuBackend {
         }
         let mut map = self.matrices.lock().ok()?;
         map.entry((addr, len))
-            .or_insert_with(|| match GpuMatrix::upload(&self.gpu, w.ty, w.rows, w.cols, w.data) {
+            .or_insert_with(|| match self.upload_matrix(w, addr - start) {
                 Ok(m) => Some(Arc::new(m)),
                 Err(e) => {
                     log::warn!("gpu: a {}x{} {} matrix stays on the CPU: {e}", w.rows, w.cols, w.ty);
@@ -319,6 +334,20 @@ impl GpuBackend {
                 }
             })
             .clone()
+    }
+
+    /// Upload `w`, which lies at byte `offset` of the file: read from the
+    /// file where there is one, else copied from the bytes in memory.
+    fn upload_matrix(&self, w: &QMatrix<'_>, offset: usize) -> Result<GpuMatrix> {
+        let Some(file) = &self.reads else { return GpuMatrix::upload(&self.gpu, w.ty, w.rows, w.cols, w.data) };
+        if w.ty.row_bytes(w.cols as u64).map(|b| b * w.rows as u64) != Some(w.data.len() as u64) {
+            return Err(Error::InvalidArgument(format!("{} bytes for a {}x{} {}", w.data.len(), w.rows, w.cols, w.ty)));
+        }
+        // An aligned bounce buffer for the reads (direct I/O), freed after.
+        let mut bounce = AlignedBuf::new((w.data.len().next_multiple_of(ALIGN) + 2 * ALIGN).min(8 << 20))?;
+        GpuMatrix::upload_with(&self.gpu, w.ty, w.rows, w.cols, &mut |off, len, put| {
+            file.read_each((offset + off) as u64, len, bounce.as_mut_slice(), put)
+        })
     }
 
     /// `job` on the device; `false` when it must run on the CPU instead.

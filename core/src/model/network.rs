@@ -261,7 +261,10 @@ impl Model {
             BackendKind::Gpu => {
                 let gpu = Gpu::new(&GpuOptions::from_env())?;
                 let bytes = file.source().bytes();
-                let backend = GpuBackend::new(gpu, bytes);
+                let mut backend = GpuBackend::new(gpu, bytes);
+                if let Some(direct) = file.source().direct()? {
+                    backend = backend.reading_from(direct);
+                }
                 // The weights go up now: the expert stacks whole, the rest
                 // by recording a decode over a one-position state.
                 let stacks: Vec<_> = net.experts().iter().map(|(_, x)| x.all.view(bytes)).collect();
