@@ -103,7 +103,7 @@ impl GpuMatrix {
         ty: GgmlType,
         rows: usize,
         cols: usize,
-        read: &mut dyn FnMut(usize, usize, &mut dyn FnMut(&[u8])) -> Result<()>,
+        read: super::ReadBytes<'_>,
     ) -> Result<GpuMatrix> {
         let pipeline = gpu.matvec_pipeline(ty, super::context::MatvecEntry::All)?;
         let row_bytes = Self::row_bytes(ty, rows, cols)?;
@@ -305,7 +305,7 @@ fn fill_buffer(
     label: &str,
     usage: wgpu::BufferUsages,
     len: usize,
-    fill: &mut dyn FnMut(&mut dyn FnMut(&[u8])) -> Result<()>,
+    fill: &mut dyn FnMut(super::PutBytes<'_>) -> Result<()>,
 ) -> Result<wgpu::Buffer> {
     let size = len.next_multiple_of(4).max(4);
     let buffer = device.create_buffer(&wgpu::BufferDescriptor {

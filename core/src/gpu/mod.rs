@@ -161,6 +161,13 @@ pub struct GpuOptions {
     pub attention_chunk: Option<usize>,
 }
 
+/// Where a piece of weights goes: bytes handed over in order.
+pub type PutBytes<'a> = &'a mut dyn FnMut(&[u8]);
+
+/// `read(offset, len, put)`: a matrix's bytes `offset..offset + len`
+/// handed to `put` in order ([`GpuMatrix::upload_with`]).
+pub type ReadBytes<'a> = &'a mut dyn FnMut(usize, usize, PutBytes<'_>) -> crate::Result<()>;
+
 /// The cached positions per workgroup above which a decoded token's
 /// attention is split over several workgroups per head (at most
 /// [`MAX_ATTENTION_CHUNKS`]), sized by the positions a layer can see.

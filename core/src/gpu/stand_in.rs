@@ -53,7 +53,7 @@ impl GpuMatrix {
         _ty: GgmlType,
         _rows: usize,
         _cols: usize,
-        _read: &mut dyn FnMut(usize, usize, &mut dyn FnMut(&[u8])) -> Result<()>,
+        _read: super::ReadBytes<'_>,
     ) -> Result<GpuMatrix> {
         match gpu.never {}
     }
