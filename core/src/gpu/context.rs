@@ -133,40 +133,16 @@ impl Gpu {
             // The weights again, as f16 values (`shaders/weights_f16.wgsl`).
             matvec_entries.push(storage_entry(6, true));
         }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("pocket matvec"),
-            entries: &matvec_entries,
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("pocket matvec"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
+        let (layout, pipeline_layout) = layouts(&device, "pocket matvec", &matvec_entries);
         let mut rows_entries = matvec_entries.clone();
         rows_entries.extend([uniform_entry(4), storage_entry(5, true)]);
-        let rows_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("pocket matvec rows"),
-            entries: &rows_entries,
-        });
-        let rows_pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("pocket matvec rows"),
-            bind_group_layouts: &[Some(&rows_layout)],
-            immediate_size: 0,
-        });
+        let (rows_layout, rows_pipeline_layout) = layouts(&device, "pocket matvec rows", &rows_entries);
         let mut glu_entries = rows_entries.clone();
         glu_entries.push(storage_entry(7, true));
         if kernels.f16 {
             glu_entries.push(storage_entry(8, true));
         }
-        let glu_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("pocket matvec glu"),
-            entries: &glu_entries,
-        });
-        let glu_pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("pocket matvec glu"),
-            bind_group_layouts: &[Some(&glu_layout)],
-            immediate_size: 0,
-        });
+        let (glu_layout, glu_pipeline_layout) = layouts(&device, "pocket matvec glu", &glu_entries);
         let inner = Inner {
             device,
             queue,
@@ -390,12 +366,7 @@ impl Gpu {
         names: &[&str],
     ) -> (wgpu::BindGroupLayout, Vec<wgpu::ComputePipeline>) {
         let device = self.device();
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(label),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
+        let (layout, pipeline_layout) = layouts(device, label, entries);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(label),
             source: wgpu::ShaderSource::Wgsl(wgsl.into()),
@@ -415,6 +386,21 @@ impl Gpu {
             .collect();
         (layout, pipelines)
     }
+}
+
+/// A bind group layout of `entries` and the pipeline layout of it alone.
+fn layouts(
+    device: &wgpu::Device,
+    label: &str,
+    entries: &[wgpu::BindGroupLayoutEntry],
+) -> (wgpu::BindGroupLayout, wgpu::PipelineLayout) {
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(label), entries });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(label),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    (layout, pipeline_layout)
 }
 
 pub(super) fn uniform_entry(binding: u32) -> wgpu::BindGroupLayoutEntry {

@@ -502,35 +502,11 @@ impl Graph {
         x_stride: usize,
         y: Tensor,
     ) -> Result<()> {
-        let x_need = if x_stride == 0 { m.cols() } else { (k - 1) * x_stride + m.cols() };
-        let fits = m.is_on(&self.gpu)
-            && per > 0
-            && m.rows().is_multiple_of(per)
-            && k > 0
-            && ids.len >= k
-            && x.len >= x_need
-            && (x_stride == 0 || x_stride >= m.cols())
-            && y.len >= k * per
-            && k <= self.gpu.max_groups();
-        if !fits {
-            return Err(Error::InvalidArgument(format!(
-                "{k} experts of {per} rows of a {}x{} stack from {} into {} values",
-                m.rows(),
-                m.cols(),
-                x.len,
-                y.len
-            )));
-        }
+        let x_need = if x_stride == 0 { m.cols() } else { k.saturating_sub(1) * x_stride + m.cols() };
+        let strided = x_stride == 0 || x_stride >= m.cols();
+        let (gx, gy) = self.expert_grid(m, per, ids, k, x, x_need, y, strided)?;
         let pipeline = self.gpu.matvec_pipeline(m.ty(), MatvecEntry::Experts)?;
-        let max = self.gpu.max_groups();
-        let gx = per.min(max);
-        let gy = per.div_ceil(gx);
-        if gy > max {
-            return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
-        }
-        let words = [x_stride as u32, 0, 0, k as u32, 0, per as u32, gx as u32, 0];
-        let job: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        let job = self.uniform("graph experts job", &job)?;
+        let job = self.job("graph experts job", [x_stride as u32, 0, 0, k as u32, 0, per as u32, gx as u32, 0])?;
         let layout = self.gpu.rows_layout().clone();
         for (weights, params, _) in m.chunks() {
             let mut entries = self.matvec_entries(weights, x, y, params);
@@ -556,7 +532,7 @@ impl Graph {
                 y.len
             )));
         }
-        let job = self.glu_job(0, 0, 0, act)?;
+        let job = self.job("graph gate and up job", [0, 0, 0, 0, 0, 0, 0, act])?;
         let pipeline = self.gpu.matvec_pipeline(g.ty(), MatvecEntry::Glu)?;
         let layout = self.gpu.glu_layout().clone();
         for ((gw, params, (gx, gy)), (uw, _, _)) in g.chunks().zip(u.chunks()) {
@@ -582,34 +558,8 @@ impl Graph {
         x: Tensor,
         y: Tensor,
     ) -> Result<()> {
-        let fits = g.is_on(&self.gpu)
-            && g.split_like(u)
-            && act <= 1
-            && per > 0
-            && g.rows().is_multiple_of(per)
-            && k > 0
-            && ids.len >= k
-            && x.len >= g.cols()
-            && y.len >= k * per
-            && k <= self.gpu.max_groups();
-        if !fits {
-            return Err(Error::InvalidArgument(format!(
-                "{k} fused experts of {per} rows of {}x{} gate and {}x{} up stacks from {} into {} values",
-                g.rows(),
-                g.cols(),
-                u.rows(),
-                u.cols(),
-                x.len,
-                y.len
-            )));
-        }
-        let max = self.gpu.max_groups();
-        let gx = per.min(max);
-        let gy = per.div_ceil(gx);
-        if gy > max {
-            return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
-        }
-        let job = self.glu_job(k, per, gx, act)?;
+        let (gx, gy) = self.expert_grid(g, per, ids, k, x, g.cols(), y, g.split_like(u) && act <= 1)?;
+        let job = self.job("graph gate and up job", [0, 0, 0, k as u32, 0, per as u32, gx as u32, act])?;
         let pipeline = self.gpu.matvec_pipeline(g.ty(), MatvecEntry::ExpertsGlu)?;
         let layout = self.gpu.glu_layout().clone();
         for ((gw, params, _), (uw, _, _)) in g.chunks().zip(u.chunks()) {
@@ -625,12 +575,53 @@ impl Graph {
         Ok(())
     }
 
-    /// The fused products' job: one input for every expert (`x_base` 0),
-    /// `k` experts of `per` rows over `gx` workgroups along x, the activation.
-    fn glu_job(&mut self, k: usize, per: usize, gx: usize, act: u32) -> Result<wgpu::Buffer> {
-        let words = [0, 0, 0, k as u32, 0, per as u32, gx as u32, act];
+    /// What every product over the `k` experts a router chose (`ids`) of a
+    /// stack `m` of `per` rows each needs (`x` of at least `x_need`
+    /// values, `y` of `k * per`; `more`: the caller's own conditions), and
+    /// its grid: rows along x, then y.
+    #[allow(clippy::too_many_arguments)]
+    fn expert_grid(
+        &self,
+        m: &GpuMatrix,
+        per: usize,
+        ids: Tensor,
+        k: usize,
+        x: Tensor,
+        x_need: usize,
+        y: Tensor,
+        more: bool,
+    ) -> Result<(usize, usize)> {
+        let fits = more
+            && m.is_on(&self.gpu)
+            && per > 0
+            && m.rows().is_multiple_of(per)
+            && k > 0
+            && ids.len >= k
+            && x.len >= x_need
+            && y.len >= k * per
+            && k <= self.gpu.max_groups();
+        if !fits {
+            return Err(Error::InvalidArgument(format!(
+                "{k} experts of {per} rows of a {}x{} stack from {} into {} values",
+                m.rows(),
+                m.cols(),
+                x.len,
+                y.len
+            )));
+        }
+        let max = self.gpu.max_groups();
+        let gx = per.min(max);
+        let gy = per.div_ceil(gx);
+        if gy > max {
+            return Err(Error::InvalidArgument(format!("{per} rows exceed the GPU's dispatch grid")));
+        }
+        Ok((gx, gy))
+    }
+
+    /// A product's job (`Job` of `shaders/matvec.wgsl`) as a uniform buffer.
+    fn job(&self, label: &str, words: [u32; 8]) -> Result<wgpu::Buffer> {
         let job: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        self.uniform("graph gate and up job", &job)
+        self.uniform(label, &job)
     }
 
     /// A fused product's bindings: a product's, its job and row list, and the up matrix.

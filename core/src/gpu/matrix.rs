@@ -72,41 +72,36 @@ impl GpuMatrix {
     /// Copy a matrix's file bytes (`rows` rows of `cols` elements of type
     /// `ty`, as a GGUF tensor stores them) to the device, once.
     pub fn upload(gpu: &Gpu, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<GpuMatrix> {
-        let row_bytes = Self::row_bytes(ty, rows, cols)?;
-        if (bytes.len() as u64) != (rows as u64).saturating_mul(row_bytes as u64) {
-            return Err(Error::InvalidArgument(format!(
-                "{} bytes for a {rows}x{cols} {ty} matrix of {row_bytes}-byte rows",
-                bytes.len()
-            )));
-        }
-        Self::upload_with(gpu, ty, rows, cols, &mut |off, len, put| {
+        Self::upload_with(gpu, ty, rows, cols, bytes.len(), &mut |off, len, put| {
             put(&bytes[off..off + len]);
             Ok(())
         })
     }
 
-    /// Bytes of one row of a `rows`x`cols` matrix of type `ty`.
-    fn row_bytes(ty: GgmlType, rows: usize, cols: usize) -> Result<usize> {
-        ty.row_bytes(cols as u64)
-            .filter(|_| rows > 0 && cols > 0)
-            .and_then(|b| usize::try_from(b).ok())
-            .ok_or_else(|| Error::InvalidArgument(format!("a {rows}x{cols} matrix is not whole {ty} blocks")))
-    }
-
-    /// As [`upload`](Self::upload), the bytes that `read(offset, len, put)`
-    /// hands to `put` in order (the matrix's bytes `offset..offset + len`,
-    /// in pieces) written straight into the device buffers' mapped memory:
-    /// positional reads of the file need no other copy of the weights in
-    /// memory (no mapped pages).
+    /// As [`upload`](Self::upload), the matrix's `len` bytes (which must be
+    /// its size) as `read(offset, n, put)` hands them to `put` in order
+    /// (bytes `offset..offset + n`, in pieces), written straight into the
+    /// device buffers' mapped memory: positional reads of the file need no
+    /// other copy of the weights in memory (no mapped pages).
     pub fn upload_with(
         gpu: &Gpu,
         ty: GgmlType,
         rows: usize,
         cols: usize,
+        len: usize,
         read: super::ReadBytes<'_>,
     ) -> Result<GpuMatrix> {
         let pipeline = gpu.matvec_pipeline(ty, super::context::MatvecEntry::All)?;
-        let row_bytes = Self::row_bytes(ty, rows, cols)?;
+        let row_bytes = ty
+            .row_bytes(cols as u64)
+            .filter(|_| rows > 0 && cols > 0)
+            .ok_or_else(|| Error::InvalidArgument(format!("a {rows}x{cols} matrix is not whole {ty} blocks")))?;
+        if (len as u64) != (rows as u64).saturating_mul(row_bytes) {
+            return Err(Error::InvalidArgument(format!(
+                "{len} bytes for a {rows}x{cols} {ty} matrix of {row_bytes}-byte rows"
+            )));
+        }
+        let row_bytes = row_bytes as usize;
         let per_chunk = rows_per_binding(row_bytes, gpu.max_binding_bytes()).ok_or_else(|| {
             Error::InvalidArgument(format!(
                 "a {ty} row of {row_bytes} bytes exceeds the GPU's {}-byte binding",

@@ -53,6 +53,7 @@ impl GpuMatrix {
         _ty: GgmlType,
         _rows: usize,
         _cols: usize,
+        _len: usize,
         _read: super::ReadBytes<'_>,
     ) -> Result<GpuMatrix> {
         match gpu.never {}

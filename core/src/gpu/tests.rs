@@ -336,7 +336,7 @@ fn weights_read_in_pieces_equal_weights_copied_from_memory() {
     let x = rng.vec(cols, 1.0);
     let copied = GpuMatrix::upload(&gpu, ty, rows, cols, &w).unwrap();
     let mut pieces = 0;
-    let read = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+    let read = GpuMatrix::upload_with(&gpu, ty, rows, cols, w.len(), &mut |off, len, put| {
         for piece in w[off..off + len].chunks(333) {
             put(piece);
             pieces += 1;
@@ -346,18 +346,18 @@ fn weights_read_in_pieces_equal_weights_copied_from_memory() {
     .unwrap();
     assert!(read.bindings() > 1 && pieces > read.bindings());
     assert_eq!(read.matvec(&x).unwrap(), copied.matvec(&x).unwrap());
-    let short = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+    let short = GpuMatrix::upload_with(&gpu, ty, rows, cols, w.len(), &mut |off, len, put| {
         put(&w[off..off + len - 1]);
         Ok(())
     });
     assert!(matches!(short, Err(Error::InvalidArgument(_))), "a short read");
-    let long = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |off, len, put| {
+    let long = GpuMatrix::upload_with(&gpu, ty, rows, cols, w.len(), &mut |off, len, put| {
         put(&w[off..off + len]);
         put(&[0]);
         Ok(())
     });
     assert!(matches!(long, Err(Error::InvalidArgument(_))), "a long read");
-    let failed = GpuMatrix::upload_with(&gpu, ty, rows, cols, &mut |_, _, _| {
+    let failed = GpuMatrix::upload_with(&gpu, ty, rows, cols, w.len(), &mut |_, _, _| {
         Err(Error::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "truncated")))
     });
     assert!(matches!(failed, Err(Error::Io(_))), "a failed read");

@@ -340,12 +340,9 @@ impl GpuBackend {
     /// file where there is one, else copied from the bytes in memory.
     fn upload_matrix(&self, w: &QMatrix<'_>, offset: usize) -> Result<GpuMatrix> {
         let Some(file) = &self.reads else { return GpuMatrix::upload(&self.gpu, w.ty, w.rows, w.cols, w.data) };
-        if w.ty.row_bytes(w.cols as u64).map(|b| b * w.rows as u64) != Some(w.data.len() as u64) {
-            return Err(Error::InvalidArgument(format!("{} bytes for a {}x{} {}", w.data.len(), w.rows, w.cols, w.ty)));
-        }
         // An aligned bounce buffer for the reads (direct I/O), freed after.
         let mut bounce = AlignedBuf::new((w.data.len().next_multiple_of(ALIGN) + 2 * ALIGN).min(8 << 20))?;
-        GpuMatrix::upload_with(&self.gpu, w.ty, w.rows, w.cols, &mut |off, len, put| {
+        GpuMatrix::upload_with(&self.gpu, w.ty, w.rows, w.cols, w.data.len(), &mut |off, len, put| {
             file.read_each((offset + off) as u64, len, bounce.as_mut_slice(), put)
         })
     }

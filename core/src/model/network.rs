@@ -262,8 +262,10 @@ impl Model {
                 let gpu = Gpu::new(&GpuOptions::from_env())?;
                 let bytes = file.source().bytes();
                 let mut backend = GpuBackend::new(gpu, bytes);
-                if let Some(direct) = file.source().direct()? {
-                    backend = backend.reading_from(direct);
+                match file.source().direct() {
+                    Ok(Some(direct)) => backend = backend.reading_from(direct),
+                    Ok(None) => {}
+                    Err(e) => log::warn!("gpu: weights copied from the mapping (the file cannot be reopened: {e})"),
                 }
                 // The weights go up now: the expert stacks whole, the rest
                 // by recording a decode over a one-position state.

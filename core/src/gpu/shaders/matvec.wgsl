@@ -125,13 +125,30 @@ fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
 // takes the same input).
 @compute @workgroup_size(64)
 fn main_experts(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
+    let e = expert_row(wid);
+    let sum = row_dot(e.row, e.x0, lane);
+    if (lane.lid == 0u && e.ok) {
+        y[e.y] = sum;
+    }
+}
+
+// Workgroup `wid`'s row of an expert product (`main_experts`,
+// `main_experts_glu`): row r (x, then y) of chosen expert j = wid.z.
+struct ExpertRow {
+    // The row in this binding (`p.rows`, which reads no weights, when the
+    // binding does not hold it), and whether it does.
+    row: u32,
+    ok: bool,
+    // Where the expert's input starts, and the output's index.
+    x0: u32,
+    y: u32,
+}
+
+fn expert_row(wid: vec3<u32>) -> ExpertRow {
     let r = wid.y * job.groups_x + wid.x;
     let j = wid.z;
     let per = job.wn;
     let global = idx[j] * per + r;
     let ok = r < per && global >= p.row0 && global - p.row0 < p.rows;
-    let sum = row_dot(select(p.rows, global - p.row0, ok), j * job.x_base, lane);
-    if (lane.lid == 0u && ok) {
-        y[j * per + r] = sum;
-    }
+    return ExpertRow(select(p.rows, global - p.row0, ok), ok, j * job.x_base, j * per + r);
 }

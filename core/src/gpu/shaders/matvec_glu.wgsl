@@ -33,13 +33,9 @@ fn main_glu(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
 // The experts a router chose (as `main_experts`).
 @compute @workgroup_size(64)
 fn main_experts_glu(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
-    let r = wid.y * job.groups_x + wid.x;
-    let j = wid.z;
-    let per = job.wn;
-    let global = idx[j] * per + r;
-    let ok = r < per && global >= p.row0 && global - p.row0 < p.rows;
-    let y_row = glu_dot(select(p.rows, global - p.row0, ok), j * job.x_base, lane);
-    if (lane.lid == 0u && ok) {
-        y[j * per + r] = y_row;
+    let e = expert_row(wid);
+    let y_row = glu_dot(e.row, e.x0, lane);
+    if (lane.lid == 0u && e.ok) {
+        y[e.y] = y_row;
     }
 }
