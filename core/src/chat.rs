@@ -16,6 +16,7 @@ use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior, Value};
 use serde_json::{Map, Value as Json};
 
 use crate::gguf::{Arch, GgufFile, Key};
+use crate::structured::ToolCall;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
@@ -71,16 +72,44 @@ pub const MAX_OUTPUT_BYTES: usize = 16 << 20;
 
 const TEMPLATE_NAME: &str = "chat_template";
 
-/// One message of a conversation.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One message of a conversation: `system`, `user`, `assistant` (with the
+/// tool calls it made) or `tool` (a call's result, naming the call's id).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant turn's calls.
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool result's call.
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: role.into(), content: content.into() }
+        ChatMessage { role: role.into(), content: content.into(), ..Default::default() }
+    }
+
+    /// The message as a template reads it (transformers' shape: calls as
+    /// `{id, type: function, function: {name, arguments: {...}}}`).
+    pub fn to_json(&self) -> Json {
+        let mut o = Map::new();
+        o.insert("role".into(), Json::String(self.role.clone()));
+        o.insert("content".into(), Json::String(self.content.clone()));
+        if !self.tool_calls.is_empty() {
+            let calls = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    let args = serde_json::from_str::<Json>(&c.arguments_json).unwrap_or(Json::Object(Map::new()));
+                    serde_json::json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
+                })
+                .collect();
+            o.insert("tool_calls".into(), Json::Array(calls));
+        }
+        if let Some(id) = &self.tool_call_id {
+            o.insert("tool_call_id".into(), Json::String(id.clone()));
+        }
+        Json::Object(o)
     }
 }
 
@@ -111,6 +140,11 @@ impl ChatTemplate {
             Some(s) => s,
             None => fallback_for(g, tok),
         };
+        Self::with_texts_of(source, tok)
+    }
+
+    /// Compile `source` with the BOS/EOS texts of `tok`'s vocabulary.
+    pub fn with_texts_of(source: &str, tok: &Tokenizer) -> Result<ChatTemplate> {
         let text = |id: Option<u32>| id.map(|i| String::from_utf8_lossy(tok.token_piece(i)).into_owned());
         Self::from_source(source, &text(tok.bos()).unwrap_or_default(), &text(tok.eos()).unwrap_or_default())
     }
@@ -155,15 +189,7 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         extra: &[(String, Json)],
     ) -> Result<String> {
-        let msgs: Vec<Json> = messages
-            .iter()
-            .map(|m| {
-                let mut o = Map::new();
-                o.insert("role".into(), Json::String(m.role.clone()));
-                o.insert("content".into(), Json::String(m.content.clone()));
-                Json::Object(o)
-            })
-            .collect();
+        let msgs: Vec<Json> = messages.iter().map(ChatMessage::to_json).collect();
         self.render_json(&Json::Array(msgs), add_generation_prompt, extra)
     }
 

@@ -13,6 +13,7 @@
 //!   shared trunk; the `Backend` seam the blocks compute through.
 //! - [`tokenizer`]: GGUF tokenizers (byte-level BPE, SentencePiece), exact with llama.cpp.
 //! - [`chat`]: chat templates from the GGUF, rendered with minijinja.
+//! - [`structured`]: constraints (JSON Schema, Lark, regex, choices) as token masks by llguidance; tool calls per family; thinking formats.
 //! - [`sampler`]: the sampling chain and the valid range of its settings.
 //! - [`session`]: a conversation: prefix reuse, generation, cancellation, defaults.
 
@@ -26,6 +27,7 @@ pub mod quant;
 pub mod quantize;
 pub mod sampler;
 pub mod session;
+pub mod structured;
 pub mod threads;
 pub mod tokenizer;
 

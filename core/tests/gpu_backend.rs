@@ -427,7 +427,7 @@ fn greedy_text_on_the_gpu_survives_checkpoints_snapshots_and_resets() {
 
 #[test]
 fn the_gpu_backend_refuses_a_memory_budget() {
-    let opts = LoadOptions { backend: BackendKind::Gpu, memory_budget: 1 << 40 };
+    let opts = LoadOptions { backend: BackendKind::Gpu, memory_budget: 1 << 40, ..Default::default() };
     match Model::load_with(path("gemma3-tiny-Q8_0"), &opts) {
         Err(Error::InvalidArgument(_) | Error::GpuUnavailable(_)) => {}
         Err(e) => panic!("{e}"),

@@ -2,7 +2,7 @@
 //! runs one: the mapped file, the network, its tokenizer and chat template.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::blocks::moe::Routing;
 use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan};
@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
 use crate::gpu::{AdapterInfo, Gpu, GpuOptions};
 use crate::threads::ThreadPool;
+use crate::structured::Grammars;
 use crate::tokenizer::Tokenizer;
 
 /// An architecture: its trunk (embedding and head), its per-layer state,
@@ -74,6 +75,10 @@ pub struct LoadOptions {
     pub memory_budget: u64,
     /// The device that computes the passes.
     pub backend: BackendKind,
+    /// A Jinja chat template used instead of the file's (files without one,
+    /// or with one that does not compile). Compiled at load: a template that
+    /// does not compile is [`Error::Template`].
+    pub chat_template: Option<String>,
 }
 
 /// Which device computes a model's passes.
@@ -194,7 +199,9 @@ pub struct Model {
     summary: Summary,
     /// Computed at load: what a session snapshot records of this file.
     identity: ModelIdentity,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
+    /// The constraint engine over the vocabulary, built on first use.
+    grammars: OnceLock<std::result::Result<Arc<Grammars>, String>>,
     /// The file's template (the architecture's turn format when it has
     /// none), or why it does not compile.
     template: std::result::Result<ChatTemplate, String>,
@@ -225,8 +232,11 @@ impl Model {
     pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
         let net = super::network_for(&file)?;
-        let tokenizer = Tokenizer::from_gguf(&file)?;
-        let template = ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string());
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
+        let template = match &opts.chat_template {
+            Some(source) => Ok(ChatTemplate::with_texts_of(source, &tokenizer)?),
+            None => ChatTemplate::for_model(&file, &tokenizer).map_err(|e| e.to_string()),
+        };
         let identity = ModelIdentity::of(&file);
         let budget = match opts.memory_budget {
             0 => None,
@@ -279,7 +289,7 @@ impl Model {
         };
         let faults = FaultWatch::default();
         faults.left.store(FaultWatch::PASSES, std::sync::atomic::Ordering::Relaxed); // a fresh mapping is cold
-        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, template, budget, faults, device })
+        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, grammars: OnceLock::new(), template, budget, faults, device })
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
@@ -324,6 +334,15 @@ impl Model {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// The constraint engine over this model's vocabulary (built on first
+    /// use, then shared by every session).
+    pub fn grammars(&self) -> Result<Arc<Grammars>> {
+        self.grammars
+            .get_or_init(|| Grammars::new(self.tokenizer.clone()).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(Error::InvalidArgument)
     }
 
     /// The chat template; an error when the file's template does not compile.

@@ -13,6 +13,7 @@
 
 mod cancel;
 mod options;
+mod output;
 mod shared;
 mod snapshot;
 mod stop;
@@ -27,6 +28,7 @@ use crate::chat::ChatMessage;
 use crate::error::{Error, Result};
 use crate::model::{Checkpoint, Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
+use crate::structured::{Closed, GenerationEvent, Mask, Reasoning, ThinkFormat, ToolCall, ToolChoice, ToolFormat, Turn};
 use crate::threads::ThreadPool;
 
 pub use crate::sampler::DEFAULT_SEED;
@@ -36,8 +38,9 @@ pub use options::{
     ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
     DEFAULT_SLIDE_SINK,
 };
+use output::{check_reasoning, sample_under, text_only, Output};
+pub use output::Plan;
 pub use shared::SharedSession;
-use stop::StopMatcher;
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -191,54 +194,95 @@ impl Session {
 
     /// Complete raw text. The prompt is tokenised with the model's BOS (and
     /// special tokens parsed); a prompt that extends the previous one reuses
-    /// its evaluated tokens.
+    /// its evaluated tokens. `on_piece` receives the answer's text only.
     pub fn generate(
         &mut self,
         prompt: &str,
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
-        let ticket = self.cancel.issue();
-        self.generate_issued(&ticket, prompt, opts, on_piece)
+        self.generate_events(prompt, opts, &mut text_only(on_piece))
     }
 
-    /// [`generate`](Self::generate) for a request issued at `ticket`.
+    /// [`generate`](Self::generate) reporting every event: answer text,
+    /// thinking and tool calls as they happen.
+    pub fn generate_events(
+        &mut self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        self.generate_issued(&ticket, prompt, opts, on_event)
+    }
+
+    /// [`generate_events`](Self::generate_events) for a request issued at `ticket`.
     pub(crate) fn generate_issued(
         &mut self,
         ticket: &Ticket,
         prompt: &str,
         opts: &GenerateOptions,
-        on_piece: &mut dyn FnMut(&str) -> bool,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
     ) -> Result<GenerationStats> {
         let start = Instant::now();
         opts.validate()?;
-        let tokens = self.model.tokenizer().encode(prompt, true, true)?;
-        self.run(ticket, tokens, opts, on_piece, start)
+        if !opts.tools.is_empty() {
+            return Err(Error::InvalidArgument("tools: a raw prompt has no template to render them; use chat".into()));
+        }
+        let think = self.think_format();
+        check_reasoning(opts.reasoning, think.as_ref())?;
+        let mut tokens = self.model.tokenizer().encode(prompt, true, true)?;
+        if let (Reasoning::Off, Some(f)) = (opts.reasoning, &think) {
+            if f.open_at_end(self.model.tokenizer(), &tokens) {
+                tokens.extend(self.model.tokenizer().encode(f.close_text, false, true)?);
+            }
+        }
+        self.run(ticket, tokens, opts, on_event, start, Plan { think, tools: None })
     }
 
     /// Answer the conversation `messages` (rendered through the model's chat
     /// template with the generation prompt). Earlier turns already in the
-    /// context are not evaluated again.
+    /// context are not evaluated again. `on_piece` receives the answer's text only.
     pub fn chat(
         &mut self,
         messages: &[ChatMessage],
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
-        let ticket = self.cancel.issue();
-        self.chat_issued(&ticket, messages, opts, on_piece)
+        self.chat_events(messages, opts, &mut text_only(on_piece))
     }
 
-    /// [`chat`](Self::chat) for a request issued at `ticket`.
+    /// [`chat`](Self::chat) reporting every event: answer text, thinking
+    /// and tool calls as they happen.
+    pub fn chat_events(
+        &mut self,
+        messages: &[ChatMessage],
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        self.chat_issued(&ticket, messages, opts, on_event)
+    }
+
+    /// [`chat_events`](Self::chat_events) for a request issued at `ticket`.
     pub(crate) fn chat_issued(
         &mut self,
         ticket: &Ticket,
         messages: &[ChatMessage],
         opts: &GenerateOptions,
-        on_piece: &mut dyn FnMut(&str) -> bool,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
     ) -> Result<GenerationStats> {
         let start = Instant::now();
         opts.validate()?;
+        let (text, plan) = self.render_chat(messages, opts)?;
+        // The template writes BOS itself where the model wants one.
+        let tokens = self.model.tokenizer().encode(&text, false, true)?;
+        self.run(ticket, tokens, opts, on_event, start, plan)
+    }
+
+    /// The prompt of `messages` under `opts` (tools, thinking), and how the
+    /// answer is structured.
+    pub fn render_chat(&self, messages: &[ChatMessage], opts: &GenerateOptions) -> Result<(String, Plan)> {
         if messages.is_empty() {
             return Err(Error::InvalidArgument("no messages".into()));
         }
@@ -247,10 +291,51 @@ impl Session {
                 return Err(Error::InvalidArgument(format!("unknown chat role '{}'", m.role)));
             }
         }
-        let text = self.model.chat_template()?.render(messages, true, &[])?;
-        // The template writes BOS itself where the model wants one.
-        let tokens = self.model.tokenizer().encode(&text, false, true)?;
-        self.run(ticket, tokens, opts, on_piece, start)
+        let template = self.model.chat_template()?;
+        let think = ThinkFormat::detect(self.model.tokenizer(), template.source());
+        check_reasoning(opts.reasoning, think.as_ref())?;
+        let mut extra: Vec<(String, serde_json::Value)> = Vec::new();
+        match opts.reasoning {
+            Reasoning::Default => {}
+            Reasoning::Off => extra.push(("enable_thinking".into(), false.into())),
+            Reasoning::On | Reasoning::Budget(_) => extra.push(("enable_thinking".into(), true.into())),
+        }
+        let format = ToolFormat::detect(template.source());
+        let mut owned;
+        let mut msgs = messages;
+        if !opts.tools.is_empty() {
+            if format == ToolFormat::GenericJson {
+                // The template does not render tools: describe them in the system turn.
+                let about = ToolFormat::generic_instructions(&opts.tools)?;
+                owned = messages.to_vec();
+                match owned.first_mut() {
+                    Some(m) if m.role == "system" => m.content = format!("{}\n\n{about}", m.content),
+                    _ => owned.insert(0, ChatMessage::new("system", about)),
+                }
+                msgs = &owned;
+            } else {
+                extra.push(("tools".into(), ToolFormat::template_tools(&opts.tools)?));
+            }
+        }
+        let mut text = template.render(msgs, true, &extra)?;
+        if let (Reasoning::Off, Some(f)) = (opts.reasoning, &think) {
+            // A template without `enable_thinking`: close the thought it opened, or prefill an empty one.
+            let tok = self.model.tokenizer();
+            let ids = tok.encode(&text, false, true)?;
+            if f.open_at_end(tok, &ids) {
+                text.push_str(f.close_text);
+            } else if !ids.contains(&f.close) || ids.iter().rposition(|&t| t == f.close) < ids.iter().rposition(|&t| t == f.open) {
+                text.push_str(f.empty);
+            }
+        }
+        let tools = (!opts.tools.is_empty()).then(|| (format, opts.tools.clone(), opts.tool_choice.clone()));
+        Ok((text, Plan { think, tools }))
+    }
+
+    /// The model's thinking format, if its template has one.
+    fn think_format(&self) -> Option<ThinkFormat> {
+        let template = self.model.chat_template().ok()?;
+        ThinkFormat::detect(self.model.tokenizer(), template.source())
     }
 
     /// Evaluate `prompt` (reusing the cache) and sample up to `max_tokens`.
@@ -259,8 +344,9 @@ impl Session {
         ticket: &Ticket,
         prompt: Vec<u32>,
         opts: &GenerateOptions,
-        on_piece: &mut dyn FnMut(&str) -> bool,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
         start: Instant,
+        plan: Plan,
     ) -> Result<GenerationStats> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
@@ -271,6 +357,18 @@ impl Session {
         if prompt.len() >= n_ctx {
             return Err(Error::ContextFull { n_ctx });
         }
+        let model = self.model.clone();
+        let tok = model.tokenizer();
+        // The structure of the answer: compiled before any evaluation, so a
+        // bad constraint costs nothing.
+        let constraint = opts.constraint()?;
+        let tools = plan.tools.filter(|(_, _, choice)| *choice != ToolChoice::Off);
+        let grammars = if constraint.is_some() || tools.is_some() { Some(model.grammars()?) } else { None };
+        let answer = match (&constraint, &grammars) {
+            (Some(c), Some(g)) => Some(c.compile(g)?),
+            _ => None,
+        };
+        let mut turn = Turn::new(tok, grammars, plan.think, opts.reasoning, &prompt, answer, tools)?;
         let mut sampler =
             Sampler::new(SamplerConfig { seed: opts.seed.unwrap_or(self.opts.seed), ..opts.sampler.clone() });
 
@@ -305,25 +403,70 @@ impl Session {
         }
 
         // ---- decode ----
-        let model = self.model.clone();
-        let tok = model.tokenizer();
-        let mut decoder = tok.stream_decoder(opts.show_special);
-        let mut stops = StopMatcher::new(&opts.stop);
+        let mut out = Output::new(tok, opts, turn.think_header());
         let mut decode_start = Instant::now();
-        let mut pending: Option<u32> = None;
+        let mut pending: Vec<u32> = Vec::new();
+        let mut mask = turn.mask(tok)?;
+        let mut masked: Vec<f32> = Vec::new();
+        let call_base = prompt.len();
         loop {
+            if !pending.is_empty() {
+                // The next mask is computed while the forward pass runs.
+                let (evaluated, next_mask) = if turn.is_structured() {
+                    let (turn_ref, pending_ref) = (&mut turn, &pending);
+                    std::thread::scope(|s| {
+                        let worker = s.spawn(move || turn_ref.mask(tok));
+                        let evaluated = self.eval(pending_ref, Logits::Last);
+                        let m = worker.join().unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: mask worker failed".into())));
+                        (evaluated, m)
+                    })
+                } else {
+                    (self.eval(&pending, Logits::Last), turn.mask(tok))
+                };
+                evaluated?;
+                mask = next_mask?;
+                pending.clear();
+            }
+            for closed in turn.take_closed() {
+                let event = match closed {
+                    Closed::Call(c) => {
+                        let call = ToolCall {
+                            id: format!("call_{call_base}_{}", stats.tool_calls.len()),
+                            name: c.name,
+                            arguments_json: c.arguments.to_string(),
+                        };
+                        stats.tool_calls.push(call.clone());
+                        GenerationEvent::ToolCall(call)
+                    }
+                    Closed::Text(t) => {
+                        stats.text.push_str(&t);
+                        GenerationEvent::Text(t)
+                    }
+                };
+                if !out.emit(ticket, &mut stats, on_event, event) {
+                    break;
+                }
+            }
+            if out.stopped.is_some() {
+                break;
+            }
+            if matches!(mask, Mask::Complete) {
+                out.stopped = Some(StopReason::EndOfText);
+                break;
+            }
             if stats.generated_tokens >= opts.max_tokens {
-                stats.stop_reason = StopReason::MaxTokens;
+                out.stopped = Some(StopReason::MaxTokens);
                 break;
             }
             if ticket.cancelled() {
-                stats.stop_reason = StopReason::Cancelled;
+                out.stopped = Some(StopReason::Cancelled);
                 break;
             }
-            if let Some(t) = pending.take() {
-                self.eval_generated(t)?;
+            let mut next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
+            if turn.opens_json_call(next, tok)? {
+                mask = turn.mask(tok)?;
+                next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
             }
-            let next = sampler.sample(self.state.logits());
             if stats.generated_tokens == 0 {
                 stats.time_to_first_token_ms = start.elapsed().as_secs_f64() * 1e3;
                 decode_start = Instant::now();
@@ -332,44 +475,36 @@ impl Session {
             stats.tokens.push(next);
             sampler.accept(next);
             if tok.is_end_of_generation(next) && !opts.ignore_eos {
-                stats.stop_reason = StopReason::EndOfText;
+                out.stopped = Some(StopReason::EndOfText);
                 // Evaluated lazily: the next request's prompt usually contains it.
                 break;
             }
-            pending = Some(next);
-            let piece = decoder.push(next);
-            let (emit, hit) = stops.push(&piece);
-            if !emit.is_empty() {
-                // Nothing reaches the listener after a cancel.
-                if ticket.cancelled() {
-                    stats.stop_reason = StopReason::Cancelled;
-                    break;
-                }
-                stats.text.push_str(&emit);
-                if !on_piece(&emit) {
-                    // A listener that stops because the caller cancelled reports the cancel.
-                    stats.stop_reason =
-                        if ticket.cancelled() { StopReason::Cancelled } else { StopReason::ListenerStopped };
-                    break;
-                }
+            let step = turn.accept(next, tok)?;
+            pending.push(next);
+            out.route(ticket, &mut stats, on_event, next, step.channel);
+            for &f in &step.forced {
+                stats.generated_tokens += 1;
+                stats.tokens.push(f);
+                sampler.accept(f);
+                pending.push(f);
+                out.route(ticket, &mut stats, on_event, f, step.forced_channel);
             }
-            if hit {
-                stats.stop_reason = StopReason::StopString;
+            if out.stopped.is_some() {
                 break;
             }
         }
-        // Text held back (a partial stop string or partial UTF-8) is released when no stop matched.
-        if !matches!(stats.stop_reason, StopReason::StopString | StopReason::ListenerStopped | StopReason::Cancelled) {
-            let mut rest = stops.finish();
-            rest.push_str(&decoder.flush());
-            if !rest.is_empty() {
-                stats.text.push_str(&rest);
-                on_piece(&rest);
-            }
+        let mut reason = out.stopped.unwrap_or(StopReason::MaxTokens);
+        if reason == StopReason::EndOfText && turn.n_calls() > 0 {
+            reason = StopReason::ToolCalls;
         }
-        if let Some(t) = pending {
+        stats.stop_reason = reason;
+        // Text held back (a partial stop string or partial UTF-8) is released when no stop matched.
+        if !matches!(reason, StopReason::StopString | StopReason::ListenerStopped | StopReason::Cancelled) {
+            out.flush(&mut stats, on_event);
+        }
+        if !pending.is_empty() {
             // Keep the cache equal to the conversation so far.
-            self.eval_generated(t)?;
+            self.eval(&pending, Logits::Last)?;
         }
         self.save_checkpoint()?;
         let decode_secs = decode_start.elapsed().as_secs_f64();
@@ -391,11 +526,6 @@ impl Session {
         self.model.forward(&self.pool, &mut self.state, tokens, want)?;
         self.cached.extend_from_slice(tokens);
         Ok(())
-    }
-
-    /// Evaluate one generated token.
-    fn eval_generated(&mut self, t: u32) -> Result<()> {
-        self.eval(&[t], Logits::Last)
     }
 
     /// Make room for `incoming` tokens: keep the first `sink` and the most

@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::model::{ExpertIo, KvType};
 use crate::sampler::{SamplerConfig, DEFAULT_SEED};
+use crate::structured::{Constraint, Reasoning, ToolCall, ToolChoice, ToolSpec};
 
 pub use crate::model::DEFAULT_MAX_CONTEXT;
 
@@ -88,6 +89,19 @@ pub struct GenerateOptions {
     pub show_special: bool,
     /// Keep generating past end-of-generation tokens (benchmarks, tests).
     pub ignore_eos: bool,
+    /// At most one constraint on the answer (enforced by a token mask; see
+    /// [`crate::structured`]): a JSON Schema, a Lark grammar (llguidance's
+    /// dialect), a regular expression, or a choice among strings (empty = none).
+    pub json_schema: Option<String>,
+    pub grammar: Option<String>,
+    pub regex: Option<String>,
+    pub choices: Vec<String>,
+    /// Tools the model may call (rendered through the chat template; calls
+    /// constrained to the tools' schemas) and whether it may.
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    /// Thinking: the template's default, off, on, or on with a token budget.
+    pub reasoning: Reasoning,
 }
 
 impl Default for GenerateOptions {
@@ -99,6 +113,13 @@ impl Default for GenerateOptions {
             seed: None,
             show_special: false,
             ignore_eos: false,
+            json_schema: None,
+            grammar: None,
+            regex: None,
+            choices: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            reasoning: Reasoning::Default,
         }
     }
 }
@@ -106,7 +127,23 @@ impl Default for GenerateOptions {
 impl GenerateOptions {
     /// Every setting in its range (see [`crate::sampler::check`]).
     pub fn validate(&self) -> Result<()> {
-        self.sampler.validate()
+        self.sampler.validate()?;
+        self.constraint()?;
+        crate::structured::validate_tools(&self.tools)?;
+        if self.constraint()?.is_some() && !self.tools.is_empty() && self.tool_choice != ToolChoice::Off {
+            return Err(Error::InvalidArgument(
+                "tools: a request with a constraint on its answer cannot also call tools (set tool_choice off)".into(),
+            ));
+        }
+        if self.tools.is_empty() && matches!(self.tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            return Err(Error::InvalidArgument("tool_choice: a call is required but no tools are given".into()));
+        }
+        Ok(())
+    }
+
+    /// The request's one constraint, or none (more than one is refused).
+    pub fn constraint(&self) -> Result<Option<Constraint>> {
+        Constraint::of(self.json_schema.as_deref(), self.grammar.as_deref(), self.regex.as_deref(), &self.choices)
     }
 }
 
@@ -120,6 +157,8 @@ pub enum StopReason {
     /// The listener returned false.
     ListenerStopped,
     Cancelled,
+    /// The turn ended by calling tools ([`GenerationStats::tool_calls`]).
+    ToolCalls,
 }
 
 impl StopReason {
@@ -130,6 +169,7 @@ impl StopReason {
             StopReason::StopString => "stop_string",
             StopReason::ListenerStopped => "listener_stopped",
             StopReason::Cancelled => "cancelled",
+            StopReason::ToolCalls => "tool_calls",
         }
     }
 }
@@ -153,8 +193,12 @@ pub struct GenerationStats {
     pub storage_bytes_read: u64,
     /// The generated token ids.
     pub tokens: Vec<u32>,
-    /// The text streamed to the listener.
+    /// The answer streamed to the listener (never the thinking or calls).
     pub text: String,
+    /// The thinking, apart from the answer.
+    pub reasoning: String,
+    /// The tools the model called, in order.
+    pub tool_calls: Vec<ToolCall>,
 }
 
 impl GenerationStats {
@@ -173,6 +217,8 @@ impl GenerationStats {
             storage_bytes_read: 0,
             tokens: Vec::new(),
             text: String::new(),
+            reasoning: String::new(),
+            tool_calls: Vec::new(),
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use super::{CancelHandle, GenerateOptions, GenerationStats, Session, SessionOptions, Ticket};
+use crate::structured::GenerationEvent;
 use crate::chat::ChatMessage;
 use crate::error::{Error, Result};
 use crate::model::Model;
@@ -52,7 +53,17 @@ impl SharedSession {
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
-        self.request(|s, ticket| s.generate_issued(ticket, prompt, opts, on_piece))
+        self.generate_events(prompt, opts, &mut super::text_only(on_piece))
+    }
+
+    /// [`Session::generate_events`], waiting for the session's turn.
+    pub fn generate_events(
+        &self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        self.request(|s, ticket| s.generate_issued(ticket, prompt, opts, on_event))
     }
 
     /// [`Session::chat`], waiting for the session's turn.
@@ -62,7 +73,17 @@ impl SharedSession {
         opts: &GenerateOptions,
         on_piece: &mut dyn FnMut(&str) -> bool,
     ) -> Result<GenerationStats> {
-        self.request(|s, ticket| s.chat_issued(ticket, messages, opts, on_piece))
+        self.chat_events(messages, opts, &mut super::text_only(on_piece))
+    }
+
+    /// [`Session::chat_events`], waiting for the session's turn.
+    pub fn chat_events(
+        &self,
+        messages: &[ChatMessage],
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        self.request(|s, ticket| s.chat_issued(ticket, messages, opts, on_event))
     }
 
     /// Stop the running request and those waiting; never blocks.

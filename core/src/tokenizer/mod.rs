@@ -428,6 +428,11 @@ impl Tokenizer {
         self.eog.contains(&id)
     }
 
+    /// Every token that ends a turn (see [`is_end_of_generation`](Self::is_end_of_generation)), in id order.
+    pub fn end_of_generation_tokens(&self) -> impl Iterator<Item = u32> + '_ {
+        self.eog.iter().copied()
+    }
+
     /// Control tokens (hidden when decoding unless asked).
     pub fn is_control(&self, id: u32) -> bool {
         self.vocab.has_attr(id, attr::CONTROL)

@@ -16,6 +16,7 @@ mod npy;
 mod perplexity;
 mod quantize;
 mod run;
+mod structure;
 mod template;
 mod tokenize;
 mod transcript;

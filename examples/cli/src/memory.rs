@@ -20,7 +20,12 @@ pub struct Budget {
 impl Budget {
     /// Load `path` under this budget on this backend; errors name the file.
     pub fn load(&self, path: &str) -> Result<Model, String> {
-        let opts = LoadOptions { memory_budget: self.bytes, backend: self.backend };
+        self.load_with_template(path, None)
+    }
+
+    /// [`load`](Self::load) with a chat template used instead of the file's.
+    pub fn load_with_template(&self, path: &str, chat_template: Option<String>) -> Result<Model, String> {
+        let opts = LoadOptions { memory_budget: self.bytes, backend: self.backend, chat_template };
         Model::load_with(path, &opts).map_err(|e| format!("{path}: {e}"))
     }
 }

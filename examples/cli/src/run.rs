@@ -11,7 +11,10 @@ use pocket_core::session::{
     CancelHandle, ContextPolicy, GenerateOptions, GenerationStats, Session, SessionOptions, DEFAULT_MAX_CONTEXT,
     DEFAULT_SEED, DEFAULT_SLIDE_SINK,
 };
+use pocket_core::structured::GenerationEvent;
 use serde_json::json;
+
+use crate::structure::{call_json, parse_messages, Structure};
 
 /// Complete a prompt, streaming the text
 #[derive(clap::Args)]
@@ -45,6 +48,13 @@ pub struct ChatArgs {
     /// after each answer (crash-safe; /save and /load also use it)
     #[arg(long, value_name = "FILE")]
     session: Option<std::path::PathBuf>,
+    /// Answer this conversation (a JSON array of {role, content, tool_calls?, tool_call_id?}; @PATH reads a file)
+    /// and exit, instead of chatting interactively
+    #[arg(long, value_name = "JSON")]
+    messages: Option<String>,
+    /// With --messages: print one JSON object {text, reasoning, tool_calls, stats} instead of streaming
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -123,6 +133,8 @@ struct Common {
     /// Keep generating past end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
+    #[command(flatten)]
+    structure: Structure,
 }
 
 /// A clap value parser for an `f32` sampler flag checked by one of core's
@@ -135,7 +147,7 @@ fn sampler(
 
 /// Load a model and open a session from the common options.
 fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String> {
-    let model = args.budget.load(path)?;
+    let model = args.budget.load_with_template(path, args.structure.template_source()?)?;
     let context_policy = if args.slide { ContextPolicy::Slide { sink: args.keep } } else { ContextPolicy::Error };
     let opts = SessionOptions {
         context_length: args.ctx,
@@ -156,14 +168,18 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String>
         frequency_penalty: args.frequency_penalty,
         seed: args.seed,
     };
-    let gen = GenerateOptions {
+    let mut gen = GenerateOptions {
         max_tokens: args.max_tokens,
         sampler,
         stop: args.stop.clone(),
         seed: Some(args.seed),
         show_special: false,
         ignore_eos: args.ignore_eos,
+        ..GenerateOptions::default()
     };
+    args.structure.apply(&mut gen)?;
+    // Refused before anything is evaluated, naming the flag's field.
+    gen.validate().map_err(|e| e.to_string())?;
     Ok((session, gen))
 }
 
@@ -177,11 +193,12 @@ pub fn run(args: RunArgs) -> Result<(), String> {
         let _ = stdout.flush();
     }
     let _guard = interrupt::install(session.cancel_handle());
+    let mut shown = Shown::default();
     let stats = session
-        .generate(&prompt, &gen, &mut |piece| {
+        .generate_events(&prompt, &gen, &mut |event| {
             if !json_out {
                 // A closed pipe (`| head`) stops generation quietly.
-                return write!(stdout, "{piece}").and_then(|_| stdout.flush()).is_ok();
+                return shown.show(&mut stdout, event);
             }
             true
         })
@@ -189,6 +206,8 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     if json_out {
         let v = json!({
             "text": stats.text,
+            "reasoning": stats.reasoning,
+            "tool_calls": stats.tool_calls.iter().map(call_json).collect::<Vec<_>>(),
             "tokens": stats.tokens,
             "prompt_tokens": stats.prompt_tokens,
             "stats": stats_json(&stats),
@@ -210,6 +229,7 @@ pub fn stats_json(s: &GenerationStats) -> serde_json::Value {
         "prefill_tokens_per_second": s.prefill_tokens_per_second,
         "decode_tokens_per_second": s.decode_tokens_per_second,
         "stop_reason": s.stop_reason.as_str(),
+        "reasoning_chars": s.reasoning.chars().count(),
         "expert_cache_hits": s.expert_cache_hits,
         "expert_cache_misses": s.expert_cache_misses,
         "storage_bytes_read": s.storage_bytes_read,
@@ -234,6 +254,15 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
     let mut history: Vec<ChatMessage> = Vec::new();
     if let Some(sys) = &args.system {
         history.push(ChatMessage::new("system", sys));
+    }
+    if let Some(messages) = &args.messages {
+        let text = match messages.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?,
+            None => messages.clone(),
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("--messages: invalid JSON: {e}"))?;
+        history.extend(parse_messages(&v)?);
+        return answer_once(&mut session, &history, &gen, args.json);
     }
     let system_len = history.len();
     if let Some(path) = args.session.as_deref().filter(|p| p.exists()) {
@@ -312,15 +341,18 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         }
         history.push(ChatMessage::new("user", text));
         let mut out = io::stdout().lock();
-        let result = session.chat(&history, &gen, &mut |piece| {
-            let _ = write!(out, "{piece}");
-            let _ = out.flush();
+        let mut shown = Shown { dim: true, ..Shown::default() };
+        let result = session.chat_events(&history, &gen, &mut |event| {
+            shown.show(&mut out, event);
             true
         });
         let _ = writeln!(out);
         match result {
             Ok(stats) => {
-                history.push(ChatMessage::new("assistant", stats.text.clone()));
+                history.push(ChatMessage {
+                    tool_calls: stats.tool_calls.clone(),
+                    ..ChatMessage::new("assistant", stats.text.clone())
+                });
                 last = Some(stats);
                 if let Some(path) = &args.session {
                     if let Err(e) = crate::transcript::save(&session, &history, path) {
@@ -335,6 +367,69 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `pocket chat --messages`: answer once, streamed or as one JSON object.
+fn answer_once(session: &mut Session, history: &[ChatMessage], gen: &GenerateOptions, json_out: bool) -> Result<(), String> {
+    let _guard = interrupt::install(session.cancel_handle());
+    let mut stdout = io::stdout().lock();
+    let mut shown = Shown::default();
+    let stats = session
+        .chat_events(history, gen, &mut |event| if json_out { true } else { shown.show(&mut stdout, event) })
+        .map_err(|e| e.to_string())?;
+    if json_out {
+        let v = json!({
+            "text": stats.text,
+            "reasoning": stats.reasoning,
+            "tool_calls": stats.tool_calls.iter().map(call_json).collect::<Vec<_>>(),
+            "stats": stats_json(&stats),
+        });
+        println!("{v}");
+    } else {
+        let _ = writeln!(stdout);
+        eprintln!("{}", stats_line(&stats));
+    }
+    Ok(())
+}
+
+/// Streams events to a terminal: thinking apart (dimmed in the interactive
+/// chat), answer text, and each tool call on a line of its own.
+#[derive(Default)]
+struct Shown {
+    dim: bool,
+    in_thought: bool,
+}
+
+impl Shown {
+    /// False when the output is closed.
+    fn show(&mut self, out: &mut impl Write, event: GenerationEvent) -> bool {
+        let r = match event {
+            GenerationEvent::Reasoning(piece) => {
+                let open = if self.in_thought { "" } else if self.dim { "\x1b[2m(thinking) " } else { "<think>" };
+                self.in_thought = true;
+                write!(out, "{open}{piece}")
+            }
+            GenerationEvent::Text(piece) => {
+                let close = self.close_thought();
+                write!(out, "{close}{piece}")
+            }
+            GenerationEvent::ToolCall(call) => {
+                let close = self.close_thought();
+                writeln!(out, "{close}[tool call {}] {}", call.id, call_json(&call))
+            }
+        };
+        r.and_then(|_| out.flush()).is_ok()
+    }
+
+    fn close_thought(&mut self) -> &'static str {
+        if !std::mem::take(&mut self.in_thought) {
+            ""
+        } else if self.dim {
+            "\x1b[0m\n\n"
+        } else {
+            "</think>\n\n"
+        }
+    }
 }
 
 /// Ctrl-C cancels the running generation instead of killing the process.
