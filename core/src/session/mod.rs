@@ -231,13 +231,14 @@ impl Session {
         }
         let think = self.think_format();
         check_reasoning(opts.reasoning, think.as_ref())?;
-        let mut tokens = self.model.tokenizer().encode(prompt, true, true)?;
+        let mut prompt = prompt.to_string();
         if let (Reasoning::Off, Some(f)) = (opts.reasoning, &think) {
-            if f.open_at_end(self.model.tokenizer(), &tokens) {
-                tokens.extend(self.model.tokenizer().encode(f.close_text, false, true)?);
+            if f.open_at_end(&prompt) {
+                prompt.push_str(f.close_text);
             }
         }
-        self.run(ticket, tokens, opts, on_event, start, Plan { think, tools: None })
+        let tokens = self.model.tokenizer().encode(&prompt, true, true)?;
+        self.run(ticket, tokens, opts, on_event, start, Plan { think, tools: None, prompt })
     }
 
     /// Answer the conversation `messages` (rendered through the model's chat
@@ -319,17 +320,16 @@ impl Session {
         }
         let mut text = template.render(msgs, true, &extra)?;
         if let (Reasoning::Off, Some(f)) = (opts.reasoning, &think) {
-            // A template without `enable_thinking`: close the thought it opened, or prefill an empty one.
-            let tok = self.model.tokenizer();
-            let ids = tok.encode(&text, false, true)?;
-            if f.open_at_end(tok, &ids) {
+            // A template without `enable_thinking`: close the thought it
+            // opened, or prefill an empty one after its generation prompt.
+            if f.open_at_end(&text) {
                 text.push_str(f.close_text);
-            } else if !ids.contains(&f.close) || ids.iter().rposition(|&t| t == f.close) < ids.iter().rposition(|&t| t == f.open) {
+            } else if !text.trim_end().ends_with(f.close) {
                 text.push_str(f.empty);
             }
         }
         let tools = (!opts.tools.is_empty()).then(|| (format, opts.tools.clone(), opts.tool_choice.clone()));
-        Ok((text, Plan { think, tools }))
+        Ok((text.clone(), Plan { think, tools, prompt: text }))
     }
 
     /// The model's thinking format, if its template has one.
@@ -368,7 +368,8 @@ impl Session {
             (Some(c), Some(g)) => Some(c.compile(g)?),
             _ => None,
         };
-        let mut turn = Turn::new(tok, grammars, plan.think, opts.reasoning, &prompt, answer, tools)?;
+        let mut turn =
+            Turn::new(tok, grammars, plan.think, opts.reasoning, &plan.prompt, answer, tools, opts.show_special)?;
         let mut sampler =
             Sampler::new(SamplerConfig { seed: opts.seed.unwrap_or(self.opts.seed), ..opts.sampler.clone() });
 
@@ -481,14 +482,13 @@ impl Session {
             }
             let step = turn.accept(next, tok)?;
             pending.push(next);
-            out.route(ticket, &mut stats, on_event, next, step.channel);
             for &f in &step.forced {
                 stats.generated_tokens += 1;
                 stats.tokens.push(f);
                 sampler.accept(f);
                 pending.push(f);
-                out.route(ticket, &mut stats, on_event, f, step.forced_channel);
             }
+            out.route(ticket, &mut stats, on_event, &step.segments);
             if out.stopped.is_some() {
                 break;
             }
@@ -500,6 +500,8 @@ impl Session {
         stats.stop_reason = reason;
         // Text held back (a partial stop string or partial UTF-8) is released when no stop matched.
         if !matches!(reason, StopReason::StopString | StopReason::ListenerStopped | StopReason::Cancelled) {
+            let rest = turn.finish();
+            out.route(ticket, &mut stats, on_event, &rest.segments);
             out.flush(&mut stats, on_event);
         }
         if !pending.is_empty() {

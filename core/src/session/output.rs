@@ -18,6 +18,8 @@ use crate::{Error, Result};
 pub struct Plan {
     pub think: Option<ThinkFormat>,
     pub tools: Option<(ToolFormat, Vec<ToolSpec>, ToolChoice)>,
+    /// The prompt's text (whether it leaves a thought open).
+    pub prompt: String,
 }
 
 /// Thinking asked of a model without a thinking format is refused, not ignored.
@@ -72,6 +74,7 @@ pub(super) struct Output<'t> {
     header_seen: usize,
     /// A thought was seen: the answer's leading newlines are dropped.
     after_thought: bool,
+    text_started: bool,
     pub stopped: Option<StopReason>,
 }
 
@@ -84,6 +87,7 @@ impl<'t> Output<'t> {
             header,
             header_seen: 0,
             after_thought: false,
+            text_started: false,
             stopped: None,
         }
     }
@@ -111,51 +115,52 @@ impl<'t> Output<'t> {
         true
     }
 
-    /// Stream a generated token's text to its channel.
+    /// Stream text a token released to its channels.
     pub fn route(
         &mut self,
         ticket: &Ticket,
         stats: &mut GenerationStats,
         on_event: &mut dyn FnMut(GenerationEvent) -> bool,
-        token: u32,
-        channel: Channel,
+        segments: &[(Channel, Vec<u8>)],
     ) {
-        if self.stopped.is_some() {
-            return;
-        }
-        match channel {
-            Channel::Marker | Channel::Call => {}
-            Channel::Reasoning => {
-                self.after_thought = true;
-                let mut piece = self.thought.push(token);
-                if self.header_seen < self.header.len() {
-                    // Drop the header as it arrives (it may span tokens).
-                    let want = &self.header[self.header_seen..];
-                    let common = piece.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
-                    if common == piece.len() || common == want.len() {
-                        self.header_seen += common;
-                        piece.drain(..common);
-                    } else {
-                        self.header_seen = self.header.len();
+        for (channel, bytes) in segments {
+            if self.stopped.is_some() {
+                return;
+            }
+            match channel {
+                Channel::Reasoning => {
+                    self.after_thought = true;
+                    let mut piece = self.thought.push_bytes(bytes);
+                    if self.header_seen < self.header.len() {
+                        // Drop the header as it arrives (it may span tokens).
+                        let want = &self.header[self.header_seen..];
+                        let common = piece.bytes().zip(want.bytes()).take_while(|(a, b)| a == b).count();
+                        if common == piece.len() || common == want.len() {
+                            self.header_seen += common;
+                            piece.drain(..common);
+                        } else {
+                            self.header_seen = self.header.len();
+                        }
+                    }
+                    if !piece.is_empty() {
+                        stats.reasoning.push_str(&piece);
+                        self.emit(ticket, stats, on_event, GenerationEvent::Reasoning(piece));
                     }
                 }
-                if !piece.is_empty() {
-                    stats.reasoning.push_str(&piece);
-                    self.emit(ticket, stats, on_event, GenerationEvent::Reasoning(piece));
-                }
-            }
-            Channel::Text => {
-                let mut piece = self.text.push(token);
-                if self.after_thought && stats.text.is_empty() {
-                    piece = piece.trim_start_matches(['\n', '\r']).to_string();
-                }
-                let (emit, hit) = self.stops.push(&piece);
-                if !emit.is_empty() {
-                    stats.text.push_str(&emit);
-                    self.emit(ticket, stats, on_event, GenerationEvent::Text(emit));
-                }
-                if hit && self.stopped.is_none() {
-                    self.stopped = Some(StopReason::StopString);
+                Channel::Text => {
+                    let mut piece = self.text.push_bytes(bytes);
+                    if self.after_thought && stats.text.is_empty() && !self.text_started {
+                        piece = piece.trim_start_matches(['\n', '\r']).to_string();
+                    }
+                    self.text_started |= !piece.is_empty();
+                    let (emit, hit) = self.stops.push(&piece);
+                    if !emit.is_empty() {
+                        stats.text.push_str(&emit);
+                        self.emit(ticket, stats, on_event, GenerationEvent::Text(emit));
+                    }
+                    if hit && self.stopped.is_none() {
+                        self.stopped = Some(StopReason::StopString);
+                    }
                 }
             }
         }

@@ -1,15 +1,17 @@
-//! Thinking formats: how a model opens and closes its thought, found from
-//! the vocabulary and the template (single tokens only: a marker spelled in
-//! several tokens could not be told from text about it).
+//! Thinking formats: how a model opens and closes its thought. A marker is
+//! matched as one token where the vocabulary has it as one, else as text
+//! (small vocabularies spell `<think>` in several tokens).
 
 use crate::tokenizer::Tokenizer;
 
 /// A model's thought markers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThinkFormat {
-    /// The token that opens a thought and the one that closes it.
-    pub open: u32,
-    pub close: u32,
+    /// The markers' text, and their token where each is a single token.
+    pub open: &'static str,
+    pub close: &'static str,
+    pub open_id: Option<u32>,
+    pub close_id: Option<u32>,
     /// Text the model writes right after the open marker that is not
     /// thinking (Gemma 4: `thought\n`, the channel's name).
     pub header: &'static str,
@@ -23,38 +25,37 @@ pub struct ThinkFormat {
 impl ThinkFormat {
     /// The format of a model whose template is `template`, if it thinks.
     pub fn detect(tok: &Tokenizer, template: &str) -> Option<ThinkFormat> {
-        let id = |t: &str| tok.token_id(t);
-        if template.contains("<|channel>") {
-            if let (Some(open), Some(close)) = (id("<|channel>"), id("<channel|>")) {
-                return Some(ThinkFormat {
-                    open,
-                    close,
-                    header: "thought\n",
-                    close_text: "<channel|>",
-                    empty: "<|channel>thought\n<channel|>",
-                });
-            }
+        let single = |t: &str| tok.token_id(t).filter(|&id| tok.token_piece(id) == t.as_bytes());
+        if template.contains("<|channel>") && template.contains("<channel|>") {
+            return Some(ThinkFormat {
+                open: "<|channel>",
+                close: "<channel|>",
+                open_id: single("<|channel>"),
+                close_id: single("<channel|>"),
+                header: "thought\n",
+                close_text: "<channel|>",
+                empty: "<|channel>thought\n<channel|>",
+            });
         }
-        if template.contains("<think>") {
-            if let (Some(open), Some(close)) = (id("<think>"), id("</think>")) {
-                return Some(ThinkFormat {
-                    open,
-                    close,
-                    header: "",
-                    close_text: "\n</think>\n\n",
-                    empty: "<think>\n\n</think>\n\n",
-                });
-            }
+        if template.contains("<think>") && template.contains("</think>") {
+            return Some(ThinkFormat {
+                open: "<think>",
+                close: "</think>",
+                open_id: single("<think>"),
+                close_id: single("</think>"),
+                header: "",
+                close_text: "\n</think>\n\n",
+                empty: "<think>\n\n</think>\n\n",
+            });
         }
         None
     }
 
     /// Whether a rendered prompt leaves a thought open (the template opened
-    /// it in the generation prompt).
-    pub fn open_at_end(&self, tok: &Tokenizer, prompt: &[u32]) -> bool {
-        let _ = tok;
-        match prompt.iter().rposition(|&t| t == self.open) {
-            Some(i) => !prompt[i..].contains(&self.close),
+    /// it in its generation prompt).
+    pub fn open_at_end(&self, text: &str) -> bool {
+        match text.rfind(self.open) {
+            Some(i) => !text[i..].contains(self.close),
             None => false,
         }
     }

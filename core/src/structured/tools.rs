@@ -90,15 +90,16 @@ impl ToolFormat {
     }
 
     /// The Lark grammar of one call of one of `tools`, starting right after
-    /// the open marker (the JSON forms: at the start of the answer).
-    pub fn call_grammar(self, tools: &[&ToolSpec], tok: &Tokenizer) -> Result<String> {
+    /// the open marker, or at it (`with_open`; the JSON forms: at the start
+    /// of the answer either way).
+    pub fn call_grammar(self, tools: &[&ToolSpec], tok: &Tokenizer, with_open: bool) -> Result<String> {
         if tools.is_empty() {
             return Err(Error::InvalidArgument("tools: no tool to call".into()));
         }
         let mut g = Lark::default();
         let mut alts = Vec::new();
         for (i, t) in tools.iter().enumerate() {
-            let params = parameters(t)?;
+            let params = call_parameters(t)?;
             let rule = format!("call_{i}");
             match self {
                 ToolFormat::Hermes | ToolFormat::Llama3 | ToolFormat::GenericJson => {
@@ -128,11 +129,16 @@ impl ToolFormat {
             alts.push(rule);
         }
         let call = alts.join(" | ");
+        let open = match self.markers() {
+            Some((open, _)) if with_open => special_or_text(tok, open) + " ",
+            _ => String::new(),
+        };
         let start = match self {
-            ToolFormat::Hermes => format!("start: nl ({call}) nl {}", lark_string("</tool_call>")),
-            ToolFormat::Qwen35Xml => format!("start: nl ({call}) nl {}", lark_string("</tool_call>")),
+            ToolFormat::Hermes | ToolFormat::Qwen35Xml => {
+                format!("start: {open}nl ({call}) nl {}", special_or_text(tok, "</tool_call>"))
+            }
             ToolFormat::Gemma4 => {
-                format!("start: {} ({call}) {}", lark_string("call:"), special_or_text(tok, "<tool_call|>"))
+                format!("start: {open}{} ({call}) {}", lark_string("call:"), special_or_text(tok, "<tool_call|>"))
             }
             ToolFormat::Llama3 | ToolFormat::GenericJson => format!("start: {call}"),
         };
@@ -209,11 +215,22 @@ fn parameters(t: &ToolSpec) -> Result<Value> {
     }
 }
 
-/// `text` as a Lark atom: the special token by id where the vocabulary has
-/// it as one control token, else the literal text.
+/// The schema a call's arguments are held to: the tool's parameters with no
+/// properties beyond its own unless it says so (as OpenAI's strict mode
+/// reads a tool).
+fn call_parameters(t: &ToolSpec) -> Result<Value> {
+    let mut v = parameters(t)?;
+    if let Value::Object(m) = &mut v {
+        m.entry("additionalProperties").or_insert(Value::Bool(false));
+    }
+    Ok(v)
+}
+
+/// `text` as a Lark atom: the token by id where the vocabulary has it as
+/// one token (a control token cannot be spelled in text), else the literal text.
 fn special_or_text(tok: &Tokenizer, text: &str) -> String {
     match tok.token_id(text) {
-        Some(id) if tok.is_control(id) => format!("<[{id}]>"),
+        Some(id) if tok.token_piece(id) == text.as_bytes() => format!("<[{id}]>"),
         _ => lark_string(text),
     }
 }
@@ -344,7 +361,10 @@ fn gemma_value(g: &mut Lark, rule: &str, s: &Value, t: &ToolSpec, quote: &str, d
             return Err(tool_error(t, "string constraints (pattern, lengths, format) are not supported in Gemma 4's call format".into()));
         }
         let r = format!("{rule}_s");
-        g.rule(&r, &format!("{quote} /(?s:[^<]|<[^|])*/ {quote}"));
+        // Text between the quote markers: anything where the marker is one
+        // control token (text cannot spell it), else text without its first character.
+        let text = if quote.starts_with("<[") { "/(?s:.*)/" } else { "/[^<]*/" };
+        g.rule(&r, &format!("{quote} {text} {quote}"));
         return Ok(r);
     }
     if matches!(ty, Some("integer" | "number" | "boolean" | "null")) {

@@ -2,8 +2,15 @@
 //! (free, or under its constraint), tool calls opened by their marker and
 //! constrained until they close. The session asks for the next token's mask
 //! (computed on a worker thread while the forward pass runs), samples under
-//! it, and tells the turn the token; the turn says which channel the token
-//! belongs to and which tokens it forces next (fast-forward, a closed thought).
+//! it, and gives the turn the token; the turn says which text it adds to
+//! which channel and which tokens it forces next (fast-forward, a closed
+//! thought).
+//!
+//! Markers (`</think>`, `<tool_call>`) are matched as single tokens where
+//! the vocabulary has them, else as text: bytes that may begin a marker are
+//! held back until it is clear whether they do, and a token that runs past
+//! a marker's end gives the rest of its bytes to what follows (the call's
+//! grammar consumes them as tokens of the same bytes).
 
 use std::sync::Arc;
 
@@ -17,24 +24,32 @@ use super::{compile, Grammars, Reasoning, ToolChoice, ToolSpec};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 
-/// Where a generated token's text goes.
+/// Where generated text goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Channel {
-    /// A thought marker or a call's open marker: not shown.
-    Marker,
     Reasoning,
     Text,
-    /// Inside a tool call (reported as the parsed call when it closes).
-    Call,
 }
 
 /// What the turn says of an accepted token.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Step {
-    pub channel: Channel,
-    /// Tokens the turn appends without sampling, in `forced_channel`.
+    /// Text released to the channels, in order.
+    pub segments: Vec<(Channel, Vec<u8>)>,
+    /// Tokens the turn appends without sampling (their text is in `segments`).
     pub forced: Vec<u32>,
-    pub forced_channel: Channel,
+}
+
+impl Step {
+    fn push(&mut self, c: Channel, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        match self.segments.last_mut() {
+            Some((last, b)) if *last == c => b.extend_from_slice(bytes),
+            _ => self.segments.push((c, bytes.to_vec())),
+        }
+    }
 }
 
 /// The next token's mask.
@@ -46,60 +61,74 @@ pub(crate) enum Mask {
     Complete,
 }
 
+/// A call that closed.
+#[derive(Debug)]
+pub(crate) enum Closed {
+    Call(ParsedCall),
+    /// Its text, when it did not parse (never expected under the grammar).
+    Text(String),
+}
+
 /// The tools of a request as the turn uses them.
 struct ToolPlan {
     format: ToolFormat,
     specs: Vec<ToolSpec>,
-    /// The call grammar (Lark), started when a call opens.
+    /// The call grammar (Lark) after the open marker.
     grammar: String,
-    /// The open marker's token (formats with markers).
-    open: Option<u32>,
+    /// The same from the open marker on (a forced call whose marker is text).
+    grammar_with_open: String,
+    /// The open marker, and its token where it is a single one.
+    open: Option<&'static str>,
+    open_id: Option<u32>,
     forced: bool,
 }
 
 pub(crate) struct Turn {
     grammars: Option<Arc<Grammars>>,
     think: Option<ThinkFormat>,
+    show_special: bool,
     thinking: bool,
     think_tokens: usize,
     budget: Option<usize>,
-    /// Whether the answer has begun (its first token sampled).
+    /// Whether the answer has begun.
     answer_started: bool,
     answer: Option<Matcher>,
     answer_done: bool,
     tools: Option<ToolPlan>,
     call: Option<Matcher>,
-    call_tokens: Vec<u32>,
+    /// The call's text so far (markers included), for the parser.
+    call_bytes: Vec<u8>,
     /// At least one call closed: only another call or the end may follow.
     after_call: bool,
-    /// Calls closed since the session last took them.
     closed: Vec<Closed>,
     n_calls: usize,
+    /// Bytes that may begin a marker (the thought's close, a call's open).
+    held: Vec<u8>,
     eog: Vec<u32>,
     n_vocab: usize,
 }
 
 impl Turn {
-    /// A turn for a prompt of `prompt` tokens. `answer` is the request's
-    /// constraint (already compiled), `tools` its tools with the choice.
+    /// A turn after the prompt `prompt_text`. `answer` is the request's
+    /// constraint (compiled), `tools` its tools with the choice.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         tok: &Tokenizer,
         grammars: Option<Arc<Grammars>>,
         think: Option<ThinkFormat>,
         reasoning: Reasoning,
-        prompt: &[u32],
+        prompt_text: &str,
         answer: Option<Matcher>,
         tools: Option<(ToolFormat, Vec<ToolSpec>, ToolChoice)>,
+        show_special: bool,
     ) -> Result<Turn> {
-        let thinking = think.as_ref().is_some_and(|f| f.open_at_end(tok, prompt));
+        let thinking = think.as_ref().is_some_and(|f| f.open_at_end(prompt_text));
         let budget = match reasoning {
             Reasoning::Budget(n) => Some(n as usize),
             _ => None,
         };
         let plan = match tools {
-            None => None,
-            Some((_, _, ToolChoice::Off)) => None,
+            None | Some((_, _, ToolChoice::Off)) => None,
             Some((format, specs, choice)) => {
                 let chosen: Vec<&ToolSpec> = match &choice {
                     ToolChoice::Named(name) => {
@@ -110,16 +139,13 @@ impl Turn {
                     }
                     _ => specs.iter().collect(),
                 };
-                let grammar = format.call_grammar(&chosen, tok)?;
-                let open = match format.markers() {
-                    Some((open, _)) => Some(tok.token_id(open).ok_or_else(|| {
-                        Error::InvalidArgument(format!("tools: the vocabulary has no '{open}' token"))
-                    })?),
-                    None => None,
-                };
+                let grammar = format.call_grammar(&chosen, tok, false)?;
+                let grammar_with_open = format.call_grammar(&chosen, tok, true)?;
+                let open = format.markers().map(|(open, _)| open);
+                let open_id = open.and_then(|o| tok.token_id(o).filter(|&id| tok.token_piece(id) == o.as_bytes()));
                 let forced = !matches!(choice, ToolChoice::Auto);
                 let specs = chosen.into_iter().cloned().collect();
-                Some(ToolPlan { format, specs, grammar, open, forced })
+                Some(ToolPlan { format, specs, grammar, grammar_with_open, open, open_id, forced })
             }
         };
         if plan.is_some() && grammars.is_none() {
@@ -128,6 +154,7 @@ impl Turn {
         let turn = Turn {
             grammars,
             think,
+            show_special,
             thinking,
             think_tokens: 0,
             budget,
@@ -136,17 +163,18 @@ impl Turn {
             answer_done: false,
             tools: plan,
             call: None,
-            call_tokens: Vec::new(),
+            call_bytes: Vec::new(),
             after_call: false,
             closed: Vec::new(),
             n_calls: 0,
+            held: Vec::new(),
             eog: tok.end_of_generation_tokens().collect(),
             n_vocab: tok.n_vocab(),
         };
-        // Compile the call grammar now: a bad tool is an error before any token.
+        // Compile the call grammars now: a bad tool is an error before any token.
         if let Some(p) = &turn.tools {
-            let m = turn.call_matcher(&p.grammar.clone())?;
-            drop(m);
+            turn.call_matcher(&p.grammar)?;
+            turn.call_matcher(&p.grammar_with_open)?;
         }
         Ok(turn)
     }
@@ -173,7 +201,7 @@ impl Turn {
     }
 
     fn call_matcher(&self, grammar: &str) -> Result<Matcher> {
-        let g = self.grammars.as_ref().expect("tools need grammars");
+        let g = self.grammars.as_ref().ok_or_else(|| Error::InvalidArgument("tools: no constraint engine".into()))?;
         compile(g, TopLevelGrammar::from_lark(grammar.to_string()), "tools")
     }
 
@@ -185,17 +213,6 @@ impl Turn {
         v
     }
 
-    fn singleton(&self, t: u32) -> SimpleVob {
-        let mut v = SimpleVob::alloc(self.n_vocab);
-        v.allow_token(t);
-        v
-    }
-
-    /// Whether `mask` allows nothing but ending.
-    fn only_eog(&self, mask: &SimpleVob) -> bool {
-        only_eog(&self.eog, mask)
-    }
-
     /// The mask of the next token.
     pub(crate) fn mask(&mut self, tok: &Tokenizer) -> Result<Mask> {
         if self.thinking {
@@ -203,56 +220,68 @@ impl Turn {
         }
         if let Some(m) = self.call.as_mut() {
             let mask = if m.is_stopped() { None } else { Some(m.compute_mask().map_err(|e| engine_error("tools", e))?) };
-            if mask.as_ref().is_none_or(|mask| self.only_eog(mask)) {
-                self.close_call(tok);
-                return self.mask(tok);
-            }
-            return Ok(Mask::Allowed(mask.expect("checked above")));
-        }
-        if self.after_call {
-            let mut v = self.eog_set();
-            if let Some(open) = self.tools.as_ref().and_then(|p| p.open) {
-                v.allow_token(open);
-            }
-            return Ok(Mask::Allowed(v));
+            return match mask {
+                Some(mask) if !only_eog(&self.eog, &mask) => Ok(Mask::Allowed(mask)),
+                _ => {
+                    self.close_call();
+                    self.mask(tok)
+                }
+            };
         }
         if let Some(p) = &self.tools {
-            if p.forced {
-                if let Some(open) = p.open {
-                    return Ok(Mask::Allowed(self.singleton(open)));
+            if self.after_call {
+                // Another call or the end; text after calls is not an answer.
+                let mut v = self.eog_set();
+                match p.open_id {
+                    Some(open) => v.allow_token(open),
+                    None if p.open.is_some() => {
+                        // A marker spelled in several tokens: the next call's
+                        // grammar from its marker, or nothing (the end).
+                        let m = self.call_matcher(&after_grammar(&p.grammar_with_open))?;
+                        self.call = Some(m);
+                        self.call_bytes.clear();
+                        return self.mask(tok);
+                    }
+                    None => {}
                 }
-                // The JSON forms: the call is the answer, from its first token.
-                let m = self.call_matcher(&p.grammar.clone())?;
+                return Ok(Mask::Allowed(v));
+            }
+            if p.forced && !self.answer_started {
+                if let Some(open) = p.open_id {
+                    let mut v = SimpleVob::alloc(self.n_vocab);
+                    v.allow_token(open);
+                    return Ok(Mask::Allowed(v));
+                }
+                // The call is the answer from its first token (its marker is text, or it has none).
+                let m = self.call_matcher(&p.grammar_with_open)?;
                 self.call = Some(m);
+                self.call_bytes.clear();
+                self.answer_started = true;
                 return self.mask(tok);
             }
         }
         if self.answer_done {
             return Ok(Mask::Complete);
         }
-        let open_think = self.think.as_ref().map(|f| f.open).filter(|_| !self.answer_started);
-        match self.answer.as_mut() {
-            None => Ok(Mask::Free),
-            Some(m) => {
-                if m.is_stopped() {
-                    self.answer_done = true;
-                    return Ok(Mask::Complete);
-                }
-                let mut mask = m.compute_mask().map_err(|e| engine_error("constraint", e))?;
-                if self.answer_started && only_eog(&self.eog, &mask) && m.is_accepting().unwrap_or(false) {
-                    self.answer_done = true;
-                    return Ok(Mask::Complete);
-                }
-                if mask.is_zero() {
-                    return Err(Error::InvalidArgument("constraint: no token can continue the answer".into()));
-                }
-                // A model may open a thought before a constrained answer.
-                if let Some(t) = open_think {
-                    mask.allow_token(t);
-                }
-                Ok(Mask::Allowed(mask))
-            }
+        let open_think = self.think.as_ref().and_then(|f| f.open_id).filter(|_| !self.answer_started);
+        let Some(m) = self.answer.as_mut() else { return Ok(Mask::Free) };
+        if m.is_stopped() {
+            self.answer_done = true;
+            return Ok(Mask::Complete);
         }
+        let mut mask = m.compute_mask().map_err(|e| engine_error("constraint", e))?;
+        if self.answer_started && only_eog(&self.eog, &mask) && m.is_accepting().unwrap_or(false) {
+            self.answer_done = true;
+            return Ok(Mask::Complete);
+        }
+        if mask.is_zero() {
+            return Err(Error::InvalidArgument("constraint: no token can continue the answer".into()));
+        }
+        // A model may open a thought before a constrained answer.
+        if let Some(t) = open_think {
+            mask.allow_token(t);
+        }
+        Ok(Mask::Allowed(mask))
     }
 
     /// JSON-form tools under `Auto`: the answer's first token opening with
@@ -262,76 +291,173 @@ impl Turn {
         if self.thinking || self.answer_started || self.call.is_some() || p.open.is_some() || p.forced {
             return Ok(false);
         }
-        let piece = tok.token_piece(token);
-        let first = piece.iter().find(|b| !b.is_ascii_whitespace());
+        let first = tok.token_piece(token).iter().find(|b| !b.is_ascii_whitespace());
         if first != Some(&b'{') {
             return Ok(false);
         }
-        let m = self.call_matcher(&p.grammar.clone())?;
+        let m = self.call_matcher(&p.grammar)?;
         self.call = Some(m);
+        self.call_bytes.clear();
         Ok(true)
     }
 
     /// Take a sampled token.
     pub(crate) fn accept(&mut self, token: u32, tok: &Tokenizer) -> Result<Step> {
-        let free = |channel| Ok(Step { channel, forced: Vec::new(), forced_channel: channel });
+        let mut step = Step::default();
         if let Some(f) = self.think.clone() {
             if self.thinking {
-                if token == f.close {
-                    self.thinking = false;
-                    return free(Channel::Marker);
-                }
-                self.think_tokens += 1;
-                if self.budget.is_some_and(|b| self.think_tokens >= b) {
-                    self.thinking = false;
-                    let forced = tok.encode(f.close_text, false, true)?;
-                    return Ok(Step { channel: Channel::Reasoning, forced, forced_channel: Channel::Marker });
-                }
-                return free(Channel::Reasoning);
+                self.think_token(token, tok, &f, &mut step)?;
+                return Ok(step);
             }
-            if !self.answer_started && token == f.open && self.call.is_none() {
+            if !self.answer_started && self.call.is_none() && f.open_id == Some(token) {
                 self.thinking = true;
                 if self.budget == Some(0) {
-                    self.thinking = false;
-                    let forced = tok.encode(f.close_text, false, true)?;
-                    return Ok(Step { channel: Channel::Marker, forced, forced_channel: Channel::Marker });
+                    self.close_thought(tok, &f, &mut step)?;
                 }
-                return free(Channel::Marker);
+                return Ok(step);
             }
         }
+        self.answer_token(token, tok, &mut step)?;
+        Ok(step)
+    }
+
+    fn think_token(&mut self, token: u32, tok: &Tokenizer, f: &ThinkFormat, step: &mut Step) -> Result<()> {
+        if f.close_id == Some(token) {
+            step.push(Channel::Reasoning, &std::mem::take(&mut self.held));
+            self.thinking = false;
+            return Ok(());
+        }
+        self.think_tokens += 1;
+        self.held.extend_from_slice(tok.visible_piece(token, self.show_special));
+        if let Some(at) = find(&self.held, f.close.as_bytes()) {
+            let held = std::mem::take(&mut self.held);
+            step.push(Channel::Reasoning, &held[..at]);
+            self.thinking = false;
+            let rest = &held[at + f.close.len()..];
+            return self.answer_bytes(rest, step);
+        }
+        let keep = partial_suffix(&self.held, f.close.as_bytes());
+        let release: Vec<u8> = self.held.drain(..self.held.len() - keep).collect();
+        step.push(Channel::Reasoning, &release);
+        if self.budget.is_some_and(|b| self.think_tokens >= b) {
+            self.close_thought(tok, f, step)?;
+        }
+        Ok(())
+    }
+
+    /// End the thought now (its budget is spent): the close marker is forced.
+    fn close_thought(&mut self, tok: &Tokenizer, f: &ThinkFormat, step: &mut Step) -> Result<()> {
+        step.push(Channel::Reasoning, &std::mem::take(&mut self.held));
+        self.thinking = false;
+        step.forced = tok.encode(f.close_text, false, true)?;
+        Ok(())
+    }
+
+    fn answer_token(&mut self, token: u32, tok: &Tokenizer, step: &mut Step) -> Result<()> {
         self.answer_started = true;
         if let Some(m) = self.call.as_mut() {
             m.consume_token(token).map_err(|e| engine_error("tools", e))?;
-            self.call_tokens.push(token);
+            self.call_bytes.extend_from_slice(tok.token_piece(token));
             let ff = m.consume_ff_tokens();
-            self.call_tokens.extend_from_slice(&ff);
-            return Ok(Step { channel: Channel::Call, forced: ff, forced_channel: Channel::Call });
+            for &t in &ff {
+                self.call_bytes.extend_from_slice(tok.token_piece(t));
+            }
+            step.forced = ff;
+            return Ok(());
         }
         if let Some(p) = &self.tools {
-            if p.open == Some(token) {
-                let m = self.call_matcher(&p.grammar.clone())?;
+            if p.open_id.is_some() && p.open_id == Some(token) {
+                let m = self.call_matcher(&p.grammar)?;
                 self.call = Some(m);
-                self.call_tokens.clear();
-                self.call_tokens.push(token);
-                return free(Channel::Marker);
+                self.call_bytes = tok.token_piece(token).to_vec();
+                return Ok(());
             }
         }
         if let Some(m) = self.answer.as_mut() {
             m.consume_token(token).map_err(|e| engine_error("constraint", e))?;
+            step.push(Channel::Text, tok.visible_piece(token, self.show_special));
             let ff = m.consume_ff_tokens();
-            return Ok(Step { channel: Channel::Text, forced: ff, forced_channel: Channel::Text });
+            for &t in &ff {
+                step.push(Channel::Text, tok.visible_piece(t, self.show_special));
+            }
+            step.forced = ff;
+            return Ok(());
         }
-        free(Channel::Text)
+        self.answer_bytes(tok.visible_piece(token, self.show_special), step)
+    }
+
+    /// Answer text that came as bytes (after a marker inside a token, or
+    /// any token where a text marker may open a call).
+    fn answer_bytes(&mut self, bytes: &[u8], step: &mut Step) -> Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        self.answer_started = true;
+        if let Some(m) = self.answer.as_mut() {
+            // The rest of the token that closed a thought: its bytes as tokens.
+            let trimmed = trim_start_ws(bytes);
+            let env = m.tok_env().map_err(|e| engine_error("constraint", e))?;
+            let ids = env.tokenize_bytes(trimmed);
+            if m.validate_tokens(&ids).ok() == Some(ids.len()) {
+                m.consume_tokens(&ids).map_err(|e| engine_error("constraint", e))?;
+                step.push(Channel::Text, trimmed);
+            }
+            return Ok(());
+        }
+        let text_marker = self.tools.as_ref().filter(|p| p.open_id.is_none()).and_then(|p| p.open);
+        let Some(open) = text_marker else {
+            step.push(Channel::Text, bytes);
+            return Ok(());
+        };
+        if let Some(m) = self.call.as_mut() {
+            let env = m.tok_env().map_err(|e| engine_error("tools", e))?;
+            let ids = env.tokenize_bytes(bytes);
+            m.consume_tokens(&ids).map_err(|e| engine_error("tools", e))?;
+            self.call_bytes.extend_from_slice(bytes);
+            return Ok(());
+        }
+        self.held.extend_from_slice(bytes);
+        let Some(at) = find(&self.held, open.as_bytes()) else {
+            let keep = partial_suffix(&self.held, open.as_bytes());
+            let release: Vec<u8> = self.held.drain(..self.held.len() - keep).collect();
+            step.push(Channel::Text, &release);
+            return Ok(());
+        };
+        let held = std::mem::take(&mut self.held);
+        step.push(Channel::Text, &held[..at]);
+        let rest = &held[at + open.len()..];
+        let grammar = self.tools.as_ref().map(|p| p.grammar.clone()).unwrap_or_default();
+        let mut m = self.call_matcher(&grammar)?;
+        let env = m.tok_env().map_err(|e| engine_error("tools", e))?;
+        let ids = env.tokenize_bytes(rest);
+        if m.validate_tokens(&ids).ok() == Some(ids.len()) && m.consume_tokens(&ids).is_ok() {
+            self.call = Some(m);
+            self.call_bytes = held[at..].to_vec();
+        } else {
+            // Not a call after all: the marker is text.
+            step.push(Channel::Text, &held[at..]);
+        }
+        Ok(())
+    }
+
+    /// Text still held back at the end of generation.
+    pub(crate) fn finish(&mut self) -> Step {
+        let mut step = Step::default();
+        let c = if self.thinking { Channel::Reasoning } else { Channel::Text };
+        step.push(c, &std::mem::take(&mut self.held));
+        step
     }
 
     /// A call's grammar completed: parse it.
-    fn close_call(&mut self, tok: &Tokenizer) {
+    fn close_call(&mut self) {
         self.call = None;
-        let toks = std::mem::take(&mut self.call_tokens);
         self.after_call = true;
+        let bytes = std::mem::take(&mut self.call_bytes);
         let Some(p) = &self.tools else { return };
-        let text = String::from_utf8_lossy(&toks.iter().flat_map(|&t| tok.token_piece(t).to_vec()).collect::<Vec<u8>>())
-            .into_owned();
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         let (_, mut calls) = tools::parse_tool_calls(p.format, &text, &p.specs);
         if calls.len() == 1 {
             self.n_calls += 1;
@@ -342,18 +468,45 @@ impl Turn {
     }
 }
 
-/// A call that closed.
-#[derive(Debug)]
-pub(crate) enum Closed {
-    Call(ParsedCall),
-    /// Its text, when it did not parse (never expected under the grammar).
-    Text(String),
+/// A call grammar that may also match nothing (after a call: another or the end).
+fn after_grammar(with_open: &str) -> String {
+    let body = with_open.replacen("start:", "one_more:", 1);
+    format!("start: (\"\\n\"? one_more)?\n{body}")
 }
 
+/// Whether `mask` allows nothing but ending.
 fn only_eog(eog: &[u32], mask: &SimpleVob) -> bool {
     mask.num_set() == eog.iter().filter(|&&t| mask.is_allowed(t)).count()
 }
 
+/// Where `needle` first occurs in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The length of the longest suffix of `hay` that begins `marker` (held back).
+fn partial_suffix(hay: &[u8], marker: &[u8]) -> usize {
+    (1..marker.len().min(hay.len() + 1)).rev().find(|&n| hay[hay.len() - n..] == marker[..n]).unwrap_or(0)
+}
+
+fn trim_start_ws(b: &[u8]) -> &[u8] {
+    let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
+    &b[n..]
+}
+
 fn engine_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::InvalidArgument(format!("{what}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partial_suffix;
+
+    #[test]
+    fn held_suffixes() {
+        assert_eq!(partial_suffix(b"abc <tool", b"<tool_call>"), 5);
+        assert_eq!(partial_suffix(b"abc", b"<tool_call>"), 0);
+        assert_eq!(partial_suffix(b"<", b"<tool_call>"), 1);
+        assert_eq!(partial_suffix(b"", b"<tool_call>"), 0);
+    }
 }

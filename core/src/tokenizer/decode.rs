@@ -107,7 +107,7 @@ fn decode_byte_level(text: &[u8], out: &mut Vec<u8>) {
 
 impl Tokenizer {
     /// The piece of `id` for decoding: empty for hidden tokens.
-    fn visible_piece(&self, id: u32, show_special: bool) -> &[u8] {
+    pub fn visible_piece(&self, id: u32, show_special: bool) -> &[u8] {
         if !show_special && self.vocab.has_attr(id, HIDDEN) {
             return &[];
         }
@@ -214,6 +214,12 @@ impl<'t> StreamDecoder<'t> {
         let piece = self.tok.visible_piece(id, self.show_special);
         let piece = self.tok.first_space.apply(&mut self.strip_space, piece);
         self.pending.extend_from_slice(piece);
+        self.take_complete()
+    }
+
+    /// Add raw bytes (text a token produced in part; see `structured`'s markers).
+    pub fn push_bytes(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
         self.take_complete()
     }
 

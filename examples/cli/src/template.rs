@@ -5,6 +5,7 @@ use std::io::Write;
 use clap::ArgGroup;
 use pocket_core::chat::ChatTemplate;
 use pocket_core::gguf::GgufFile;
+use pocket_core::structured::ToolFormat;
 use serde_json::Value;
 
 /// Render a chat prompt exactly (no newline is added)
@@ -32,6 +33,9 @@ pub struct Args {
     /// The eos_token text [default: empty, or the file's with --model]
     #[arg(long, value_name = "TEXT")]
     eos: Option<String>,
+    /// Tools for the template's `tools` variable: a JSON array of {name, description, parameters} (a file)
+    #[arg(long, value_name = "FILE")]
+    tools: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<(), String> {
@@ -55,7 +59,16 @@ pub fn run(a: Args) -> Result<(), String> {
         // clap's argument group already refuses this; kept so no input panics.
         (None, None) => return Err("give --model or --template".into()),
     };
-    let out = template.render_json(&a.messages, a.add_generation_prompt, &a.var).map_err(|e| e.to_string())?;
+    let mut vars = a.var;
+    if let Some(path) = &a.tools {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+        let specs = crate::structure::parse_tools(&text)?;
+        pocket_core::structured::validate_tools(&specs).map_err(|e| e.to_string())?;
+        let tools = ToolFormat::template_tools(&specs).map_err(|e| e.to_string())?;
+        vars.retain(|(k, _)| k != "tools");
+        vars.push(("tools".into(), tools));
+    }
+    let out = template.render_json(&a.messages, a.add_generation_prompt, &vars).map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout().lock();
     stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))
 }
