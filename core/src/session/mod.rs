@@ -302,23 +302,39 @@ impl Session {
             Reasoning::On | Reasoning::Budget(_) => extra.push(("enable_thinking".into(), true.into())),
         }
         let format = ToolFormat::detect(template.source());
+        let tool_turns = messages.iter().any(|m| m.role == "tool" || !m.tool_calls.is_empty());
+        let generic = format == ToolFormat::GenericJson && (tool_turns || !opts.tools.is_empty());
         let mut owned;
         let mut msgs = messages;
-        if !opts.tools.is_empty() {
-            if format == ToolFormat::GenericJson {
-                // The template does not render tools: describe them in the system turn.
+        if generic {
+            // The template knows nothing of tools: calls and results as
+            // plain turns, the tools described in the system turn.
+            owned = crate::structured::generic_messages(messages);
+            if !opts.tools.is_empty() {
                 let about = ToolFormat::generic_instructions(&opts.tools)?;
-                owned = messages.to_vec();
                 match owned.first_mut() {
                     Some(m) if m.role == "system" => m.content = format!("{}\n\n{about}", m.content),
                     _ => owned.insert(0, ChatMessage::new("system", about)),
                 }
-                msgs = &owned;
-            } else {
-                extra.push(("tools".into(), ToolFormat::template_tools(&opts.tools)?));
             }
+            msgs = &owned;
+        } else if !opts.tools.is_empty() {
+            extra.push(("tools".into(), ToolFormat::template_tools(&opts.tools)?));
         }
-        let mut text = template.render(msgs, true, &extra)?;
+        let mut text = match template.render(msgs, true, &extra) {
+            // A template without a system role (Gemma 2): the tools go in the first user turn.
+            Err(Error::TemplateRaised(_)) if format == ToolFormat::GenericJson && !opts.tools.is_empty() => {
+                let about = ToolFormat::generic_instructions(&opts.tools)?;
+                let mut folded = crate::structured::generic_messages(messages);
+                let first_user = folded.iter_mut().find(|m| m.role == "user");
+                match first_user {
+                    Some(m) => m.content = format!("{about}\n{}", m.content),
+                    None => return Err(Error::InvalidArgument("tools: no user message to describe them in".into())),
+                }
+                template.render(&folded, true, &extra)?
+            }
+            r => r?,
+        };
         if let (Reasoning::Off, Some(f)) = (opts.reasoning, &think) {
             // A template without `enable_thinking`: close the thought it
             // opened, or prefill an empty one after its generation prompt.

@@ -18,7 +18,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
 
 pub use reasoning::ThinkFormat;
-pub use tools::{parse_tool_calls, validate as validate_tools, ParsedCall, ToolFormat};
+pub use tools::{generic_messages, parse_tool_calls, validate as validate_tools, ParsedCall, ToolFormat};
 pub(crate) use turn::{Channel, Closed, Mask, Turn};
 pub use vocab::Grammars;
 
@@ -180,6 +180,11 @@ impl Constraint {
     pub fn compile(&self, grammars: &Grammars) -> Result<Matcher> {
         compile(grammars, self.grammar()?, self.field())
     }
+}
+
+/// A matcher for a Lark grammar (tests, tools' call grammars).
+pub fn compile_lark(grammars: &Grammars, lark: &str) -> Result<Matcher> {
+    compile(grammars, TopLevelGrammar::from_lark(lark.to_string()), "grammar")
 }
 
 /// A matcher for `grammar`, errors as [`Error::InvalidArgument`] naming `field`.

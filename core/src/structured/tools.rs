@@ -176,6 +176,52 @@ impl ToolFormat {
     }
 }
 
+/// A conversation for a template that knows nothing of tools: an
+/// assistant's calls written as the JSON it was asked to answer with, a
+/// tool's result as a user turn naming the call, and turns of one role in a
+/// row merged (templates that want roles to alternate).
+pub fn generic_messages(messages: &[crate::chat::ChatMessage]) -> Vec<crate::chat::ChatMessage> {
+    use crate::chat::ChatMessage;
+    let mut out: Vec<ChatMessage> = Vec::new();
+    for m in messages {
+        let (role, content) = match m.role.as_str() {
+            "assistant" if !m.tool_calls.is_empty() => {
+                let calls: Vec<String> = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| {
+                        let args = serde_json::from_str::<Value>(&c.arguments_json).unwrap_or(json!({}));
+                        json!({"name": c.name, "arguments": args}).to_string()
+                    })
+                    .collect();
+                let mut content = m.content.clone();
+                if !content.is_empty() {
+                    content.push('\n');
+                }
+                content.push_str(&calls.join("\n"));
+                ("assistant", content)
+            }
+            "tool" => {
+                let call = messages
+                    .iter()
+                    .flat_map(|m| m.tool_calls.iter())
+                    .find(|c| Some(&c.id) == m.tool_call_id.as_ref())
+                    .map_or("the tool".to_string(), |c| format!("'{}'", c.name));
+                ("user", format!("Result of {call}: {}", m.content))
+            }
+            r => (r, m.content.clone()),
+        };
+        match out.last_mut() {
+            Some(last) if last.role == role && role != "system" => {
+                last.content.push_str("\n\n");
+                last.content.push_str(&content);
+            }
+            _ => out.push(ChatMessage::new(role, content)),
+        }
+    }
+    out
+}
+
 /// Check a request's tools: names unique and usable, parameters an object schema the engine enforces.
 pub fn validate(tools: &[ToolSpec]) -> Result<()> {
     for (i, t) in tools.iter().enumerate() {

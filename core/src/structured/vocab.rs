@@ -63,6 +63,12 @@ impl Grammars {
         Ok(Grammars { factory })
     }
 
+    /// Tokens spelling exactly `bytes` (the model's tokenizer where it
+    /// reproduces them, else the longest tokens first).
+    pub fn tokenize_bytes(&self, bytes: &[u8]) -> Vec<TokenId> {
+        self.factory.tok_env().tokenize_bytes(bytes)
+    }
+
     pub(crate) fn factory(&self) -> &ParserFactory {
         &self.factory
     }
