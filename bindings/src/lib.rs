@@ -3,8 +3,10 @@
 //!
 //! A thin layer over pocket-core:
 //! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`, `Backend`.
-//! - [`session`]: `PocketSession` (generate, chat, cancel, reset, save, restore), the option and stats records,
-//!   the foreign `TokenListener`.
+//! - [`session`]: `PocketSession` (generate, chat, their event forms, cancel, reset, save, restore), the
+//!   option, message and stats records, the foreign `TokenListener`.
+//! - [`structured`]: structured output: `ToolSpec`, `ToolCall`, `ToolChoice`, `Reasoning`,
+//!   `GenerationEvent` and the foreign `EventListener`.
 //! - [`error`]: `PocketError`, the one place core errors are folded into what an app can act on,
 //!   and the panic guard every exported call runs in.
 //! - `logging`: `log` records to os_log (iOS), logcat (Android, with `JNI_OnLoad`), or stderr on
@@ -14,6 +16,7 @@ pub mod error;
 mod logging;
 pub mod model;
 pub mod session;
+pub mod structured;
 
 pub use error::PocketError;
 pub use model::{
@@ -23,5 +26,6 @@ pub use session::{
     ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,
     TokenListener,
 };
+pub use structured::{EventListener, GenerationEvent, Reasoning, ToolCall, ToolCallValue, ToolChoice, ToolSpec};
 
 uniffi::setup_scaffolding!("pocket");

@@ -39,11 +39,24 @@ pub struct LoadOptions {
     /// default to an enum variant.)
     #[uniffi(default = None)]
     pub backend: Option<Backend>,
+    /// A Jinja chat template used instead of the file's (for files without
+    /// one, or with one that does not compile, or to change how tools and
+    /// thinking are rendered). Compiled at load: a template that does not
+    /// compile is `PocketError.InvalidArgument`.
+    #[uniffi(default = None)]
+    pub chat_template: Option<String>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { threads: 0, use_mmap: true, progress: None, memory_budget_bytes: 0, backend: None }
+        LoadOptions {
+            threads: 0,
+            use_mmap: true,
+            progress: None,
+            memory_budget_bytes: 0,
+            backend: None,
+            chat_template: None,
+        }
     }
 }
 
@@ -257,8 +270,15 @@ impl PocketModel {
         let opts = pocket_core::model::LoadOptions {
             memory_budget: options.memory_budget_bytes,
             backend: options.backend.unwrap_or(Backend::Auto).into(),
+            chat_template: options.chat_template.clone(),
         };
-        let model = Model::from_gguf_with(file, &opts)?;
+        let model = Model::from_gguf_with(file, &opts).map_err(|e| match e {
+            // The caller's own template does not compile: their argument, not the file.
+            pocket_core::Error::Template { .. } if options.chat_template.is_some() => {
+                PocketError::invalid_argument(format!("chat_template: {e}"))
+            }
+            e => PocketError::from(e),
+        })?;
         progress.report(1.0);
         Ok(Arc::new(PocketModel { model: Arc::new(model), threads: options.threads }))
     }

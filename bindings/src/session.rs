@@ -3,8 +3,9 @@
 //! A thin layer over core's [`SharedSession`], which owns the semantics:
 //! requests queue for their turn, `cancel()` stops the running request and
 //! those waiting without taking the lock, a listener cannot re-enter its own
-//! session. This file converts options, stats and listener errors. Sessions
-//! can be saved to a file and restored (core's `session::snapshot`).
+//! session. This file converts options, messages, stats and listener errors
+//! (the structured-output types are in `structured.rs`). Sessions can be
+//! saved to a file and restored (core's `session::snapshot`).
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use pocket_core::session::{self as core, ContextPolicy, SharedSession};
 
 use crate::error::{guard, PocketError};
 use crate::model::PocketModel;
+use crate::structured::{EventListener, GenerationEvent, Reasoning, ToolCall, ToolChoice, ToolSpec};
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
@@ -84,6 +86,34 @@ pub struct GenerateOptions {
     /// Sampler seed of this request; absent = the session's.
     #[uniffi(default = None)]
     pub seed: Option<u64>,
+    /// The answer is JSON valid against this JSON Schema (JSON text),
+    /// enforced token by token. A request takes at most one of `jsonSchema`,
+    /// `grammar`, `regex` and `choices`; a schema keyword the engine would not
+    /// enforce, a bad grammar or regex, or two constraints are
+    /// `InvalidArgument` naming the field.
+    #[uniffi(default = None)]
+    pub json_schema: Option<String>,
+    /// The answer follows this Lark grammar (llguidance's dialect).
+    #[uniffi(default = None)]
+    pub grammar: Option<String>,
+    /// The answer matches this regular expression.
+    #[uniffi(default = None)]
+    pub regex: Option<String>,
+    /// The answer is exactly one of these texts (empty = no constraint).
+    #[uniffi(default = [])]
+    pub choices: Vec<String>,
+    /// Tools the model may call (chat only; rendered through the model's
+    /// template). Calls arrive in `GenerationStats.toolCalls` and as
+    /// `GenerationEvent.ToolCall`.
+    #[uniffi(default = [])]
+    pub tools: Vec<ToolSpec>,
+    /// Absent = `ToolChoice.Auto`. (Optional because UniFFI records cannot
+    /// default to an enum variant.)
+    #[uniffi(default = None)]
+    pub tool_choice: Option<ToolChoice>,
+    /// Absent = `Reasoning.Default` (the template's behaviour).
+    #[uniffi(default = None)]
+    pub reasoning: Option<Reasoning>,
 }
 
 impl Default for GenerateOptions {
@@ -98,6 +128,13 @@ impl Default for GenerateOptions {
             repeat_penalty: s.repeat_penalty,
             stop: Vec::new(),
             seed: None,
+            json_schema: None,
+            grammar: None,
+            regex: None,
+            choices: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: None,
+            reasoning: None,
         }
     }
 }
@@ -113,6 +150,8 @@ pub enum StopReason {
     ListenerStopped,
     /// `cancel()` was called.
     Cancelled,
+    /// The turn ended by calling tools (`GenerationStats.toolCalls`).
+    ToolCalls,
 }
 
 /// Figures of one request.
@@ -125,13 +164,19 @@ pub struct GenerationStats {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
     pub stop_reason: StopReason,
-    /// Everything streamed to the listener, concatenated.
+    /// The answer streamed to the listener, concatenated (never the thinking or calls).
     pub text: String,
     /// Under a memory budget: routed experts found in the expert cache, read
     /// from storage, and the bytes read (0 without a budget).
     pub expert_cache_hits: u64,
     pub expert_cache_misses: u64,
     pub storage_bytes_read: u64,
+    /// The thinking, apart from the answer ("" without).
+    #[uniffi(default = "")]
+    pub reasoning: String,
+    /// The tools the model called, in order (`stopReason` is then `ToolCalls`).
+    #[uniffi(default = [])]
+    pub tool_calls: Vec<ToolCall>,
 }
 
 /// One message of a conversation.
@@ -140,6 +185,41 @@ pub struct ChatMessage {
     /// "system", "user", "assistant" or "tool".
     pub role: String,
     pub content: String,
+    /// An assistant turn's tool calls (as `GenerationStats.toolCalls` gave them).
+    #[uniffi(default = [])]
+    pub tool_calls: Vec<ToolCall>,
+    /// A tool result (role "tool"): the `id` of the call it answers.
+    #[uniffi(default = None)]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with no tool calls (Rust callers; foreign ones get the defaults).
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
+    }
+}
+
+impl From<ChatMessage> for CoreChatMessage {
+    fn from(m: ChatMessage) -> Self {
+        CoreChatMessage {
+            role: m.role,
+            content: m.content,
+            tool_calls: m.tool_calls.into_iter().map(Into::into).collect(),
+            tool_call_id: m.tool_call_id,
+        }
+    }
+}
+
+impl From<CoreChatMessage> for ChatMessage {
+    fn from(m: CoreChatMessage) -> Self {
+        ChatMessage {
+            role: m.role,
+            content: m.content,
+            tool_calls: m.tool_calls.into_iter().map(Into::into).collect(),
+            tool_call_id: m.tool_call_id,
+        }
+    }
 }
 
 /// Receives generated text, on the thread that called generate/chat.
@@ -200,8 +280,20 @@ impl PocketSession {
         options: GenerateOptions,
         listener: Arc<dyn TokenListener>,
     ) -> Result<GenerationStats, PocketError> {
-        let opts = core_options(&options);
+        let opts = core_options(options);
         stream(listener.as_ref(), |on_piece| self.session.generate(&prompt, &opts, on_piece))
+    }
+
+    /// `generate`, reporting every event to `listener` as it happens: answer
+    /// text, and thinking on a model that thinks. (Tools need `chatEvents`.)
+    pub fn generate_events(
+        &self,
+        prompt: String,
+        options: GenerateOptions,
+        listener: Arc<dyn EventListener>,
+    ) -> Result<GenerationStats, PocketError> {
+        let opts = core_options(options);
+        stream_events(listener.as_ref(), |on_event| self.session.generate_events(&prompt, &opts, on_event))
     }
 
     /// Answer a conversation rendered through the model's chat template.
@@ -212,10 +304,23 @@ impl PocketSession {
         options: GenerateOptions,
         listener: Arc<dyn TokenListener>,
     ) -> Result<GenerationStats, PocketError> {
-        let opts = core_options(&options);
-        let messages: Vec<CoreChatMessage> =
-            messages.into_iter().map(|m| CoreChatMessage { role: m.role, content: m.content }).collect();
+        let opts = core_options(options);
+        let messages: Vec<CoreChatMessage> = messages.into_iter().map(Into::into).collect();
         stream(listener.as_ref(), |on_piece| self.session.chat(&messages, &opts, on_piece))
+    }
+
+    /// `chat`, reporting every event to `listener` as it happens: answer
+    /// text, thinking, and tool calls (each complete and valid against its
+    /// tool's schema). `chat`'s `TokenListener` receives the answer text only.
+    pub fn chat_events(
+        &self,
+        messages: Vec<ChatMessage>,
+        options: GenerateOptions,
+        listener: Arc<dyn EventListener>,
+    ) -> Result<GenerationStats, PocketError> {
+        let opts = core_options(options);
+        let messages: Vec<CoreChatMessage> = messages.into_iter().map(Into::into).collect();
+        stream_events(listener.as_ref(), |on_event| self.session.chat_events(&messages, &opts, on_event))
     }
 
     /// Stop the running generation (and any waiting to run) after the current
@@ -273,8 +378,39 @@ fn stream(
     })
 }
 
+/// Run one request, reporting its events to `listener`; an error the
+/// listener throws stops generation and is what the request returns.
+fn stream_events(
+    listener: &dyn EventListener,
+    request: impl FnOnce(
+        &mut dyn FnMut(pocket_core::structured::GenerationEvent) -> bool,
+    ) -> pocket_core::Result<core::GenerationStats>,
+) -> Result<GenerationStats, PocketError> {
+    guard(|| {
+        let mut listener_error = None;
+        let mut on_event = |event: pocket_core::structured::GenerationEvent| {
+            // Core may flush held-back text after a stop: nothing reaches a listener that failed.
+            if listener_error.is_some() {
+                return false;
+            }
+            match listener.on_event(GenerationEvent::from(event)) {
+                Ok(go_on) => go_on,
+                Err(e) => {
+                    listener_error = Some(e);
+                    false
+                }
+            }
+        };
+        let stats = request(&mut on_event)?;
+        match listener_error {
+            Some(e) => Err(e),
+            None => Ok(GenerationStats::from(stats)),
+        }
+    })
+}
+
 /// The core request options (core validates them when the request runs).
-fn core_options(o: &GenerateOptions) -> core::GenerateOptions {
+pub(crate) fn core_options(o: GenerateOptions) -> core::GenerateOptions {
     core::GenerateOptions {
         max_tokens: o.max_tokens as usize,
         sampler: SamplerConfig {
@@ -285,8 +421,15 @@ fn core_options(o: &GenerateOptions) -> core::GenerateOptions {
             repeat_penalty: o.repeat_penalty,
             ..SamplerConfig::default()
         },
-        stop: o.stop.clone(),
+        stop: o.stop,
         seed: o.seed,
+        json_schema: o.json_schema,
+        grammar: o.grammar,
+        regex: o.regex,
+        choices: o.choices,
+        tools: o.tools.into_iter().map(Into::into).collect(),
+        tool_choice: o.tool_choice.map(Into::into).unwrap_or_default(),
+        reasoning: o.reasoning.map(Into::into).unwrap_or_default(),
         ..core::GenerateOptions::default()
     }
 }
@@ -306,18 +449,110 @@ impl From<core::GenerationStats> for GenerationStats {
                 core::StopReason::StopString => StopReason::StopString,
                 core::StopReason::ListenerStopped => StopReason::ListenerStopped,
                 core::StopReason::Cancelled => StopReason::Cancelled,
+                core::StopReason::ToolCalls => StopReason::ToolCalls,
             },
             text: s.text,
             expert_cache_hits: s.expert_cache_hits,
             expert_cache_misses: s.expert_cache_misses,
             storage_bytes_read: s.storage_bytes_read,
+            reasoning: s.reasoning,
+            tool_calls: s.tool_calls.into_iter().map(Into::into).collect(),
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::SessionOptions;
+    use std::sync::Mutex;
+
+    use pocket_core::structured::{GenerationEvent as CoreEvent, ToolCall as CoreCall};
+
+    use super::*;
+    use crate::structured::ToolCallValue;
+
+    /// Records events; fails at the `fail_at`th.
+    struct Record(Mutex<Vec<GenerationEvent>>, usize);
+
+    impl EventListener for Record {
+        fn on_event(&self, event: GenerationEvent) -> Result<bool, PocketError> {
+            let mut seen = self.0.lock().unwrap();
+            seen.push(event);
+            if seen.len() == self.1 {
+                return Err(PocketError::internal("listener bug"));
+            }
+            Ok(true)
+        }
+    }
+
+    /// A request that reports thinking, text and a call, then flushes text
+    /// whatever the listener said (as core's end of request does).
+    fn request(on_event: &mut dyn FnMut(CoreEvent) -> bool) -> pocket_core::Result<core::GenerationStats> {
+        let call = CoreCall { id: "call_0".into(), name: "clock".into(), arguments_json: "{}".into() };
+        for e in [CoreEvent::Reasoning("hm".into()), CoreEvent::Text("It is".into()), CoreEvent::ToolCall(call)] {
+            if !on_event(e) {
+                break;
+            }
+        }
+        on_event(CoreEvent::Text(" noon".into()));
+        Ok(core::GenerationStats {
+            prompt_tokens: 3,
+            prompt_tokens_evaluated: 3,
+            generated_tokens: 4,
+            time_to_first_token_ms: 1.0,
+            prefill_tokens_per_second: 1.0,
+            decode_tokens_per_second: 1.0,
+            stop_reason: core::StopReason::ToolCalls,
+            expert_cache_hits: 0,
+            expert_cache_misses: 0,
+            storage_bytes_read: 0,
+            tokens: vec![1, 2, 3, 4],
+            text: "It is noon".into(),
+            reasoning: "hm".into(),
+            tool_calls: vec![CoreCall { id: "call_0".into(), name: "clock".into(), arguments_json: "{}".into() }],
+        })
+    }
+
+    #[test]
+    fn events_arrive_in_order_and_stats_carry_thinking_and_calls() {
+        let listener = Record(Mutex::new(Vec::new()), usize::MAX);
+        let stats = stream_events(&listener, request).unwrap();
+        let call = ToolCall { id: "call_0".into(), name: "clock".into(), arguments_json: "{}".into() };
+        assert_eq!(
+            *listener.0.lock().unwrap(),
+            [
+                GenerationEvent::Reasoning { piece: "hm".into() },
+                GenerationEvent::Text { piece: "It is".into() },
+                GenerationEvent::ToolCall { call: ToolCallValue(call.clone()) },
+                GenerationEvent::Text { piece: " noon".into() },
+            ]
+        );
+        assert_eq!(stats.stop_reason, StopReason::ToolCalls);
+        assert_eq!((stats.reasoning.as_str(), stats.tool_calls), ("hm", vec![call]));
+    }
+
+    #[test]
+    fn nothing_reaches_a_listener_after_it_failed() {
+        let listener = Record(Mutex::new(Vec::new()), 2);
+        let e = stream_events(&listener, request).unwrap_err();
+        assert_eq!(e, PocketError::internal("listener bug"));
+        assert_eq!(listener.0.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn absent_tool_choice_and_reasoning_are_core_s_defaults() {
+        let o = core_options(GenerateOptions::default());
+        assert_eq!(o, core::GenerateOptions { sampler: o.sampler.clone(), ..core::GenerateOptions::default() });
+        let o = core_options(GenerateOptions {
+            tools: vec![ToolSpec { name: "t".into(), description: "d".into(), parameters_json: "{}".into() }],
+            tool_choice: Some(ToolChoice::Named { name: "t".into() }),
+            reasoning: Some(Reasoning::Budget { max_tokens: 9 }),
+            choices: vec!["a".into()],
+            ..GenerateOptions::default()
+        });
+        assert_eq!(o.tool_choice, pocket_core::structured::ToolChoice::Named("t".into()));
+        assert_eq!(o.reasoning, pocket_core::structured::Reasoning::Budget(9));
+        assert_eq!((o.tools[0].name.as_str(), o.choices.as_slice()), ("t", ["a".to_string()].as_slice()));
+    }
 
     #[test]
     fn the_exported_seed_default_is_core_s() {

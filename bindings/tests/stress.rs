@@ -133,7 +133,7 @@ fn worker(sh: &Shared, i: usize, seed: u64) {
                 let chat = rng.below(3) == 0;
                 let result = if chat {
                     sh.counts.chats.fetch_add(1, Ordering::Relaxed);
-                    let messages = vec![ChatMessage { role: "user".into(), content: prompt }];
+                    let messages = vec![ChatMessage::new("user", prompt)];
                     session.chat(messages, options, listener.clone())
                 } else {
                     session.generate(prompt, options, listener.clone())

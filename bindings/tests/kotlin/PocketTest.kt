@@ -2,6 +2,7 @@
 // Flow layer, and the Android helpers' descriptor checks and error mapping
 // (PocketDescriptors.kt): load, info, streaming, listener stop, cancel from
 // another thread, errors, generation after an error, chat, loadFromFd.
+// Structured output (schemas, events, tools) is in StructuredTest.kt.
 // Run by `cargo xtask test-bindings kotlin`; a tiny runner, no JUnit needed.
 
 import com.sun.jna.Library
@@ -27,15 +28,15 @@ import uniffi.pocket.*
 
 private val tests = mutableListOf<Pair<String, () -> Unit>>()
 
-private fun test(name: String, body: () -> Unit) {
+internal fun test(name: String, body: () -> Unit) {
     tests += name to body
 }
 
-private fun expect(condition: Boolean, what: () -> String) {
+internal fun expect(condition: Boolean, what: () -> String) {
     if (!condition) throw AssertionError(what())
 }
 
-private inline fun <reified E : Throwable> expectThrows(block: () -> Unit): E {
+internal inline fun <reified E : Throwable> expectThrows(block: () -> Unit): E {
     try {
         block()
     } catch (e: Throwable) {
@@ -55,7 +56,7 @@ private interface LibC : Library {
 
 private val libc: LibC = Native.load("c", LibC::class.java)
 
-private class Collect(val limit: Int = Int.MAX_VALUE, val each: (String) -> Unit = {}) : TokenListener {
+internal class Collect(val limit: Int = Int.MAX_VALUE, val each: (String) -> Unit = {}) : TokenListener {
     val pieces = java.util.Collections.synchronizedList(mutableListOf<String>())
     val text get() = pieces.joinToString("")
     override fun onToken(piece: String): Boolean {
@@ -66,13 +67,13 @@ private class Collect(val limit: Int = Int.MAX_VALUE, val each: (String) -> Unit
 }
 
 private val fixtures = File(System.getenv("POCKET_FIXTURES") ?: "../shared/fixtures")
-private fun fixtureModel(name: String): String {
+internal fun fixtureModel(name: String): String {
     val f = File(fixtures, "models/$name")
     require(f.isFile) { "fixture model $f is missing (set POCKET_FIXTURES)" }
     return f.path
 }
 
-private fun greedy(maxTokens: UInt) = GenerateOptions(maxTokens = maxTokens, temperature = 0f)
+internal fun greedy(maxTokens: UInt) = GenerateOptions(maxTokens = maxTokens, temperature = 0f)
 
 fun main() {
     val moePath = fixtureModel("qwen3moe-tiny-Q4_K_M.gguf")
@@ -388,6 +389,8 @@ fun main() {
             dir.deleteRecursively()
         }
     }
+
+    structuredTests(moePath)
 
     var failed = 0
     for ((name, body) in tests) {

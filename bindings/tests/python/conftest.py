@@ -4,7 +4,11 @@ The generated module `pocket` and the host library next to it come from
 `cargo xtask bindings python` (default: target/bindings/python, or the
 folder named by POCKET_PY_BINDINGS). Models come from the fixture store
 (POCKET_FIXTURES, default ../shared/fixtures beside the repository) and,
-for the real-model test, POCKET_GEMMA.
+for the real-model test, POCKET_GEMMA. The structured-output tests answer
+with an instruct model: SmolLM2-135M-Instruct when it is in the cache
+(POCKET_SMOLLM2, default $POCKET_CACHE or ~/.cache/pocket/
+smollm2-135m-instruct-q4_1.gguf; nothing is downloaded), else the tiny
+Gemma 3 fixture, whose answers are noise but still obey the constraints.
 """
 
 import os
@@ -46,3 +50,15 @@ def gemma_tiny():
 @pytest.fixture
 def session(moe):
     return pocket.PocketSession(moe, pocket.SessionOptions())
+
+
+def instruct_model_path() -> str:
+    """SmolLM2-135M-Instruct if present (ChatML, no thinking format), else the gemma3 fixture."""
+    cache = pathlib.Path(os.environ.get("POCKET_CACHE", pathlib.Path.home() / ".cache" / "pocket"))
+    smollm2 = pathlib.Path(os.environ.get("POCKET_SMOLLM2", cache / "smollm2-135m-instruct-q4_1.gguf"))
+    return str(smollm2) if smollm2.is_file() else fixture_model("gemma3-tiny-Q8_0.gguf")
+
+
+@pytest.fixture(scope="session")
+def instruct():
+    return pocket.PocketModel.load(instruct_model_path(), pocket.LoadOptions())

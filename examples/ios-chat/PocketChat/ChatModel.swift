@@ -8,16 +8,75 @@ struct Turn: Identifiable, Equatable {
     let id = UUID()
     let role: String
     var text: String
+    /// An assistant turn's tool calls: shown, and sent back with the results.
+    var toolCalls: [ToolCall] = []
+    /// A tool result (role "tool"): the call it answers.
+    var toolCallId: String? = nil
+
+    var message: ChatMessage {
+        ChatMessage(role: role, content: text, toolCalls: toolCalls, toolCallId: toolCallId)
+    }
 }
+
+/// The one tool the app implements: the device's clock. The model sees the
+/// name, the description and the JSON Schema of the arguments; a call it
+/// makes is run by `runTool` and the result goes back as a "tool" message.
+let clockTool = ToolSpec(
+    name: "get_time",
+    description: "The current date and time on this device",
+    parametersJson: #"""
+        {"type": "object",
+         "properties": {"zone": {"type": "string", "enum": ["local", "UTC"], "description": "local: the device's time zone"}},
+         "required": ["zone"], "additionalProperties": false}
+        """#
+)
+
+/// Runs a call of `clockTool`: the result as JSON.
+func runTool(_ call: ToolCall) -> String {
+    struct Arguments: Decodable { let zone: String }
+    guard call.name == clockTool.name else { return #"{"error": "unknown tool"}"# }
+    let zone = (try? JSONDecoder().decode(Arguments.self, from: Data(call.argumentsJson.utf8)))?.zone ?? "local"
+    let formatter = ISO8601DateFormatter()
+    let timeZone = zone == "UTC" ? TimeZone(identifier: "UTC") : TimeZone.current
+    formatter.timeZone = timeZone ?? TimeZone.current
+    let result = ["time": formatter.string(from: Date()), "zone": formatter.timeZone.identifier]
+    return (try? JSONEncoder().encode(result)).flatMap { String(data: $0, encoding: .utf8) } ?? "{}"
+}
+
+/// A structured answer: the conversation summarised into a typed value. The
+/// answer is constrained to `summarySchema` token by token and decoded with
+/// JSONDecoder (`session.respond(to:generating:schema:)`).
+struct Summary: Decodable {
+    let topic: String
+    let mood: String
+    let followUps: [String]
+}
+
+private let summarySchema = #"""
+    {"type": "object",
+     "properties": {
+       "topic": {"type": "string", "maxLength": 80},
+       "mood": {"type": "string", "enum": ["positive", "neutral", "negative"]},
+       "followUps": {"type": "array", "items": {"type": "string", "maxLength": 80}, "maxItems": 3}},
+     "required": ["topic", "mood", "followUps"], "additionalProperties": false}
+    """#
 
 /// What the app keeps across launches beside the session snapshot: which
 /// model (a file in the bundle or Documents, found again by name) and the
 /// turns as shown. The snapshot holds the evaluated state; if it is missing
 /// or refused, the turns are still shown and evaluated again on the next send.
 private struct SavedChat: Codable {
+    struct SavedCall: Codable {
+        let id: String
+        let name: String
+        let arguments: String
+    }
     struct SavedTurn: Codable {
         let role: String
         let text: String
+        // Optional: transcripts saved before tools decode too.
+        var toolCalls: [SavedCall]? = nil
+        var toolCallId: String? = nil
     }
     let model: String
     let turns: [SavedTurn]
@@ -137,31 +196,81 @@ final class ChatModel {
         let text = text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard let session, !isGenerating, !isLoading, !text.isEmpty else { return }
         turns.append(Turn(role: "user", text: text))
-        let messages = turns.map { ChatMessage(role: $0.role, content: $0.text) }
-        let reply = Turn(role: "assistant", text: "")
-        turns.append(reply)
         isGenerating = true
         errorText = nil
         generation = Task {
-            let stream = session.chatStream(
-                messages: messages,
-                options: GenerateOptions(maxTokens: 512, temperature: 0.7),
-                onStats: { stats in
-                    let line = String(
-                        format: "%.1f tok/s · %d tokens · first token %.0f ms",
-                        stats.decodeTokensPerSecond, Int(stats.generatedTokens), stats.timeToFirstTokenMs)
-                    // A load that started meanwhile owns the status line.
-                    Task { @MainActor in
-                        if !self.isLoading { self.status = line }
-                    }
-                })
             do {
-                for try await piece in stream {
-                    // Stopped (Stop, New chat, a load): drop what the stream still holds.
-                    if Task.isCancelled { break }
-                    // By id, never by position: New chat or a load may have emptied `turns`.
-                    guard let index = turns.firstIndex(where: { $0.id == reply.id }) else { break }
-                    turns[index].text += piece
+                // The model may call the clock: run the calls, send the results back
+                // (each with its call's id) and let it answer again (at most 3 rounds).
+                for _ in 0..<3 {
+                    let calls = try await answer(session)
+                    if calls.isEmpty || Task.isCancelled { break }
+                    for call in calls {
+                        turns.append(Turn(role: "tool", text: runTool(call), toolCallId: call.id))
+                    }
+                }
+            } catch {
+                if !Task.isCancelled {
+                    errorText = "\(error)"
+                }
+            }
+            isGenerating = false
+        }
+    }
+
+    /// Streams one assistant turn into `turns` (`chatEvents`: text, and the
+    /// clock's calls, which are kept in the turn) and returns its calls.
+    private func answer(_ session: PocketSession) async throws -> [ToolCall] {
+        let messages = turns.map(\.message)
+        let reply = Turn(role: "assistant", text: "")
+        turns.append(reply)
+        var options = GenerateOptions(maxTokens: 512, temperature: 0.7)
+        options.tools = [clockTool]
+        let stream = session.chatEvents(messages: messages, options: options, onStats: { stats in
+            let line = String(
+                format: "%.1f tok/s · %d tokens · first token %.0f ms",
+                stats.decodeTokensPerSecond, Int(stats.generatedTokens), stats.timeToFirstTokenMs)
+            // A load that started meanwhile owns the status line.
+            Task { @MainActor in
+                if !self.isLoading { self.status = line }
+            }
+        })
+        var calls: [ToolCall] = []
+        for try await event in stream {
+            // Stopped (Stop, New chat, a load): drop what the stream still holds.
+            if Task.isCancelled { return [] }
+            // By id, never by position: New chat or a load may have emptied `turns`.
+            guard let index = turns.firstIndex(where: { $0.id == reply.id }) else { return [] }
+            switch event {
+            case .text(let piece):
+                turns[index].text += piece
+            case .toolCall(let call):
+                calls.append(call)
+                turns[index].toolCalls.append(call)
+            case .reasoning:
+                break // thinking is not shown
+            }
+        }
+        return calls
+    }
+
+    /// The structured answer: the conversation summarised as a `Summary`
+    /// (topic, mood, follow-up questions), shown as a turn.
+    func summarize() {
+        guard let session, !isGenerating, !isLoading, !turns.isEmpty else { return }
+        let request = Turn(role: "user", text: "Summarize our conversation: its topic, its mood, and up to three follow-up questions.")
+        turns.append(request)
+        let messages = turns.map(\.message)
+        isGenerating = true
+        errorText = nil
+        generation = Task {
+            do {
+                let summary = try await session.respond(
+                    to: messages, generating: Summary.self, schema: summarySchema,
+                    options: GenerateOptions(maxTokens: 256, temperature: 0.2))
+                let lines = ["Topic: \(summary.topic)", "Mood: \(summary.mood)"] + summary.followUps.map { "• \($0)" }
+                if !Task.isCancelled {
+                    turns.append(Turn(role: "assistant", text: lines.joined(separator: "\n")))
                 }
             } catch {
                 if !Task.isCancelled {
@@ -192,7 +301,12 @@ final class ChatModel {
         guard let session, let model = reopenableModel, !isLoading else { return }
         stop()
         // The turns as they stand; the stopped reply keeps what it had streamed.
-        let saved = SavedChat(model: model.lastPathComponent, turns: turns.map { .init(role: $0.role, text: $0.text) })
+        let saved = SavedChat(model: model.lastPathComponent, turns: turns.map { turn in
+            SavedChat.SavedTurn(
+                role: turn.role, text: turn.text,
+                toolCalls: turn.toolCalls.map { SavedChat.SavedCall(id: $0.id, name: $0.name, arguments: $0.argumentsJson) },
+                toolCallId: turn.toolCallId)
+        })
         var expiring = UIBackgroundTaskIdentifier.invalid
         expiring = UIApplication.shared.beginBackgroundTask(withName: "Save chat") {
             UIApplication.shared.endBackgroundTask(expiring)
@@ -222,7 +336,12 @@ final class ChatModel {
         else { return }
         isLoading = true
         status = "Restoring the last chat…"
-        let turns = saved.turns.map { Turn(role: $0.role, text: $0.text) }
+        let turns = saved.turns.map { t in
+            Turn(
+                role: t.role, text: t.text,
+                toolCalls: (t.toolCalls ?? []).map { ToolCall(id: $0.id, name: $0.name, argumentsJson: $0.arguments) },
+                toolCallId: t.toolCallId)
+        }
         Task.detached(priority: .userInitiated) {
             do {
                 let model = try PocketModel.load(url: url, options: ChatModel.loadOptions(for: url))

@@ -61,6 +61,8 @@ struct ChatView: View {
                         }
                         Button("Import from Files…") { importing = true }
                         Button("Refresh list") { chat.refreshAvailable() }
+                        Button("Summarize (structured)") { chat.summarize() }
+                            .disabled(chat.turns.isEmpty || chat.isGenerating)
                         Button("New chat") { chat.newChat() }
                     }
                     .disabled(chat.isLoading)
@@ -78,11 +80,30 @@ struct ChatView: View {
 private struct Bubble: View {
     let turn: Turn
 
+    /// The text, and an assistant turn's tool calls.
+    private var shown: String {
+        let calls = turn.toolCalls.map { "→ \($0.name)(\($0.argumentsJson))" }
+        let parts = (turn.text.isEmpty ? [] : [turn.text]) + calls
+        return parts.isEmpty ? "…" : parts.joined(separator: "\n")
+    }
+
     var body: some View {
+        if turn.role == "tool" {
+            // A tool's result, as the app sent it back to the model.
+            Label(turn.text, systemImage: "clock")
+                .font(.caption)
+                .foregroundStyle(.secondary)
+                .frame(maxWidth: .infinity, alignment: .leading)
+        } else {
+            message
+        }
+    }
+
+    private var message: some View {
         let mine = turn.role == "user"
-        HStack {
+        return HStack {
             if mine { Spacer(minLength: 40) }
-            Text(turn.text.isEmpty ? "…" : turn.text)
+            Text(shown)
                 .padding(10)
                 .background(mine ? Color.accentColor.opacity(0.2) : Color(.secondarySystemBackground))
                 .clipShape(RoundedRectangle(cornerRadius: 12))

@@ -552,6 +552,195 @@ fileprivate struct FfiConverterString: FfiConverter {
 
 
 /**
+ * Receives a request's events, on the thread that called chatEvents/generateEvents.
+ */
+public protocol EventListener: AnyObject, Sendable {
+    
+    /**
+     * Return false to stop. An error thrown here stops generation and is
+     * rethrown by chatEvents/generateEvents.
+     */
+    func onEvent(event: GenerationEvent) throws  -> Bool
+    
+}
+/**
+ * Receives a request's events, on the thread that called chatEvents/generateEvents.
+ */
+open class EventListenerImpl: EventListener, @unchecked Sendable {
+    fileprivate let pointer: UnsafeMutableRawPointer!
+
+    /// Used to instantiate a [FFIObject] without an actual pointer, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoPointer {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromRawPointer pointer: UnsafeMutableRawPointer) {
+        self.pointer = pointer
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noPointer: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing [Pointer] the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noPointer: NoPointer) {
+        self.pointer = nil
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiClonePointer() -> UnsafeMutableRawPointer {
+        return try! rustCall { uniffi_pocket_ffi_fn_clone_eventlistener(self.pointer, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        guard let pointer = pointer else {
+            return
+        }
+
+        try! rustCall { uniffi_pocket_ffi_fn_free_eventlistener(pointer, $0) }
+    }
+
+    
+
+    
+    /**
+     * Return false to stop. An error thrown here stops generation and is
+     * rethrown by chatEvents/generateEvents.
+     */
+open func onEvent(event: GenerationEvent)throws  -> Bool  {
+    return try  FfiConverterBool.lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_method_eventlistener_on_event(self.uniffiClonePointer(),
+        FfiConverterTypeGenerationEvent_lower(event),$0
+    )
+})
+}
+    
+
+}
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceEventListener {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // This creates 1-element array, since this seems to be the only way to construct a const
+    // pointer that we can pass to the Rust code.
+    static let vtable: [UniffiVTableCallbackInterfaceEventListener] = [UniffiVTableCallbackInterfaceEventListener(
+        onEvent: { (
+            uniffiHandle: UInt64,
+            event: RustBuffer,
+            uniffiOutReturn: UnsafeMutablePointer<Int8>,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> Bool in
+                guard let uniffiObj = try? FfiConverterTypeEventListener.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return try uniffiObj.onEvent(
+                     event: try FfiConverterTypeGenerationEvent_lift(event)
+                )
+            }
+
+            
+            let writeReturn = { uniffiOutReturn.pointee = FfiConverterBool.lower($0) }
+            uniffiTraitInterfaceCallWithError(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn,
+                lowerError: FfiConverterTypePocketError_lower
+            )
+        },
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            let result = try? FfiConverterTypeEventListener.handleMap.remove(handle: uniffiHandle)
+            if result == nil {
+                print("Uniffi callback interface EventListener: handle missing in uniffiFree")
+            }
+        }
+    )]
+}
+
+private func uniffiCallbackInitEventListener() {
+    uniffi_pocket_ffi_fn_init_callback_vtable_eventlistener(UniffiCallbackInterfaceEventListener.vtable)
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeEventListener: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<EventListener>()
+
+    typealias FfiType = UnsafeMutableRawPointer
+    typealias SwiftType = EventListener
+
+    public static func lift(_ pointer: UnsafeMutableRawPointer) throws -> EventListener {
+        return EventListenerImpl(unsafeFromRawPointer: pointer)
+    }
+
+    public static func lower(_ value: EventListener) -> UnsafeMutableRawPointer {
+        guard let ptr = UnsafeMutableRawPointer(bitPattern: UInt(truncatingIfNeeded: handleMap.insert(obj: value))) else {
+            fatalError("Cast to UnsafeMutableRawPointer failed")
+        }
+        return ptr
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> EventListener {
+        let v: UInt64 = try readInt(&buf)
+        // The Rust code won't compile if a pointer won't fit in a UInt64.
+        // We have to go via `UInt` because that's the thing that's the size of a pointer.
+        let ptr = UnsafeMutableRawPointer(bitPattern: UInt(truncatingIfNeeded: v))
+        if (ptr == nil) {
+            throw UniffiInternalError.unexpectedNullPointer
+        }
+        return try lift(ptr!)
+    }
+
+    public static func write(_ value: EventListener, into buf: inout [UInt8]) {
+        // This fiddling is because `Int` is the thing that's the same size as a pointer.
+        // The Rust code won't compile if a pointer won't fit in a `UInt64`.
+        writeInt(&buf, UInt64(bitPattern: Int64(Int(bitPattern: lower(value)))))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEventListener_lift(_ pointer: UnsafeMutableRawPointer) throws -> EventListener {
+    return try FfiConverterTypeEventListener.lift(pointer)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeEventListener_lower(_ value: EventListener) -> UnsafeMutableRawPointer {
+    return FfiConverterTypeEventListener.lower(value)
+}
+
+
+
+
+
+
+/**
  * Receives load progress, on the loading thread.
  */
 public protocol LoadProgressListener: AnyObject, Sendable {
@@ -968,11 +1157,24 @@ public protocol PocketSessionProtocol: AnyObject, Sendable {
     func chat(messages: [ChatMessage], options: GenerateOptions, listener: TokenListener) throws  -> GenerationStats
     
     /**
+     * `chat`, reporting every event to `listener` as it happens: answer
+     * text, thinking, and tool calls (each complete and valid against its
+     * tool's schema). `chat`'s `TokenListener` receives the answer text only.
+     */
+    func chatEvents(messages: [ChatMessage], options: GenerateOptions, listener: EventListener) throws  -> GenerationStats
+    
+    /**
      * Complete raw text (tokenised with the model's BOS; special tokens are
      * parsed). Streams pieces to `listener` and blocks until done; a prompt
      * that extends the previous request's reuses its evaluated tokens.
      */
     func generate(prompt: String, options: GenerateOptions, listener: TokenListener) throws  -> GenerationStats
+    
+    /**
+     * `generate`, reporting every event to `listener` as it happens: answer
+     * text, and thinking on a model that thinks. (Tools need `chatEvents`.)
+     */
+    func generateEvents(prompt: String, options: GenerateOptions, listener: EventListener) throws  -> GenerationStats
     
     /**
      * Forget the conversation. Waits for a running generation to end (call
@@ -1102,6 +1304,21 @@ open func chat(messages: [ChatMessage], options: GenerateOptions, listener: Toke
 }
     
     /**
+     * `chat`, reporting every event to `listener` as it happens: answer
+     * text, thinking, and tool calls (each complete and valid against its
+     * tool's schema). `chat`'s `TokenListener` receives the answer text only.
+     */
+open func chatEvents(messages: [ChatMessage], options: GenerateOptions, listener: EventListener)throws  -> GenerationStats  {
+    return try  FfiConverterTypeGenerationStats_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_method_pocketsession_chat_events(self.uniffiClonePointer(),
+        FfiConverterSequenceTypeChatMessage.lower(messages),
+        FfiConverterTypeGenerateOptions_lower(options),
+        FfiConverterTypeEventListener_lower(listener),$0
+    )
+})
+}
+    
+    /**
      * Complete raw text (tokenised with the model's BOS; special tokens are
      * parsed). Streams pieces to `listener` and blocks until done; a prompt
      * that extends the previous request's reuses its evaluated tokens.
@@ -1112,6 +1329,20 @@ open func generate(prompt: String, options: GenerateOptions, listener: TokenList
         FfiConverterString.lower(prompt),
         FfiConverterTypeGenerateOptions_lower(options),
         FfiConverterTypeTokenListener_lower(listener),$0
+    )
+})
+}
+    
+    /**
+     * `generate`, reporting every event to `listener` as it happens: answer
+     * text, and thinking on a model that thinks. (Tools need `chatEvents`.)
+     */
+open func generateEvents(prompt: String, options: GenerateOptions, listener: EventListener)throws  -> GenerationStats  {
+    return try  FfiConverterTypeGenerationStats_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_method_pocketsession_generate_events(self.uniffiClonePointer(),
+        FfiConverterString.lower(prompt),
+        FfiConverterTypeGenerateOptions_lower(options),
+        FfiConverterTypeEventListener_lower(listener),$0
     )
 })
 }
@@ -1394,15 +1625,31 @@ public struct ChatMessage {
      */
     public var role: String
     public var content: String
+    /**
+     * An assistant turn's tool calls (as `GenerationStats.toolCalls` gave them).
+     */
+    public var toolCalls: [ToolCall]
+    /**
+     * A tool result (role "tool"): the `id` of the call it answers.
+     */
+    public var toolCallId: String?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
     public init(
         /**
          * "system", "user", "assistant" or "tool".
-         */role: String, content: String) {
+         */role: String, content: String, 
+        /**
+         * An assistant turn's tool calls (as `GenerationStats.toolCalls` gave them).
+         */toolCalls: [ToolCall] = [], 
+        /**
+         * A tool result (role "tool"): the `id` of the call it answers.
+         */toolCallId: String? = nil) {
         self.role = role
         self.content = content
+        self.toolCalls = toolCalls
+        self.toolCallId = toolCallId
     }
 }
 
@@ -1419,12 +1666,20 @@ extension ChatMessage: Equatable, Hashable {
         if lhs.content != rhs.content {
             return false
         }
+        if lhs.toolCalls != rhs.toolCalls {
+            return false
+        }
+        if lhs.toolCallId != rhs.toolCallId {
+            return false
+        }
         return true
     }
 
     public func hash(into hasher: inout Hasher) {
         hasher.combine(role)
         hasher.combine(content)
+        hasher.combine(toolCalls)
+        hasher.combine(toolCallId)
     }
 }
 
@@ -1438,13 +1693,17 @@ public struct FfiConverterTypeChatMessage: FfiConverterRustBuffer {
         return
             try ChatMessage(
                 role: FfiConverterString.read(from: &buf), 
-                content: FfiConverterString.read(from: &buf)
+                content: FfiConverterString.read(from: &buf), 
+                toolCalls: FfiConverterSequenceTypeToolCall.read(from: &buf), 
+                toolCallId: FfiConverterOptionString.read(from: &buf)
         )
     }
 
     public static func write(_ value: ChatMessage, into buf: inout [UInt8]) {
         FfiConverterString.write(value.role, into: &buf)
         FfiConverterString.write(value.content, into: &buf)
+        FfiConverterSequenceTypeToolCall.write(value.toolCalls, into: &buf)
+        FfiConverterOptionString.write(value.toolCallId, into: &buf)
     }
 }
 
@@ -1497,6 +1756,41 @@ public struct GenerateOptions {
      * Sampler seed of this request; absent = the session's.
      */
     public var seed: UInt64?
+    /**
+     * The answer is JSON valid against this JSON Schema (JSON text),
+     * enforced token by token. A request takes at most one of `jsonSchema`,
+     * `grammar`, `regex` and `choices`; a schema keyword the engine would not
+     * enforce, a bad grammar or regex, or two constraints are
+     * `InvalidArgument` naming the field.
+     */
+    public var jsonSchema: String?
+    /**
+     * The answer follows this Lark grammar (llguidance's dialect).
+     */
+    public var grammar: String?
+    /**
+     * The answer matches this regular expression.
+     */
+    public var regex: String?
+    /**
+     * The answer is exactly one of these texts (empty = no constraint).
+     */
+    public var choices: [String]
+    /**
+     * Tools the model may call (chat only; rendered through the model's
+     * template). Calls arrive in `GenerationStats.toolCalls` and as
+     * `GenerationEvent.ToolCall`.
+     */
+    public var tools: [ToolSpec]
+    /**
+     * Absent = `ToolChoice.Auto`. (Optional because UniFFI records cannot
+     * default to an enum variant.)
+     */
+    public var toolChoice: ToolChoice?
+    /**
+     * Absent = `Reasoning.Default` (the template's behaviour).
+     */
+    public var reasoning: Reasoning?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1521,7 +1815,35 @@ public struct GenerateOptions {
          */stop: [String] = [], 
         /**
          * Sampler seed of this request; absent = the session's.
-         */seed: UInt64? = nil) {
+         */seed: UInt64? = nil, 
+        /**
+         * The answer is JSON valid against this JSON Schema (JSON text),
+         * enforced token by token. A request takes at most one of `jsonSchema`,
+         * `grammar`, `regex` and `choices`; a schema keyword the engine would not
+         * enforce, a bad grammar or regex, or two constraints are
+         * `InvalidArgument` naming the field.
+         */jsonSchema: String? = nil, 
+        /**
+         * The answer follows this Lark grammar (llguidance's dialect).
+         */grammar: String? = nil, 
+        /**
+         * The answer matches this regular expression.
+         */regex: String? = nil, 
+        /**
+         * The answer is exactly one of these texts (empty = no constraint).
+         */choices: [String] = [], 
+        /**
+         * Tools the model may call (chat only; rendered through the model's
+         * template). Calls arrive in `GenerationStats.toolCalls` and as
+         * `GenerationEvent.ToolCall`.
+         */tools: [ToolSpec] = [], 
+        /**
+         * Absent = `ToolChoice.Auto`. (Optional because UniFFI records cannot
+         * default to an enum variant.)
+         */toolChoice: ToolChoice? = nil, 
+        /**
+         * Absent = `Reasoning.Default` (the template's behaviour).
+         */reasoning: Reasoning? = nil) {
         self.maxTokens = maxTokens
         self.temperature = temperature
         self.topK = topK
@@ -1530,6 +1852,13 @@ public struct GenerateOptions {
         self.repeatPenalty = repeatPenalty
         self.stop = stop
         self.seed = seed
+        self.jsonSchema = jsonSchema
+        self.grammar = grammar
+        self.regex = regex
+        self.choices = choices
+        self.tools = tools
+        self.toolChoice = toolChoice
+        self.reasoning = reasoning
     }
 }
 
@@ -1564,6 +1893,27 @@ extension GenerateOptions: Equatable, Hashable {
         if lhs.seed != rhs.seed {
             return false
         }
+        if lhs.jsonSchema != rhs.jsonSchema {
+            return false
+        }
+        if lhs.grammar != rhs.grammar {
+            return false
+        }
+        if lhs.regex != rhs.regex {
+            return false
+        }
+        if lhs.choices != rhs.choices {
+            return false
+        }
+        if lhs.tools != rhs.tools {
+            return false
+        }
+        if lhs.toolChoice != rhs.toolChoice {
+            return false
+        }
+        if lhs.reasoning != rhs.reasoning {
+            return false
+        }
         return true
     }
 
@@ -1576,6 +1926,13 @@ extension GenerateOptions: Equatable, Hashable {
         hasher.combine(repeatPenalty)
         hasher.combine(stop)
         hasher.combine(seed)
+        hasher.combine(jsonSchema)
+        hasher.combine(grammar)
+        hasher.combine(regex)
+        hasher.combine(choices)
+        hasher.combine(tools)
+        hasher.combine(toolChoice)
+        hasher.combine(reasoning)
     }
 }
 
@@ -1595,7 +1952,14 @@ public struct FfiConverterTypeGenerateOptions: FfiConverterRustBuffer {
                 minP: FfiConverterFloat.read(from: &buf), 
                 repeatPenalty: FfiConverterFloat.read(from: &buf), 
                 stop: FfiConverterSequenceString.read(from: &buf), 
-                seed: FfiConverterOptionUInt64.read(from: &buf)
+                seed: FfiConverterOptionUInt64.read(from: &buf), 
+                jsonSchema: FfiConverterOptionString.read(from: &buf), 
+                grammar: FfiConverterOptionString.read(from: &buf), 
+                regex: FfiConverterOptionString.read(from: &buf), 
+                choices: FfiConverterSequenceString.read(from: &buf), 
+                tools: FfiConverterSequenceTypeToolSpec.read(from: &buf), 
+                toolChoice: FfiConverterOptionTypeToolChoice.read(from: &buf), 
+                reasoning: FfiConverterOptionTypeReasoning.read(from: &buf)
         )
     }
 
@@ -1608,6 +1972,13 @@ public struct FfiConverterTypeGenerateOptions: FfiConverterRustBuffer {
         FfiConverterFloat.write(value.repeatPenalty, into: &buf)
         FfiConverterSequenceString.write(value.stop, into: &buf)
         FfiConverterOptionUInt64.write(value.seed, into: &buf)
+        FfiConverterOptionString.write(value.jsonSchema, into: &buf)
+        FfiConverterOptionString.write(value.grammar, into: &buf)
+        FfiConverterOptionString.write(value.regex, into: &buf)
+        FfiConverterSequenceString.write(value.choices, into: &buf)
+        FfiConverterSequenceTypeToolSpec.write(value.tools, into: &buf)
+        FfiConverterOptionTypeToolChoice.write(value.toolChoice, into: &buf)
+        FfiConverterOptionTypeReasoning.write(value.reasoning, into: &buf)
     }
 }
 
@@ -1641,7 +2012,7 @@ public struct GenerationStats {
     public var decodeTokensPerSecond: Double
     public var stopReason: StopReason
     /**
-     * Everything streamed to the listener, concatenated.
+     * The answer streamed to the listener, concatenated (never the thinking or calls).
      */
     public var text: String
     /**
@@ -1651,6 +2022,14 @@ public struct GenerationStats {
     public var expertCacheHits: UInt64
     public var expertCacheMisses: UInt64
     public var storageBytesRead: UInt64
+    /**
+     * The thinking, apart from the answer ("" without).
+     */
+    public var reasoning: String
+    /**
+     * The tools the model called, in order (`stopReason` is then `ToolCalls`).
+     */
+    public var toolCalls: [ToolCall]
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1659,12 +2038,18 @@ public struct GenerationStats {
          * Tokens of the prompt (the whole rendered conversation for chat).
          */promptTokens: UInt32, generatedTokens: UInt32, timeToFirstTokenMs: Double, prefillTokensPerSecond: Double, decodeTokensPerSecond: Double, stopReason: StopReason, 
         /**
-         * Everything streamed to the listener, concatenated.
+         * The answer streamed to the listener, concatenated (never the thinking or calls).
          */text: String, 
         /**
          * Under a memory budget: routed experts found in the expert cache, read
          * from storage, and the bytes read (0 without a budget).
-         */expertCacheHits: UInt64, expertCacheMisses: UInt64, storageBytesRead: UInt64) {
+         */expertCacheHits: UInt64, expertCacheMisses: UInt64, storageBytesRead: UInt64, 
+        /**
+         * The thinking, apart from the answer ("" without).
+         */reasoning: String = "", 
+        /**
+         * The tools the model called, in order (`stopReason` is then `ToolCalls`).
+         */toolCalls: [ToolCall] = []) {
         self.promptTokens = promptTokens
         self.generatedTokens = generatedTokens
         self.timeToFirstTokenMs = timeToFirstTokenMs
@@ -1675,6 +2060,8 @@ public struct GenerationStats {
         self.expertCacheHits = expertCacheHits
         self.expertCacheMisses = expertCacheMisses
         self.storageBytesRead = storageBytesRead
+        self.reasoning = reasoning
+        self.toolCalls = toolCalls
     }
 }
 
@@ -1715,6 +2102,12 @@ extension GenerationStats: Equatable, Hashable {
         if lhs.storageBytesRead != rhs.storageBytesRead {
             return false
         }
+        if lhs.reasoning != rhs.reasoning {
+            return false
+        }
+        if lhs.toolCalls != rhs.toolCalls {
+            return false
+        }
         return true
     }
 
@@ -1729,6 +2122,8 @@ extension GenerationStats: Equatable, Hashable {
         hasher.combine(expertCacheHits)
         hasher.combine(expertCacheMisses)
         hasher.combine(storageBytesRead)
+        hasher.combine(reasoning)
+        hasher.combine(toolCalls)
     }
 }
 
@@ -1750,7 +2145,9 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
                 text: FfiConverterString.read(from: &buf), 
                 expertCacheHits: FfiConverterUInt64.read(from: &buf), 
                 expertCacheMisses: FfiConverterUInt64.read(from: &buf), 
-                storageBytesRead: FfiConverterUInt64.read(from: &buf)
+                storageBytesRead: FfiConverterUInt64.read(from: &buf), 
+                reasoning: FfiConverterString.read(from: &buf), 
+                toolCalls: FfiConverterSequenceTypeToolCall.read(from: &buf)
         )
     }
 
@@ -1765,6 +2162,8 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.expertCacheHits, into: &buf)
         FfiConverterUInt64.write(value.expertCacheMisses, into: &buf)
         FfiConverterUInt64.write(value.storageBytesRead, into: &buf)
+        FfiConverterString.write(value.reasoning, into: &buf)
+        FfiConverterSequenceTypeToolCall.write(value.toolCalls, into: &buf)
     }
 }
 
@@ -1951,6 +2350,13 @@ public struct LoadOptions {
      * default to an enum variant.)
      */
     public var backend: Backend?
+    /**
+     * A Jinja chat template used instead of the file's (for files without
+     * one, or with one that does not compile, or to change how tools and
+     * thinking are rendered). Compiled at load: a template that does not
+     * compile is `PocketError.InvalidArgument`.
+     */
+    public var chatTemplate: String?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -1981,12 +2387,19 @@ public struct LoadOptions {
          * The device that computes the model's passes; `None` (the default)
          * is `Backend.Auto`. (An optional field because UniFFI records cannot
          * default to an enum variant.)
-         */backend: Backend? = nil) {
+         */backend: Backend? = nil, 
+        /**
+         * A Jinja chat template used instead of the file's (for files without
+         * one, or with one that does not compile, or to change how tools and
+         * thinking are rendered). Compiled at load: a template that does not
+         * compile is `PocketError.InvalidArgument`.
+         */chatTemplate: String? = nil) {
         self.threads = threads
         self.useMmap = useMmap
         self.progress = progress
         self.memoryBudgetBytes = memoryBudgetBytes
         self.backend = backend
+        self.chatTemplate = chatTemplate
     }
 }
 
@@ -2007,7 +2420,8 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
                 useMmap: FfiConverterBool.read(from: &buf), 
                 progress: FfiConverterOptionTypeLoadProgressListener.read(from: &buf), 
                 memoryBudgetBytes: FfiConverterUInt64.read(from: &buf), 
-                backend: FfiConverterOptionTypeBackend.read(from: &buf)
+                backend: FfiConverterOptionTypeBackend.read(from: &buf), 
+                chatTemplate: FfiConverterOptionString.read(from: &buf)
         )
     }
 
@@ -2017,6 +2431,7 @@ public struct FfiConverterTypeLoadOptions: FfiConverterRustBuffer {
         FfiConverterOptionTypeLoadProgressListener.write(value.progress, into: &buf)
         FfiConverterUInt64.write(value.memoryBudgetBytes, into: &buf)
         FfiConverterOptionTypeBackend.write(value.backend, into: &buf)
+        FfiConverterOptionString.write(value.chatTemplate, into: &buf)
     }
 }
 
@@ -2498,6 +2913,177 @@ public func FfiConverterTypeSessionOptions_lower(_ value: SessionOptions) -> Rus
     return FfiConverterTypeSessionOptions.lower(value)
 }
 
+
+/**
+ * A call the model made. Answer it with a `ChatMessage` of role "tool"
+ * whose `toolCallId` is this `id`, after the assistant message that holds
+ * the call in its `toolCalls`.
+ */
+public struct ToolCall {
+    public var id: String
+    public var name: String
+    /**
+     * The arguments as a JSON object (valid against the tool's schema).
+     */
+    public var argumentsJson: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(id: String, name: String, 
+        /**
+         * The arguments as a JSON object (valid against the tool's schema).
+         */argumentsJson: String) {
+        self.id = id
+        self.name = name
+        self.argumentsJson = argumentsJson
+    }
+}
+
+#if compiler(>=6)
+extension ToolCall: Sendable {}
+#endif
+
+
+extension ToolCall: Equatable, Hashable {
+    public static func ==(lhs: ToolCall, rhs: ToolCall) -> Bool {
+        if lhs.id != rhs.id {
+            return false
+        }
+        if lhs.name != rhs.name {
+            return false
+        }
+        if lhs.argumentsJson != rhs.argumentsJson {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(id)
+        hasher.combine(name)
+        hasher.combine(argumentsJson)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeToolCall: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ToolCall {
+        return
+            try ToolCall(
+                id: FfiConverterString.read(from: &buf), 
+                name: FfiConverterString.read(from: &buf), 
+                argumentsJson: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: ToolCall, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.id, into: &buf)
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterString.write(value.argumentsJson, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolCall_lift(_ buf: RustBuffer) throws -> ToolCall {
+    return try FfiConverterTypeToolCall.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolCall_lower(_ value: ToolCall) -> RustBuffer {
+    return FfiConverterTypeToolCall.lower(value)
+}
+
+
+/**
+ * A tool the model may call: its name, what it does, and a JSON Schema of
+ * its arguments (an object schema as JSON text; `{}` or "" = no arguments).
+ */
+public struct ToolSpec {
+    public var name: String
+    public var description: String
+    public var parametersJson: String
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(name: String, description: String, parametersJson: String = "{}") {
+        self.name = name
+        self.description = description
+        self.parametersJson = parametersJson
+    }
+}
+
+#if compiler(>=6)
+extension ToolSpec: Sendable {}
+#endif
+
+
+extension ToolSpec: Equatable, Hashable {
+    public static func ==(lhs: ToolSpec, rhs: ToolSpec) -> Bool {
+        if lhs.name != rhs.name {
+            return false
+        }
+        if lhs.description != rhs.description {
+            return false
+        }
+        if lhs.parametersJson != rhs.parametersJson {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(name)
+        hasher.combine(description)
+        hasher.combine(parametersJson)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeToolSpec: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ToolSpec {
+        return
+            try ToolSpec(
+                name: FfiConverterString.read(from: &buf), 
+                description: FfiConverterString.read(from: &buf), 
+                parametersJson: FfiConverterString.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: ToolSpec, into buf: inout [UInt8]) {
+        FfiConverterString.write(value.name, into: &buf)
+        FfiConverterString.write(value.description, into: &buf)
+        FfiConverterString.write(value.parametersJson, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolSpec_lift(_ buf: RustBuffer) throws -> ToolSpec {
+    return try FfiConverterTypeToolSpec.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolSpec_lower(_ value: ToolSpec) -> RustBuffer {
+    return FfiConverterTypeToolSpec.lower(value)
+}
+
 // Note that we don't yet support `indirect` for enums.
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
 /**
@@ -2588,6 +3174,104 @@ public func FfiConverterTypeBackend_lower(_ value: Backend) -> RustBuffer {
 
 
 extension Backend: Equatable, Hashable {}
+
+
+
+
+
+
+// Note that we don't yet support `indirect` for enums.
+// See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
+/**
+ * What a streaming request reports, in the order it happens.
+ */
+
+public enum GenerationEvent {
+    
+    /**
+     * A piece of the answer (whole UTF-8 characters).
+     */
+    case text(piece: String
+    )
+    /**
+     * A piece of the thinking.
+     */
+    case reasoning(piece: String
+    )
+    /**
+     * A complete tool call, its arguments valid against the tool's schema.
+     */
+    case toolCall(call: ToolCallValue
+    )
+}
+
+
+#if compiler(>=6)
+extension GenerationEvent: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeGenerationEvent: FfiConverterRustBuffer {
+    typealias SwiftType = GenerationEvent
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> GenerationEvent {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .text(piece: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 2: return .reasoning(piece: try FfiConverterString.read(from: &buf)
+        )
+        
+        case 3: return .toolCall(call: try FfiConverterTypeToolCallValue.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: GenerationEvent, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case let .text(piece):
+            writeInt(&buf, Int32(1))
+            FfiConverterString.write(piece, into: &buf)
+            
+        
+        case let .reasoning(piece):
+            writeInt(&buf, Int32(2))
+            FfiConverterString.write(piece, into: &buf)
+            
+        
+        case let .toolCall(call):
+            writeInt(&buf, Int32(3))
+            FfiConverterTypeToolCallValue.write(call, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGenerationEvent_lift(_ buf: RustBuffer) throws -> GenerationEvent {
+    return try FfiConverterTypeGenerationEvent.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeGenerationEvent_lower(_ value: GenerationEvent) -> RustBuffer {
+    return FfiConverterTypeGenerationEvent.lower(value)
+}
+
+
+extension GenerationEvent: Equatable, Hashable {}
 
 
 
@@ -2853,6 +3537,111 @@ extension PocketError: Foundation.LocalizedError {
 // Note that we don't yet support `indirect` for enums.
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
 /**
+ * Thinking before the answer (models with a thinking format: `<think>`,
+ * Gemma 4's thought channel). `On` and `Budget` on a model without one are
+ * `InvalidArgument`. (`GenerateOptions.reasoning` is optional: absent =
+ * `Default`.)
+ */
+
+public enum Reasoning {
+    
+    /**
+     * The template's own behaviour.
+     */
+    case `default`
+    /**
+     * No thinking.
+     */
+    case off
+    /**
+     * Thinking on.
+     */
+    case on
+    /**
+     * Thinking on, closed after `max_tokens` tokens.
+     */
+    case budget(maxTokens: UInt32
+    )
+}
+
+
+#if compiler(>=6)
+extension Reasoning: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeReasoning: FfiConverterRustBuffer {
+    typealias SwiftType = Reasoning
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Reasoning {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .`default`
+        
+        case 2: return .off
+        
+        case 3: return .on
+        
+        case 4: return .budget(maxTokens: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Reasoning, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .`default`:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .off:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .on:
+            writeInt(&buf, Int32(3))
+        
+        
+        case let .budget(maxTokens):
+            writeInt(&buf, Int32(4))
+            FfiConverterUInt32.write(maxTokens, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeReasoning_lift(_ buf: RustBuffer) throws -> Reasoning {
+    return try FfiConverterTypeReasoning.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeReasoning_lower(_ value: Reasoning) -> RustBuffer {
+    return FfiConverterTypeReasoning.lower(value)
+}
+
+
+extension Reasoning: Equatable, Hashable {}
+
+
+
+
+
+
+// Note that we don't yet support `indirect` for enums.
+// See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
+/**
  * Why generation ended.
  */
 
@@ -2872,6 +3661,10 @@ public enum StopReason {
      * `cancel()` was called.
      */
     case cancelled
+    /**
+     * The turn ended by calling tools (`GenerationStats.toolCalls`).
+     */
+    case toolCalls
 }
 
 
@@ -2898,6 +3691,8 @@ public struct FfiConverterTypeStopReason: FfiConverterRustBuffer {
         case 4: return .listenerStopped
         
         case 5: return .cancelled
+        
+        case 6: return .toolCalls
         
         default: throw UniffiInternalError.unexpectedEnumCase
         }
@@ -2926,6 +3721,10 @@ public struct FfiConverterTypeStopReason: FfiConverterRustBuffer {
         case .cancelled:
             writeInt(&buf, Int32(5))
         
+        
+        case .toolCalls:
+            writeInt(&buf, Int32(6))
+        
         }
     }
 }
@@ -2953,6 +3752,110 @@ extension StopReason: Equatable, Hashable {}
 
 
 
+// Note that we don't yet support `indirect` for enums.
+// See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
+/**
+ * Whether and how the model may call tools. (`GenerateOptions.toolChoice`
+ * is optional: absent = `Auto`, since UniFFI records cannot default to an
+ * enum variant.)
+ */
+
+public enum ToolChoice {
+    
+    /**
+     * Free text until the model opens a call; then the call is constrained to the tools' schemas.
+     */
+    case auto
+    /**
+     * The answer is one or more calls, from its first token.
+     */
+    case required
+    /**
+     * The tools are shown to the model but no call is allowed.
+     */
+    case off
+    /**
+     * The answer is a call of the tool `name`.
+     */
+    case named(name: String
+    )
+}
+
+
+#if compiler(>=6)
+extension ToolChoice: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeToolChoice: FfiConverterRustBuffer {
+    typealias SwiftType = ToolChoice
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ToolChoice {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .auto
+        
+        case 2: return .required
+        
+        case 3: return .off
+        
+        case 4: return .named(name: try FfiConverterString.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: ToolChoice, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .auto:
+            writeInt(&buf, Int32(1))
+        
+        
+        case .required:
+            writeInt(&buf, Int32(2))
+        
+        
+        case .off:
+            writeInt(&buf, Int32(3))
+        
+        
+        case let .named(name):
+            writeInt(&buf, Int32(4))
+            FfiConverterString.write(name, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolChoice_lift(_ buf: RustBuffer) throws -> ToolChoice {
+    return try FfiConverterTypeToolChoice.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolChoice_lower(_ value: ToolChoice) -> RustBuffer {
+    return FfiConverterTypeToolChoice.lower(value)
+}
+
+
+extension ToolChoice: Equatable, Hashable {}
+
+
+
+
+
+
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
@@ -2972,6 +3875,30 @@ fileprivate struct FfiConverterOptionUInt64: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterUInt64.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionString: FfiConverterRustBuffer {
+    typealias SwiftType = String?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterString.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterString.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }
@@ -3076,6 +4003,54 @@ fileprivate struct FfiConverterOptionTypeKvCacheType: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterOptionTypeReasoning: FfiConverterRustBuffer {
+    typealias SwiftType = Reasoning?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeReasoning.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeReasoning.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeToolChoice: FfiConverterRustBuffer {
+    typealias SwiftType = ToolChoice?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeToolChoice.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeToolChoice.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceString: FfiConverterRustBuffer {
     typealias SwiftType = [String]
 
@@ -3122,6 +4097,100 @@ fileprivate struct FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer {
         return seq
     }
 }
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeToolCall: FfiConverterRustBuffer {
+    typealias SwiftType = [ToolCall]
+
+    public static func write(_ value: [ToolCall], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeToolCall.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [ToolCall] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [ToolCall]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeToolCall.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterSequenceTypeToolSpec: FfiConverterRustBuffer {
+    typealias SwiftType = [ToolSpec]
+
+    public static func write(_ value: [ToolSpec], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeToolSpec.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [ToolSpec] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [ToolSpec]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeToolSpec.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+
+/**
+ * Typealias from the type name used in the UDL file to the builtin type.  This
+ * is needed because the UDL type name is used in function/method signatures.
+ */
+public typealias ToolCallValue = ToolCall
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeToolCallValue: FfiConverter {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> ToolCallValue {
+        return try FfiConverterTypeToolCall.read(from: &buf)
+    }
+
+    public static func write(_ value: ToolCallValue, into buf: inout [UInt8]) {
+        return FfiConverterTypeToolCall.write(value, into: &buf)
+    }
+
+    public static func lift(_ value: RustBuffer) throws -> ToolCallValue {
+        return try FfiConverterTypeToolCall_lift(value)
+    }
+
+    public static func lower(_ value: ToolCallValue) -> RustBuffer {
+        return FfiConverterTypeToolCall_lower(value)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolCallValue_lift(_ value: RustBuffer) throws -> ToolCallValue {
+    return try FfiConverterTypeToolCallValue.lift(value)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeToolCallValue_lower(_ value: ToolCallValue) -> RustBuffer {
+    return FfiConverterTypeToolCallValue.lower(value)
+}
+
 /**
  * How `budget_bytes` would divide for the model at `path`, read from its
  * header and tensor table without loading the weights (Swift and Kotlin:
@@ -3156,6 +4225,9 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_func_plan_memory() != 64788) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_pocket_ffi_checksum_method_eventlistener_on_event() != 58384) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428) {
         return InitializationResult.apiChecksumMismatch
     }
@@ -3177,7 +4249,13 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_pocketsession_chat() != 7978) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_pocket_ffi_checksum_method_pocketsession_chat_events() != 55962) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_pocket_ffi_checksum_method_pocketsession_generate() != 1279) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_pocketsession_generate_events() != 60542) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketsession_reset() != 13984) {
@@ -3202,6 +4280,7 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitEventListener()
     uniffiCallbackInitLoadProgressListener()
     uniffiCallbackInitTokenListener()
     return InitializationResult.ok

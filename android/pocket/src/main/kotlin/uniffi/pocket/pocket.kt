@@ -654,11 +654,30 @@ internal open class UniffiForeignFutureStructVoid(
 internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureStructVoid.UniffiByValue,)
 }
+internal interface UniffiCallbackInterfaceEventListenerMethod0 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: ByteByReference,uniffiCallStatus: UniffiRustCallStatus,)
+}
 internal interface UniffiCallbackInterfaceLoadProgressListenerMethod0 : com.sun.jna.Callback {
     fun callback(`uniffiHandle`: Long,`fraction`: Float,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
 }
 internal interface UniffiCallbackInterfaceTokenListenerMethod0 : com.sun.jna.Callback {
     fun callback(`uniffiHandle`: Long,`piece`: RustBuffer.ByValue,`uniffiOutReturn`: ByteByReference,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("onEvent", "uniffiFree")
+internal open class UniffiVTableCallbackInterfaceEventListener(
+    @JvmField internal var `onEvent`: UniffiCallbackInterfaceEventListenerMethod0? = null,
+    @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+) : Structure() {
+    class UniffiByValue(
+        `onEvent`: UniffiCallbackInterfaceEventListenerMethod0? = null,
+        `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+    ): UniffiVTableCallbackInterfaceEventListener(`onEvent`,`uniffiFree`,), Structure.ByValue
+
+   internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceEventListener) {
+        `onEvent` = other.`onEvent`
+        `uniffiFree` = other.`uniffiFree`
+    }
+
 }
 @Structure.FieldOrder("onProgress", "uniffiFree")
 internal open class UniffiVTableCallbackInterfaceLoadProgressListener(
@@ -792,6 +811,15 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
+
+
+
+
+
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -809,6 +837,8 @@ internal interface IntegrityCheckingUniffiLib : Library {
     // Integrity check functions only
     fun uniffi_pocket_ffi_checksum_func_plan_memory(
 ): Short
+fun uniffi_pocket_ffi_checksum_method_eventlistener_on_event(
+): Short
 fun uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketmodel_info(
@@ -823,7 +853,11 @@ fun uniffi_pocket_ffi_checksum_method_pocketsession_cancel(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketsession_chat(
 ): Short
+fun uniffi_pocket_ffi_checksum_method_pocketsession_chat_events(
+): Short
 fun uniffi_pocket_ffi_checksum_method_pocketsession_generate(
+): Short
+fun uniffi_pocket_ffi_checksum_method_pocketsession_generate_events(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketsession_reset(
 ): Short
@@ -877,6 +911,7 @@ internal interface UniffiLib : Library {
             val lib = loadIndirect<UniffiLib>(componentName)
             // No need to check the contract version and checksums, since 
             // we already did that with `IntegrityCheckingUniffiLib` above.
+            uniffiCallbackInterfaceEventListener.register(lib)
             uniffiCallbackInterfaceLoadProgressListener.register(lib)
             uniffiCallbackInterfaceTokenListener.register(lib)
             // Loading of library with integrity check done.
@@ -890,7 +925,15 @@ internal interface UniffiLib : Library {
     }
 
     // FFI functions
-    fun uniffi_pocket_ffi_fn_clone_loadprogresslistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+    fun uniffi_pocket_ffi_fn_clone_eventlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
+fun uniffi_pocket_ffi_fn_free_eventlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_init_callback_vtable_eventlistener(`vtable`: UniffiVTableCallbackInterfaceEventListener,
+): Unit
+fun uniffi_pocket_ffi_fn_method_eventlistener_on_event(`ptr`: Pointer,`event`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Byte
+fun uniffi_pocket_ffi_fn_clone_loadprogresslistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_free_loadprogresslistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
@@ -926,7 +969,11 @@ fun uniffi_pocket_ffi_fn_method_pocketsession_cancel(`ptr`: Pointer,uniffi_out_e
 ): Unit
 fun uniffi_pocket_ffi_fn_method_pocketsession_chat(`ptr`: Pointer,`messages`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
+fun uniffi_pocket_ffi_fn_method_pocketsession_chat_events(`ptr`: Pointer,`messages`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
 fun uniffi_pocket_ffi_fn_method_pocketsession_generate(`ptr`: Pointer,`prompt`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
+fun uniffi_pocket_ffi_fn_method_pocketsession_generate_events(`ptr`: Pointer,`prompt`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
 fun uniffi_pocket_ffi_fn_method_pocketsession_reset(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
@@ -1071,6 +1118,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_func_plan_memory() != 64788.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if (lib.uniffi_pocket_ffi_checksum_method_eventlistener_on_event() != 58384.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if (lib.uniffi_pocket_ffi_checksum_method_loadprogresslistener_on_progress() != 46428.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
@@ -1092,7 +1142,13 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_chat() != 7978.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_chat_events() != 55962.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_generate() != 1279.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_generate_events() != 60542.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_reset() != 13984.toShort()) {
@@ -1482,6 +1538,297 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
         val byteBuf = toUtf8(value)
         buf.putInt(byteBuf.limit())
         buf.put(byteBuf)
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a Pointer/Arc<T>
+// to the live Rust struct on the other side of the FFI.
+//
+// Each instance implements core operations for working with the Rust `Arc<T>` and the
+// Kotlin Pointer to work with the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque pointer to the underlying Rust struct.
+//     Method calls need to read this pointer from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its pointer should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the pointer, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the pointer, but is interrupted
+//      before it can pass the pointer over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read pointer value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * Receives a request's events, on the thread that called chatEvents/generateEvents.
+ */
+public interface EventListener {
+    
+    /**
+     * Return false to stop. An error thrown here stops generation and is
+     * rethrown by chatEvents/generateEvents.
+     */
+    fun `onEvent`(`event`: GenerationEvent): kotlin.Boolean
+    
+    companion object
+}
+
+/**
+ * Receives a request's events, on the thread that called chatEvents/generateEvents.
+ */
+open class EventListenerImpl: Disposable, AutoCloseable, EventListener
+{
+
+    constructor(pointer: Pointer) {
+        this.pointer = pointer
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    /**
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noPointer: NoPointer) {
+        this.pointer = null
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    protected val pointer: Pointer?
+    protected val cleanable: UniffiCleaner.Cleanable
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithPointer(block: (ptr: Pointer) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the pointer being freed concurrently.
+        try {
+            return block(this.uniffiClonePointer())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val pointer: Pointer?) : Runnable {
+        override fun run() {
+            pointer?.let { ptr ->
+                uniffiRustCall { status ->
+                    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_free_eventlistener(ptr, status)
+                }
+            }
+        }
+    }
+
+    fun uniffiClonePointer(): Pointer {
+        return uniffiRustCall() { status ->
+            UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_clone_eventlistener(pointer!!, status)
+        }
+    }
+
+    
+    /**
+     * Return false to stop. An error thrown here stops generation and is
+     * rethrown by chatEvents/generateEvents.
+     */
+    @Throws(PocketException::class)override fun `onEvent`(`event`: GenerationEvent): kotlin.Boolean {
+            return FfiConverterBoolean.lift(
+    callWithPointer {
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_eventlistener_on_event(
+        it, FfiConverterTypeGenerationEvent.lower(`event`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+
+    
+    
+    companion object
+    
+}
+
+
+// Put the implementation in an object so we don't pollute the top-level namespace
+internal object uniffiCallbackInterfaceEventListener {
+    internal object `onEvent`: UniffiCallbackInterfaceEventListenerMethod0 {
+        override fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: ByteByReference,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeEventListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onEvent`(
+                    FfiConverterTypeGenerationEvent.lift(`event`),
+                )
+            }
+            val writeReturn = { value: kotlin.Boolean -> uniffiOutReturn.setValue(FfiConverterBoolean.lower(value)) }
+            uniffiTraitInterfaceCallWithError(
+                uniffiCallStatus,
+                makeCall,
+                writeReturn,
+                { e: PocketException -> FfiConverterTypePocketError.lower(e) }
+            )
+        }
+    }
+
+    internal object uniffiFree: UniffiCallbackInterfaceFree {
+        override fun callback(handle: Long) {
+            FfiConverterTypeEventListener.handleMap.remove(handle)
+        }
+    }
+
+    internal var vtable = UniffiVTableCallbackInterfaceEventListener.UniffiByValue(
+        `onEvent`,
+        uniffiFree,
+    )
+
+    // Registers the foreign callback with the Rust side.
+    // This method is generated for each callback interface.
+    internal fun register(lib: UniffiLib) {
+        lib.uniffi_pocket_ffi_fn_init_callback_vtable_eventlistener(vtable)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeEventListener: FfiConverter<EventListener, Pointer> {
+    internal val handleMap = UniffiHandleMap<EventListener>()
+
+    override fun lower(value: EventListener): Pointer {
+        return Pointer(handleMap.insert(value))
+    }
+
+    override fun lift(value: Pointer): EventListener {
+        return EventListenerImpl(value)
+    }
+
+    override fun read(buf: ByteBuffer): EventListener {
+        // The Rust code always writes pointers as 8 bytes, and will
+        // fail to compile if they don't fit.
+        return lift(Pointer(buf.getLong()))
+    }
+
+    override fun allocationSize(value: EventListener) = 8UL
+
+    override fun write(value: EventListener, buf: ByteBuffer) {
+        // The Rust code always expects pointers written as 8 bytes,
+        // and will fail to compile if they don't fit.
+        buf.putLong(Pointer.nativeValue(lower(value)))
     }
 }
 
@@ -2234,11 +2581,24 @@ public interface PocketSessionInterface {
     fun `chat`(`messages`: List<ChatMessage>, `options`: GenerateOptions, `listener`: TokenListener): GenerationStats
     
     /**
+     * `chat`, reporting every event to `listener` as it happens: answer
+     * text, thinking, and tool calls (each complete and valid against its
+     * tool's schema). `chat`'s `TokenListener` receives the answer text only.
+     */
+    fun `chatEvents`(`messages`: List<ChatMessage>, `options`: GenerateOptions, `listener`: EventListener): GenerationStats
+    
+    /**
      * Complete raw text (tokenised with the model's BOS; special tokens are
      * parsed). Streams pieces to `listener` and blocks until done; a prompt
      * that extends the previous request's reuses its evaluated tokens.
      */
     fun `generate`(`prompt`: kotlin.String, `options`: GenerateOptions, `listener`: TokenListener): GenerationStats
+    
+    /**
+     * `generate`, reporting every event to `listener` as it happens: answer
+     * text, and thinking on a model that thinks. (Tools need `chatEvents`.)
+     */
+    fun `generateEvents`(`prompt`: kotlin.String, `options`: GenerateOptions, `listener`: EventListener): GenerationStats
     
     /**
      * Forget the conversation. Waits for a running generation to end (call
@@ -2388,6 +2748,24 @@ open class PocketSession: Disposable, AutoCloseable, PocketSessionInterface
 
     
     /**
+     * `chat`, reporting every event to `listener` as it happens: answer
+     * text, thinking, and tool calls (each complete and valid against its
+     * tool's schema). `chat`'s `TokenListener` receives the answer text only.
+     */
+    @Throws(PocketException::class)override fun `chatEvents`(`messages`: List<ChatMessage>, `options`: GenerateOptions, `listener`: EventListener): GenerationStats {
+            return FfiConverterTypeGenerationStats.lift(
+    callWithPointer {
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketsession_chat_events(
+        it, FfiConverterSequenceTypeChatMessage.lower(`messages`),FfiConverterTypeGenerateOptions.lower(`options`),FfiConverterTypeEventListener.lower(`listener`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * Complete raw text (tokenised with the model's BOS; special tokens are
      * parsed). Streams pieces to `listener` and blocks until done; a prompt
      * that extends the previous request's reuses its evaluated tokens.
@@ -2398,6 +2776,23 @@ open class PocketSession: Disposable, AutoCloseable, PocketSessionInterface
     uniffiRustCallWithError(PocketException) { _status ->
     UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketsession_generate(
         it, FfiConverterString.lower(`prompt`),FfiConverterTypeGenerateOptions.lower(`options`),FfiConverterTypeTokenListener.lower(`listener`),_status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
+     * `generate`, reporting every event to `listener` as it happens: answer
+     * text, and thinking on a model that thinks. (Tools need `chatEvents`.)
+     */
+    @Throws(PocketException::class)override fun `generateEvents`(`prompt`: kotlin.String, `options`: GenerateOptions, `listener`: EventListener): GenerationStats {
+            return FfiConverterTypeGenerationStats.lift(
+    callWithPointer {
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketsession_generate_events(
+        it, FfiConverterString.lower(`prompt`),FfiConverterTypeGenerateOptions.lower(`options`),FfiConverterTypeEventListener.lower(`listener`),_status)
 }
     }
     )
@@ -2796,7 +3191,15 @@ data class ChatMessage (
      * "system", "user", "assistant" or "tool".
      */
     var `role`: kotlin.String, 
-    var `content`: kotlin.String
+    var `content`: kotlin.String, 
+    /**
+     * An assistant turn's tool calls (as `GenerationStats.toolCalls` gave them).
+     */
+    var `toolCalls`: List<ToolCall> = listOf(), 
+    /**
+     * A tool result (role "tool"): the `id` of the call it answers.
+     */
+    var `toolCallId`: kotlin.String? = null
 ) {
     
     companion object
@@ -2810,17 +3213,23 @@ public object FfiConverterTypeChatMessage: FfiConverterRustBuffer<ChatMessage> {
         return ChatMessage(
             FfiConverterString.read(buf),
             FfiConverterString.read(buf),
+            FfiConverterSequenceTypeToolCall.read(buf),
+            FfiConverterOptionalString.read(buf),
         )
     }
 
     override fun allocationSize(value: ChatMessage) = (
             FfiConverterString.allocationSize(value.`role`) +
-            FfiConverterString.allocationSize(value.`content`)
+            FfiConverterString.allocationSize(value.`content`) +
+            FfiConverterSequenceTypeToolCall.allocationSize(value.`toolCalls`) +
+            FfiConverterOptionalString.allocationSize(value.`toolCallId`)
     )
 
     override fun write(value: ChatMessage, buf: ByteBuffer) {
             FfiConverterString.write(value.`role`, buf)
             FfiConverterString.write(value.`content`, buf)
+            FfiConverterSequenceTypeToolCall.write(value.`toolCalls`, buf)
+            FfiConverterOptionalString.write(value.`toolCallId`, buf)
     }
 }
 
@@ -2858,7 +3267,42 @@ data class GenerateOptions (
     /**
      * Sampler seed of this request; absent = the session's.
      */
-    var `seed`: kotlin.ULong? = null
+    var `seed`: kotlin.ULong? = null, 
+    /**
+     * The answer is JSON valid against this JSON Schema (JSON text),
+     * enforced token by token. A request takes at most one of `jsonSchema`,
+     * `grammar`, `regex` and `choices`; a schema keyword the engine would not
+     * enforce, a bad grammar or regex, or two constraints are
+     * `InvalidArgument` naming the field.
+     */
+    var `jsonSchema`: kotlin.String? = null, 
+    /**
+     * The answer follows this Lark grammar (llguidance's dialect).
+     */
+    var `grammar`: kotlin.String? = null, 
+    /**
+     * The answer matches this regular expression.
+     */
+    var `regex`: kotlin.String? = null, 
+    /**
+     * The answer is exactly one of these texts (empty = no constraint).
+     */
+    var `choices`: List<kotlin.String> = listOf(), 
+    /**
+     * Tools the model may call (chat only; rendered through the model's
+     * template). Calls arrive in `GenerationStats.toolCalls` and as
+     * `GenerationEvent.ToolCall`.
+     */
+    var `tools`: List<ToolSpec> = listOf(), 
+    /**
+     * Absent = `ToolChoice.Auto`. (Optional because UniFFI records cannot
+     * default to an enum variant.)
+     */
+    var `toolChoice`: ToolChoice? = null, 
+    /**
+     * Absent = `Reasoning.Default` (the template's behaviour).
+     */
+    var `reasoning`: Reasoning? = null
 ) {
     
     companion object
@@ -2878,6 +3322,13 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterFloat.read(buf),
             FfiConverterSequenceString.read(buf),
             FfiConverterOptionalULong.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterOptionalString.read(buf),
+            FfiConverterSequenceString.read(buf),
+            FfiConverterSequenceTypeToolSpec.read(buf),
+            FfiConverterOptionalTypeToolChoice.read(buf),
+            FfiConverterOptionalTypeReasoning.read(buf),
         )
     }
 
@@ -2889,7 +3340,14 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterFloat.allocationSize(value.`minP`) +
             FfiConverterFloat.allocationSize(value.`repeatPenalty`) +
             FfiConverterSequenceString.allocationSize(value.`stop`) +
-            FfiConverterOptionalULong.allocationSize(value.`seed`)
+            FfiConverterOptionalULong.allocationSize(value.`seed`) +
+            FfiConverterOptionalString.allocationSize(value.`jsonSchema`) +
+            FfiConverterOptionalString.allocationSize(value.`grammar`) +
+            FfiConverterOptionalString.allocationSize(value.`regex`) +
+            FfiConverterSequenceString.allocationSize(value.`choices`) +
+            FfiConverterSequenceTypeToolSpec.allocationSize(value.`tools`) +
+            FfiConverterOptionalTypeToolChoice.allocationSize(value.`toolChoice`) +
+            FfiConverterOptionalTypeReasoning.allocationSize(value.`reasoning`)
     )
 
     override fun write(value: GenerateOptions, buf: ByteBuffer) {
@@ -2901,6 +3359,13 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterFloat.write(value.`repeatPenalty`, buf)
             FfiConverterSequenceString.write(value.`stop`, buf)
             FfiConverterOptionalULong.write(value.`seed`, buf)
+            FfiConverterOptionalString.write(value.`jsonSchema`, buf)
+            FfiConverterOptionalString.write(value.`grammar`, buf)
+            FfiConverterOptionalString.write(value.`regex`, buf)
+            FfiConverterSequenceString.write(value.`choices`, buf)
+            FfiConverterSequenceTypeToolSpec.write(value.`tools`, buf)
+            FfiConverterOptionalTypeToolChoice.write(value.`toolChoice`, buf)
+            FfiConverterOptionalTypeReasoning.write(value.`reasoning`, buf)
     }
 }
 
@@ -2920,7 +3385,7 @@ data class GenerationStats (
     var `decodeTokensPerSecond`: kotlin.Double, 
     var `stopReason`: StopReason, 
     /**
-     * Everything streamed to the listener, concatenated.
+     * The answer streamed to the listener, concatenated (never the thinking or calls).
      */
     var `text`: kotlin.String, 
     /**
@@ -2929,7 +3394,15 @@ data class GenerationStats (
      */
     var `expertCacheHits`: kotlin.ULong, 
     var `expertCacheMisses`: kotlin.ULong, 
-    var `storageBytesRead`: kotlin.ULong
+    var `storageBytesRead`: kotlin.ULong, 
+    /**
+     * The thinking, apart from the answer ("" without).
+     */
+    var `reasoning`: kotlin.String = "", 
+    /**
+     * The tools the model called, in order (`stopReason` is then `ToolCalls`).
+     */
+    var `toolCalls`: List<ToolCall> = listOf()
 ) {
     
     companion object
@@ -2951,6 +3424,8 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterSequenceTypeToolCall.read(buf),
         )
     }
 
@@ -2964,7 +3439,9 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterString.allocationSize(value.`text`) +
             FfiConverterULong.allocationSize(value.`expertCacheHits`) +
             FfiConverterULong.allocationSize(value.`expertCacheMisses`) +
-            FfiConverterULong.allocationSize(value.`storageBytesRead`)
+            FfiConverterULong.allocationSize(value.`storageBytesRead`) +
+            FfiConverterString.allocationSize(value.`reasoning`) +
+            FfiConverterSequenceTypeToolCall.allocationSize(value.`toolCalls`)
     )
 
     override fun write(value: GenerationStats, buf: ByteBuffer) {
@@ -2978,6 +3455,8 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterULong.write(value.`expertCacheHits`, buf)
             FfiConverterULong.write(value.`expertCacheMisses`, buf)
             FfiConverterULong.write(value.`storageBytesRead`, buf)
+            FfiConverterString.write(value.`reasoning`, buf)
+            FfiConverterSequenceTypeToolCall.write(value.`toolCalls`, buf)
     }
 }
 
@@ -3082,7 +3561,14 @@ data class LoadOptions (
      * is `Backend.Auto`. (An optional field because UniFFI records cannot
      * default to an enum variant.)
      */
-    var `backend`: Backend? = null
+    var `backend`: Backend? = null, 
+    /**
+     * A Jinja chat template used instead of the file's (for files without
+     * one, or with one that does not compile, or to change how tools and
+     * thinking are rendered). Compiled at load: a template that does not
+     * compile is `PocketError.InvalidArgument`.
+     */
+    var `chatTemplate`: kotlin.String? = null
 ) : Disposable {
     
     @Suppress("UNNECESSARY_SAFE_CALL") // codegen is much simpler if we unconditionally emit safe calls here
@@ -3093,7 +3579,8 @@ data class LoadOptions (
         this.`useMmap`,
         this.`progress`,
         this.`memoryBudgetBytes`,
-        this.`backend`
+        this.`backend`,
+        this.`chatTemplate`
     )
     }
     
@@ -3111,6 +3598,7 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterOptionalTypeLoadProgressListener.read(buf),
             FfiConverterULong.read(buf),
             FfiConverterOptionalTypeBackend.read(buf),
+            FfiConverterOptionalString.read(buf),
         )
     }
 
@@ -3119,7 +3607,8 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterBoolean.allocationSize(value.`useMmap`) +
             FfiConverterOptionalTypeLoadProgressListener.allocationSize(value.`progress`) +
             FfiConverterULong.allocationSize(value.`memoryBudgetBytes`) +
-            FfiConverterOptionalTypeBackend.allocationSize(value.`backend`)
+            FfiConverterOptionalTypeBackend.allocationSize(value.`backend`) +
+            FfiConverterOptionalString.allocationSize(value.`chatTemplate`)
     )
 
     override fun write(value: LoadOptions, buf: ByteBuffer) {
@@ -3128,6 +3617,7 @@ public object FfiConverterTypeLoadOptions: FfiConverterRustBuffer<LoadOptions> {
             FfiConverterOptionalTypeLoadProgressListener.write(value.`progress`, buf)
             FfiConverterULong.write(value.`memoryBudgetBytes`, buf)
             FfiConverterOptionalTypeBackend.write(value.`backend`, buf)
+            FfiConverterOptionalString.write(value.`chatTemplate`, buf)
     }
 }
 
@@ -3361,6 +3851,90 @@ public object FfiConverterTypeSessionOptions: FfiConverterRustBuffer<SessionOpti
 
 
 /**
+ * A call the model made. Answer it with a `ChatMessage` of role "tool"
+ * whose `toolCallId` is this `id`, after the assistant message that holds
+ * the call in its `toolCalls`.
+ */
+data class ToolCall (
+    var `id`: kotlin.String, 
+    var `name`: kotlin.String, 
+    /**
+     * The arguments as a JSON object (valid against the tool's schema).
+     */
+    var `argumentsJson`: kotlin.String
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeToolCall: FfiConverterRustBuffer<ToolCall> {
+    override fun read(buf: ByteBuffer): ToolCall {
+        return ToolCall(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: ToolCall) = (
+            FfiConverterString.allocationSize(value.`id`) +
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterString.allocationSize(value.`argumentsJson`)
+    )
+
+    override fun write(value: ToolCall, buf: ByteBuffer) {
+            FfiConverterString.write(value.`id`, buf)
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterString.write(value.`argumentsJson`, buf)
+    }
+}
+
+
+
+/**
+ * A tool the model may call: its name, what it does, and a JSON Schema of
+ * its arguments (an object schema as JSON text; `{}` or "" = no arguments).
+ */
+data class ToolSpec (
+    var `name`: kotlin.String, 
+    var `description`: kotlin.String, 
+    var `parametersJson`: kotlin.String = "{}"
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeToolSpec: FfiConverterRustBuffer<ToolSpec> {
+    override fun read(buf: ByteBuffer): ToolSpec {
+        return ToolSpec(
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterString.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: ToolSpec) = (
+            FfiConverterString.allocationSize(value.`name`) +
+            FfiConverterString.allocationSize(value.`description`) +
+            FfiConverterString.allocationSize(value.`parametersJson`)
+    )
+
+    override fun write(value: ToolSpec, buf: ByteBuffer) {
+            FfiConverterString.write(value.`name`, buf)
+            FfiConverterString.write(value.`description`, buf)
+            FfiConverterString.write(value.`parametersJson`, buf)
+    }
+}
+
+
+
+/**
  * Which device computes a model's passes.
  */
 
@@ -3403,6 +3977,108 @@ public object FfiConverterTypeBackend: FfiConverterRustBuffer<Backend> {
 
     override fun write(value: Backend, buf: ByteBuffer) {
         buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
+ * What a streaming request reports, in the order it happens.
+ */
+sealed class GenerationEvent {
+    
+    /**
+     * A piece of the answer (whole UTF-8 characters).
+     */
+    data class Text(
+        val `piece`: kotlin.String) : GenerationEvent() {
+        companion object
+    }
+    
+    /**
+     * A piece of the thinking.
+     */
+    data class Reasoning(
+        val `piece`: kotlin.String) : GenerationEvent() {
+        companion object
+    }
+    
+    /**
+     * A complete tool call, its arguments valid against the tool's schema.
+     */
+    data class ToolCall(
+        val `call`: ToolCallValue) : GenerationEvent() {
+        companion object
+    }
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeGenerationEvent : FfiConverterRustBuffer<GenerationEvent>{
+    override fun read(buf: ByteBuffer): GenerationEvent {
+        return when(buf.getInt()) {
+            1 -> GenerationEvent.Text(
+                FfiConverterString.read(buf),
+                )
+            2 -> GenerationEvent.Reasoning(
+                FfiConverterString.read(buf),
+                )
+            3 -> GenerationEvent.ToolCall(
+                FfiConverterTypeToolCallValue.read(buf),
+                )
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: GenerationEvent) = when(value) {
+        is GenerationEvent.Text -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`piece`)
+            )
+        }
+        is GenerationEvent.Reasoning -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`piece`)
+            )
+        }
+        is GenerationEvent.ToolCall -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterTypeToolCallValue.allocationSize(value.`call`)
+            )
+        }
+    }
+
+    override fun write(value: GenerationEvent, buf: ByteBuffer) {
+        when(value) {
+            is GenerationEvent.Text -> {
+                buf.putInt(1)
+                FfiConverterString.write(value.`piece`, buf)
+                Unit
+            }
+            is GenerationEvent.Reasoning -> {
+                buf.putInt(2)
+                FfiConverterString.write(value.`piece`, buf)
+                Unit
+            }
+            is GenerationEvent.ToolCall -> {
+                buf.putInt(3)
+                FfiConverterTypeToolCallValue.write(value.`call`, buf)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
     }
 }
 
@@ -3681,6 +4357,116 @@ public object FfiConverterTypePocketError : FfiConverterRustBuffer<PocketExcepti
 
 
 /**
+ * Thinking before the answer (models with a thinking format: `<think>`,
+ * Gemma 4's thought channel). `On` and `Budget` on a model without one are
+ * `InvalidArgument`. (`GenerateOptions.reasoning` is optional: absent =
+ * `Default`.)
+ */
+sealed class Reasoning {
+    
+    /**
+     * The template's own behaviour.
+     */
+    object Default : Reasoning()
+    
+    
+    /**
+     * No thinking.
+     */
+    object Off : Reasoning()
+    
+    
+    /**
+     * Thinking on.
+     */
+    object On : Reasoning()
+    
+    
+    /**
+     * Thinking on, closed after `max_tokens` tokens.
+     */
+    data class Budget(
+        val `maxTokens`: kotlin.UInt) : Reasoning() {
+        companion object
+    }
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeReasoning : FfiConverterRustBuffer<Reasoning>{
+    override fun read(buf: ByteBuffer): Reasoning {
+        return when(buf.getInt()) {
+            1 -> Reasoning.Default
+            2 -> Reasoning.Off
+            3 -> Reasoning.On
+            4 -> Reasoning.Budget(
+                FfiConverterUInt.read(buf),
+                )
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: Reasoning) = when(value) {
+        is Reasoning.Default -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Reasoning.Off -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Reasoning.On -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Reasoning.Budget -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`maxTokens`)
+            )
+        }
+    }
+
+    override fun write(value: Reasoning, buf: ByteBuffer) {
+        when(value) {
+            is Reasoning.Default -> {
+                buf.putInt(1)
+                Unit
+            }
+            is Reasoning.Off -> {
+                buf.putInt(2)
+                Unit
+            }
+            is Reasoning.On -> {
+                buf.putInt(3)
+                Unit
+            }
+            is Reasoning.Budget -> {
+                buf.putInt(4)
+                FfiConverterUInt.write(value.`maxTokens`, buf)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
+    }
+}
+
+
+
+
+
+/**
  * Why generation ended.
  */
 
@@ -3699,7 +4485,11 @@ enum class StopReason {
     /**
      * `cancel()` was called.
      */
-    CANCELLED;
+    CANCELLED,
+    /**
+     * The turn ended by calling tools (`GenerationStats.toolCalls`).
+     */
+    TOOL_CALLS;
     companion object
 }
 
@@ -3718,6 +4508,115 @@ public object FfiConverterTypeStopReason: FfiConverterRustBuffer<StopReason> {
 
     override fun write(value: StopReason, buf: ByteBuffer) {
         buf.putInt(value.ordinal + 1)
+    }
+}
+
+
+
+
+
+/**
+ * Whether and how the model may call tools. (`GenerateOptions.toolChoice`
+ * is optional: absent = `Auto`, since UniFFI records cannot default to an
+ * enum variant.)
+ */
+sealed class ToolChoice {
+    
+    /**
+     * Free text until the model opens a call; then the call is constrained to the tools' schemas.
+     */
+    object Auto : ToolChoice()
+    
+    
+    /**
+     * The answer is one or more calls, from its first token.
+     */
+    object Required : ToolChoice()
+    
+    
+    /**
+     * The tools are shown to the model but no call is allowed.
+     */
+    object Off : ToolChoice()
+    
+    
+    /**
+     * The answer is a call of the tool `name`.
+     */
+    data class Named(
+        val `name`: kotlin.String) : ToolChoice() {
+        companion object
+    }
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeToolChoice : FfiConverterRustBuffer<ToolChoice>{
+    override fun read(buf: ByteBuffer): ToolChoice {
+        return when(buf.getInt()) {
+            1 -> ToolChoice.Auto
+            2 -> ToolChoice.Required
+            3 -> ToolChoice.Off
+            4 -> ToolChoice.Named(
+                FfiConverterString.read(buf),
+                )
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: ToolChoice) = when(value) {
+        is ToolChoice.Auto -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is ToolChoice.Required -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is ToolChoice.Off -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is ToolChoice.Named -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterString.allocationSize(value.`name`)
+            )
+        }
+    }
+
+    override fun write(value: ToolChoice, buf: ByteBuffer) {
+        when(value) {
+            is ToolChoice.Auto -> {
+                buf.putInt(1)
+                Unit
+            }
+            is ToolChoice.Required -> {
+                buf.putInt(2)
+                Unit
+            }
+            is ToolChoice.Off -> {
+                buf.putInt(3)
+                Unit
+            }
+            is ToolChoice.Named -> {
+                buf.putInt(4)
+                FfiConverterString.write(value.`name`, buf)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
     }
 }
 
@@ -3751,6 +4650,38 @@ public object FfiConverterOptionalULong: FfiConverterRustBuffer<kotlin.ULong?> {
         } else {
             buf.put(1)
             FfiConverterULong.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalString: FfiConverterRustBuffer<kotlin.String?> {
+    override fun read(buf: ByteBuffer): kotlin.String? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterString.read(buf)
+    }
+
+    override fun allocationSize(value: kotlin.String?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterString.allocationSize(value)
+        }
+    }
+
+    override fun write(value: kotlin.String?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterString.write(value, buf)
         }
     }
 }
@@ -3889,6 +4820,70 @@ public object FfiConverterOptionalTypeKvCacheType: FfiConverterRustBuffer<KvCach
 /**
  * @suppress
  */
+public object FfiConverterOptionalTypeReasoning: FfiConverterRustBuffer<Reasoning?> {
+    override fun read(buf: ByteBuffer): Reasoning? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeReasoning.read(buf)
+    }
+
+    override fun allocationSize(value: Reasoning?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeReasoning.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Reasoning?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeReasoning.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeToolChoice: FfiConverterRustBuffer<ToolChoice?> {
+    override fun read(buf: ByteBuffer): ToolChoice? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeToolChoice.read(buf)
+    }
+
+    override fun allocationSize(value: ToolChoice?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeToolChoice.allocationSize(value)
+        }
+    }
+
+    override fun write(value: ToolChoice?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeToolChoice.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
 public object FfiConverterSequenceString: FfiConverterRustBuffer<List<kotlin.String>> {
     override fun read(buf: ByteBuffer): List<kotlin.String> {
         val len = buf.getInt()
@@ -3938,6 +4933,72 @@ public object FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer<List<C
         }
     }
 }
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeToolCall: FfiConverterRustBuffer<List<ToolCall>> {
+    override fun read(buf: ByteBuffer): List<ToolCall> {
+        val len = buf.getInt()
+        return List<ToolCall>(len) {
+            FfiConverterTypeToolCall.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<ToolCall>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeToolCall.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<ToolCall>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeToolCall.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeToolSpec: FfiConverterRustBuffer<List<ToolSpec>> {
+    override fun read(buf: ByteBuffer): List<ToolSpec> {
+        val len = buf.getInt()
+        return List<ToolSpec>(len) {
+            FfiConverterTypeToolSpec.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<ToolSpec>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeToolSpec.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<ToolSpec>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeToolSpec.write(it, buf)
+        }
+    }
+}
+
+
+
+/**
+ * Typealias from the type name used in the UDL file to the builtin type.  This
+ * is needed because the UDL type name is used in function/method signatures.
+ * It's also what we have an external type that references a custom type.
+ */
+public typealias ToolCallValue = ToolCall
+public typealias FfiConverterTypeToolCallValue = FfiConverterTypeToolCall
         /**
          * How `budget_bytes` would divide for the model at `path`, read from its
          * header and tensor table without loading the weights (Swift and Kotlin:

@@ -70,6 +70,14 @@ fun ChatScreen(chat: ChatViewModel) {
                             menuOpen = false
                             pickFile.launch(arrayOf("*/*"))
                         })
+                        DropdownMenuItem(
+                            text = { Text("Summarize (structured)") },
+                            enabled = state.turns.isNotEmpty() && !state.generating,
+                            onClick = {
+                                menuOpen = false
+                                chat.summarize()
+                            },
+                        )
                         DropdownMenuItem(text = { Text("New chat") }, onClick = {
                             menuOpen = false
                             chat.clear()
@@ -123,10 +131,24 @@ fun ChatScreen(chat: ChatViewModel) {
 
 @Composable
 private fun Bubble(turn: Turn) {
+    if (turn.role == "tool") {
+        // A tool's result, as the app sent it back to the model.
+        Text(
+            "⏱ ${turn.text}",
+            style = MaterialTheme.typography.labelSmall,
+            color = MaterialTheme.colorScheme.onSurfaceVariant,
+            modifier = Modifier.padding(horizontal = 16.dp),
+        )
+        return
+    }
     val mine = turn.role == "user"
+    // The text, and an assistant turn's tool calls.
+    val shown = (listOfNotNull(turn.text.ifEmpty { null }) + turn.toolCalls.map { "→ ${it.name}(${it.argumentsJson})" })
+        .joinToString("\n")
+        .ifEmpty { "…" }
     Box(Modifier.fillMaxWidth().padding(horizontal = 12.dp), contentAlignment = if (mine) Alignment.CenterEnd else Alignment.CenterStart) {
         Text(
-            turn.text.ifEmpty { "…" },
+            shown,
             modifier = Modifier
                 .widthIn(max = 320.dp)
                 .background(

@@ -6,6 +6,10 @@ import android.net.Uri
 import androidx.lifecycle.AndroidViewModel
 import androidx.lifecycle.viewModelScope
 import java.io.File
+import java.text.SimpleDateFormat
+import java.util.Date
+import java.util.Locale
+import java.util.TimeZone
 import kotlin.coroutines.cancellation.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.Job
@@ -19,17 +23,68 @@ import org.json.JSONArray
 import org.json.JSONObject
 import uniffi.pocket.ChatMessage
 import uniffi.pocket.GenerateOptions
+import uniffi.pocket.GenerationEvent
 import uniffi.pocket.LoadOptions
 import uniffi.pocket.PocketException
 import uniffi.pocket.PocketModel
 import uniffi.pocket.PocketSession
 import uniffi.pocket.SessionOptions
-import uniffi.pocket.chatFlow
+import uniffi.pocket.ToolCall
+import uniffi.pocket.ToolSpec
+import uniffi.pocket.chatEventsFlow
 import uniffi.pocket.loadAsset
 import uniffi.pocket.loadUri
+import uniffi.pocket.respond
 
-/** One message; [id] finds a reply again after other turns came and went. */
-data class Turn(val id: Long, val role: String, val text: String)
+/**
+ * One message; [id] finds a reply again after other turns came and went. An
+ * assistant turn keeps its [toolCalls] (shown, and sent back with the
+ * results); a tool result (role "tool") names the call it answers in [toolCallId].
+ */
+data class Turn(
+    val id: Long,
+    val role: String,
+    val text: String,
+    val toolCalls: List<ToolCall> = emptyList(),
+    val toolCallId: String? = null,
+) {
+    fun message() = ChatMessage(role = role, content = text, toolCalls = toolCalls, toolCallId = toolCallId)
+}
+
+/**
+ * The one tool the app implements: the device's clock. The model sees the
+ * name, the description and the JSON Schema of the arguments; a call it makes
+ * is run by [runTool] and the result goes back as a "tool" message.
+ */
+private val clockTool = ToolSpec(
+    name = "get_time",
+    description = "The current date and time on this device",
+    parametersJson = """{"type":"object","properties":{"zone":{"type":"string","enum":["local","UTC"],""" +
+        """"description":"local: the device's time zone"}},"required":["zone"],"additionalProperties":false}""",
+)
+
+/** Runs a call of [clockTool]: the result as JSON. */
+private fun runTool(call: ToolCall): String {
+    if (call.name != clockTool.name) return """{"error":"unknown tool"}"""
+    val zone = runCatching { JSONObject(call.argumentsJson).getString("zone") }.getOrDefault("local")
+    val timeZone = if (zone == "UTC") TimeZone.getTimeZone("UTC") else TimeZone.getDefault()
+    val format = SimpleDateFormat("yyyy-MM-dd'T'HH:mm:ssZ", Locale.US).apply { this.timeZone = timeZone }
+    return JSONObject().put("time", format.format(Date())).put("zone", timeZone.id).toString()
+}
+
+/**
+ * A structured answer: the conversation summarised into a typed value. The
+ * answer is constrained to [SUMMARY_SCHEMA] token by token
+ * (`session.respond`), and decoded with Android's org.json (the AAR has no
+ * JSON library of its own).
+ */
+data class Summary(val topic: String, val mood: String, val followUps: List<String>)
+
+private const val SUMMARY_SCHEMA = """{"type":"object","properties":{
+    "topic":{"type":"string","maxLength":80},
+    "mood":{"type":"string","enum":["positive","neutral","negative"]},
+    "followUps":{"type":"array","items":{"type":"string","maxLength":80},"maxItems":3}},
+  "required":["topic","mood","followUps"],"additionalProperties":false}"""
 
 data class ChatState(
     val assetModels: List<String> = emptyList(),
@@ -160,7 +215,20 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
             .put("model", asset)
             .put(
                 "turns",
-                JSONArray(_state.value.turns.map { JSONObject().put("role", it.role).put("text", it.text) }),
+                JSONArray(
+                    _state.value.turns.map { turn ->
+                        JSONObject().put("role", turn.role).put("text", turn.text)
+                            .put("toolCallId", turn.toolCallId)
+                            .put(
+                                "toolCalls",
+                                JSONArray(
+                                    turn.toolCalls.map {
+                                        JSONObject().put("id", it.id).put("name", it.name).put("arguments", it.argumentsJson)
+                                    },
+                                ),
+                            )
+                    },
+                ),
             )
             .toString()
         viewModelScope.launch(Dispatchers.IO + NonCancellable) {
@@ -192,7 +260,18 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         val array = saved.optJSONArray("turns") ?: JSONArray()
         val turns = (0 until array.length()).map {
             val t = array.getJSONObject(it)
-            Turn(nextTurnId++, t.getString("role"), t.getString("text"))
+            // Transcripts saved before tools have neither field.
+            val calls = t.optJSONArray("toolCalls") ?: JSONArray()
+            Turn(
+                nextTurnId++,
+                t.getString("role"),
+                t.getString("text"),
+                toolCalls = (0 until calls.length()).map { i ->
+                    val c = calls.getJSONObject(i)
+                    ToolCall(id = c.getString("id"), name = c.getString("name"), argumentsJson = c.getString("arguments"))
+                },
+                toolCallId = if (t.has("toolCallId")) t.getString("toolCallId") else null,
+            )
         }
         _state.update { it.copy(loading = true, status = "Restoring the last chat…") }
         viewModelScope.launch {
@@ -219,31 +298,88 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     fun send(text: String) {
         val session = session ?: return
         if (_state.value.generating || _state.value.loading || text.isBlank()) return
-        val history = _state.value.turns + Turn(nextTurnId++, "user", text.trim())
-        val reply = Turn(nextTurnId++, "assistant", "")
-        _state.update { it.copy(turns = history + reply, generating = true, error = null) }
+        _state.update { it.copy(turns = it.turns + Turn(nextTurnId++, "user", text.trim()), generating = true, error = null) }
         generation = viewModelScope.launch {
             try {
-                session.chatFlow(
-                    history.map { ChatMessage(role = it.role, content = it.text) },
-                    GenerateOptions(maxTokens = 512u, temperature = 0.7f),
-                ) { stats ->
-                    _state.update {
-                        it.copy(
-                            status = "%.1f tok/s · %d tokens · first token %.0f ms · %s".format(
-                                stats.decodeTokensPerSecond,
-                                stats.generatedTokens.toInt(),
-                                stats.timeToFirstTokenMs,
-                                stats.stopReason.name.lowercase(),
-                            ),
-                        )
-                    }
-                }.collect { piece ->
-                    // By id: "New chat" or a load may have removed the reply meanwhile.
-                    _state.update { st ->
-                        st.copy(turns = st.turns.map { if (it.id == reply.id) it.copy(text = it.text + piece) else it })
-                    }
+                // The model may call the clock: run the calls, send the results back (each
+                // with its call's id) and let it answer again (at most 3 rounds).
+                for (round in 0 until 3) {
+                    val calls = answer(session)
+                    if (calls.isEmpty()) break
+                    val results = calls.map { Turn(nextTurnId++, "tool", runTool(it), toolCallId = it.id) }
+                    _state.update { it.copy(turns = it.turns + results) }
                 }
+            } catch (e: CancellationException) {
+                throw e
+            } catch (e: Throwable) {
+                _state.update { it.copy(error = describe(e)) }
+            } finally {
+                _state.update { it.copy(generating = false) }
+            }
+        }
+    }
+
+    /**
+     * Streams one assistant turn into the state (`chatEventsFlow`: text, and the
+     * clock's calls, which are kept in the turn) and returns its calls.
+     */
+    private suspend fun answer(session: PocketSession): List<ToolCall> {
+        val history = _state.value.turns
+        val reply = Turn(nextTurnId++, "assistant", "")
+        _state.update { it.copy(turns = it.turns + reply) }
+        val calls = mutableListOf<ToolCall>()
+        val options = GenerateOptions(maxTokens = 512u, temperature = 0.7f, tools = listOf(clockTool))
+        session.chatEventsFlow(history.map { it.message() }, options) { stats ->
+            _state.update {
+                it.copy(
+                    status = "%.1f tok/s · %d tokens · first token %.0f ms · %s".format(
+                        stats.decodeTokensPerSecond,
+                        stats.generatedTokens.toInt(),
+                        stats.timeToFirstTokenMs,
+                        stats.stopReason.name.lowercase(),
+                    ),
+                )
+            }
+        }.collect { event ->
+            when (event) {
+                is GenerationEvent.Text -> updateTurn(reply.id) { it.copy(text = it.text + event.piece) }
+                is GenerationEvent.ToolCall -> {
+                    calls += event.call
+                    updateTurn(reply.id) { it.copy(toolCalls = it.toolCalls + event.call) }
+                }
+                is GenerationEvent.Reasoning -> {} // thinking is not shown
+            }
+        }
+        // "New chat" or a load removed the reply meanwhile: its calls belong to no conversation.
+        return if (_state.value.turns.any { it.id == reply.id }) calls else emptyList()
+    }
+
+    /** By id: "New chat" or a load may have removed the turn meanwhile. */
+    private fun updateTurn(id: Long, change: (Turn) -> Turn) {
+        _state.update { st -> st.copy(turns = st.turns.map { if (it.id == id) change(it) else it }) }
+    }
+
+    /**
+     * The structured answer: the conversation summarised as a [Summary] (topic,
+     * mood, follow-up questions), shown as a turn.
+     */
+    fun summarize() {
+        val session = session ?: return
+        if (_state.value.generating || _state.value.loading || _state.value.turns.isEmpty()) return
+        val request = Turn(nextTurnId++, "user", "Summarize our conversation: its topic, its mood, and up to three follow-up questions.")
+        val history = _state.value.turns + request
+        _state.update { it.copy(turns = history, generating = true, error = null) }
+        generation = viewModelScope.launch {
+            try {
+                val options = GenerateOptions(maxTokens = 256u, temperature = 0.2f)
+                val summary = session.respond(history.map { it.message() }, SUMMARY_SCHEMA, options) { json ->
+                    val o = JSONObject(json)
+                    val followUps = o.getJSONArray("followUps")
+                    Summary(o.getString("topic"), o.getString("mood"), (0 until followUps.length()).map { followUps.getString(it) })
+                }
+                val text = (listOf("Topic: ${summary.topic}", "Mood: ${summary.mood}") + summary.followUps.map { "• $it" })
+                    .joinToString("\n")
+                _state.update { it.copy(turns = it.turns + Turn(nextTurnId++, "assistant", text)) }
             } catch (e: CancellationException) {
                 throw e
             } catch (e: Throwable) {
