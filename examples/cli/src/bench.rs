@@ -53,6 +53,10 @@ pub struct Args {
     /// experts meets with real text rather than a replay
     #[arg(long)]
     varied: bool,
+    /// Measure what a JSON Schema costs instead (FILE or the schema): the same sampled
+    /// request with and without it, decode t/s over the same tokens, and the compile time
+    #[arg(long, value_name = "FILE|JSON")]
+    json_schema: Option<String>,
 }
 
 /// One draw's figures.
@@ -106,6 +110,9 @@ pub fn run(args: Args) -> Result<(), String> {
 
     let t_load = Instant::now();
     let model = args.budget.load(path)?;
+    if let Some(schema) = &args.json_schema {
+        return crate::bench_structured::run(model, schema, n_gen.max(2), draws, threads, args.json);
+    }
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let gpu_at_load = model.backend_counters();
     let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);

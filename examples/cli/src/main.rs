@@ -6,6 +6,7 @@
 
 mod bench;
 mod bench_kernels;
+mod bench_structured;
 mod fingerprint;
 mod gpu_info;
 mod imatrix;
