@@ -45,6 +45,8 @@ fi
 step "demo model"
 export POCKET_GEMMA=$(scripts/fetch-demo-model.sh)
 export POCKET_REQUIRE_GEMMA=1
+step "chat model (the demo's SmolLM2-135M-Instruct)"
+export POCKET_SMOLLM2=$(scripts/fetch-chat-model.sh)
 step "llama.cpp source tree (its vocabulary corpora)"
 cargo xtask llama-source
 export POCKET_REQUIRE_LLAMA_SRC=1
@@ -72,6 +74,14 @@ POCKET_GPU_KERNELS=portable cargo test -p pocket-core --features gpu --test gpu_
 step "pocket-core without the gpu feature (the stand-in)"
 cargo test -p pocket-core --lib gpu::
 cargo test -p pocket-core --test gpu_backend
+
+# Constrained output through the CLI on the real models (the base Gemma 3
+# 270M and the instruct SmolLM2), sampled, every answer validated by
+# Python's jsonschema and re; bad constraints refused by name.
+step "structured output through the CLI on real models (scripts/structured-check.py)"
+python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema || python3 -m pip install -q --break-system-packages jsonschema
+cargo build -p pocket-cli
+python3 scripts/structured-check.py target/debug/pocket "$POCKET_SMOLLM2" "$POCKET_GEMMA"
 
 if [ -x scripts/test-aarch64.sh ]; then
     step "aarch64 tests under qemu"

@@ -375,48 +375,47 @@ impl Session {
         }
         let model = self.model.clone();
         let tok = model.tokenizer();
-        // The structure of the answer: compiled before any evaluation, so a
-        // bad constraint costs nothing.
+        // The structure of the answer is compiled on a worker thread while
+        // the prompt is evaluated (the vocabulary's engine, built on a
+        // model's first constrained request, takes a second on a 262k vocabulary).
         let constraint = opts.constraint()?;
         let tools = plan.tools.filter(|(_, _, choice)| *choice != ToolChoice::Off);
-        let grammars = if constraint.is_some() || tools.is_some() { Some(model.grammars()?) } else { None };
-        let answer = match (&constraint, &grammars) {
-            (Some(c), Some(g)) => Some(c.compile(g)?),
-            _ => None,
+        let structured = constraint.is_some() || tools.is_some();
+        let (think, prompt_text) = (plan.think, plan.prompt);
+        let build_turn = || -> Result<Turn> {
+            let grammars = if structured { Some(model.grammars()?) } else { None };
+            let answer = match (&constraint, &grammars) {
+                (Some(c), Some(g)) => Some(c.compile(g)?),
+                _ => None,
+            };
+            Turn::new(tok, grammars, think, opts.reasoning, &prompt_text, answer, tools, opts.show_special)
         };
-        let mut turn =
-            Turn::new(tok, grammars, plan.think, opts.reasoning, &plan.prompt, answer, tools, opts.show_special)?;
         let mut sampler =
             Sampler::new(SamplerConfig { seed: opts.seed.unwrap_or(self.opts.seed), ..opts.sampler.clone() });
-
-        // ---- prefill: only what the cache does not already hold ----
-        let reuse = self.rewind_to_prefix(&prompt)?;
-        let mut stats = GenerationStats::empty(prompt.len());
-        let io_start = self.state.expert_io();
         for &t in &prompt {
             sampler.accept(t);
         }
-        let prefill_start = Instant::now();
-        let todo = &prompt[reuse..];
-        if todo.is_empty() {
-            // Everything is cached but the logits of the last token: evaluate it again.
-            self.rewind_one(&prompt)?;
-        }
-        let todo: Vec<u32> = prompt[self.cached.len()..].to_vec();
-        for (i, chunk) in todo.chunks(PREFILL_BATCH).enumerate() {
-            if ticket.cancelled() {
-                stats.stop_reason = StopReason::Cancelled;
-                stats.set_expert_io(self.state.expert_io() - io_start);
-                return Ok(stats);
-            }
-            let last = (i + 1) * PREFILL_BATCH >= todo.len();
-            self.eval(chunk, if last { Logits::Last } else { Logits::None })?;
-            stats.prompt_tokens_evaluated += chunk.len();
-        }
-        self.save_checkpoint()?;
-        let prefill_secs = prefill_start.elapsed().as_secs_f64();
-        if stats.prompt_tokens_evaluated > 0 && prefill_secs > 0.0 {
-            stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated as f64 / prefill_secs;
+        let mut stats = GenerationStats::empty(prompt.len());
+        let io_start = self.state.expert_io();
+        let (turn, prefilled) = if structured {
+            std::thread::scope(|s| {
+                let worker = s.spawn(build_turn);
+                let prefilled = self.prefill(ticket, &prompt, &mut stats);
+                let turn = worker
+                    .join()
+                    .unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: the compiler failed".into())));
+                (turn, prefilled)
+            })
+        } else {
+            let prefilled = self.prefill(ticket, &prompt, &mut stats);
+            (build_turn(), prefilled)
+        };
+        let cancelled = prefilled?;
+        let mut turn = turn?;
+        if cancelled {
+            stats.stop_reason = StopReason::Cancelled;
+            stats.set_expert_io(self.state.expert_io() - io_start);
+            return Ok(stats);
         }
 
         // ---- decode ----
@@ -531,6 +530,32 @@ impl Session {
         }
         stats.set_expert_io(self.state.expert_io() - io_start);
         Ok(stats)
+    }
+
+    /// Evaluate what the cache does not already hold of `prompt`, to its
+    /// last token's logits; true when cancelled on the way.
+    fn prefill(&mut self, ticket: &Ticket, prompt: &[u32], stats: &mut GenerationStats) -> Result<bool> {
+        let reuse = self.rewind_to_prefix(prompt)?;
+        let prefill_start = Instant::now();
+        if reuse == prompt.len() {
+            // Everything is cached but the logits of the last token: evaluate it again.
+            self.rewind_one(prompt)?;
+        }
+        let todo: Vec<u32> = prompt[self.cached.len()..].to_vec();
+        for (i, chunk) in todo.chunks(PREFILL_BATCH).enumerate() {
+            if ticket.cancelled() {
+                return Ok(true);
+            }
+            let last = (i + 1) * PREFILL_BATCH >= todo.len();
+            self.eval(chunk, if last { Logits::Last } else { Logits::None })?;
+            stats.prompt_tokens_evaluated += chunk.len();
+        }
+        self.save_checkpoint()?;
+        let prefill_secs = prefill_start.elapsed().as_secs_f64();
+        if stats.prompt_tokens_evaluated > 0 && prefill_secs > 0.0 {
+            stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated as f64 / prefill_secs;
+        }
+        Ok(false)
     }
 
     /// Evaluate tokens after the cache, sliding the window if it is full.
