@@ -159,7 +159,8 @@ fn rendering_is_bounded() {
 #[test]
 fn tool_renderings_are_identical() {
     use pocket_core::structured::{ToolCall, ToolFormat, ToolSpec};
-    let text = std::fs::read_to_string(common::fixtures().join("templates/expected_tools.json")).expect("expected_tools.json");
+    let text =
+        std::fs::read_to_string(common::fixtures().join("templates/expected_tools.json")).expect("expected_tools.json");
     let cases: Value = serde_json::from_str(&text).expect("json");
     let mut failures = Vec::new();
     let mut checked = 0;
@@ -176,7 +177,11 @@ fn tool_renderings_are_identical() {
             .iter()
             .map(|t| {
                 let f = &t["function"];
-                ToolSpec::new(f["name"].as_str().unwrap(), f["description"].as_str().unwrap_or(""), f["parameters"].to_string())
+                ToolSpec::new(
+                    f["name"].as_str().unwrap(),
+                    f["description"].as_str().unwrap_or(""),
+                    f["parameters"].to_string(),
+                )
             })
             .collect();
         let messages: Vec<ChatMessage> = case["messages"]

@@ -49,11 +49,12 @@ fn satisfies(g: &Grammars, _tok: &Tokenizer, c: &Constraint, text: &str) -> bool
 fn the_schema_suite_is_enforced_or_refused() {
     let text = std::fs::read_to_string(common::fixtures().join("structured/schema_suite.json")).unwrap();
     let suite: Value = serde_json::from_str(&text).unwrap();
-    let tok = Arc::new(Tokenizer::from_gguf(&pocket_core::gguf::GgufFile::open(
-        common::fixtures().join("models/qwen3moe-tiny-Q4_0.gguf"),
-    )
-    .unwrap())
-    .unwrap());
+    let tok = Arc::new(
+        Tokenizer::from_gguf(
+            &pocket_core::gguf::GgufFile::open(common::fixtures().join("models/qwen3moe-tiny-Q4_0.gguf")).unwrap(),
+        )
+        .unwrap(),
+    );
     let g = Grammars::new(tok.clone()).unwrap();
     let (mut compiled, mut refused, mut valid_refused) = (0, 0, 0);
     let mut leaks = Vec::new();
@@ -99,7 +100,8 @@ fn schemas() -> Vec<Value> {
 
 #[test]
 fn constrained_answers_always_satisfy_their_constraint() {
-    for (name, template) in [("gemma3-tiny-Q8_0.gguf", None), ("qwen35moe-tiny-Q4_K_M.gguf", Some("Qwen3.5-4B.jinja"))] {
+    for (name, template) in [("gemma3-tiny-Q8_0.gguf", None), ("qwen35moe-tiny-Q4_K_M.gguf", Some("Qwen3.5-4B.jinja"))]
+    {
         let m = model(name, template);
         let g = m.grammars().unwrap();
         let mut s = session(&m);
@@ -108,7 +110,9 @@ fn constrained_answers_always_satisfy_their_constraint() {
             schemas().iter().map(|s| Constraint::JsonSchema(s.to_string())).collect();
         constraints.push(Constraint::Regex("(yes|no), [0-9]{1,3} items".into()));
         constraints.push(Constraint::Choices(vec!["positive".into(), "negative".into(), "neutral".into()]));
-        constraints.push(Constraint::Grammar("start: greeting \" \" name \"!\"\ngreeting: \"hello\" | \"hi\"\nname: /[a-z]{2,6}/\n".into()));
+        constraints.push(Constraint::Grammar(
+            "start: greeting \" \" name \"!\"\ngreeting: \"hello\" | \"hi\"\nname: /[a-z]{2,6}/\n".into(),
+        ));
         for c in &constraints {
             for seed in 1..=3 {
                 let mut o = GenerateOptions { reasoning: Reasoning::Off, ..sampled(seed, 200) };
@@ -151,12 +155,17 @@ fn bad_constraints_are_refused_by_name() {
     assert!(refused(&mut s, two).contains("one constraint"));
     let bad_json = GenerateOptions { json_schema: Some("{\"type\":".into()), ..base.clone() };
     assert!(refused(&mut s, bad_json).starts_with("json_schema:"));
-    for kw in [json!({"not": {"type": "string"}}), json!({"type": "array", "uniqueItems": true}), json!({"if": {}, "then": {}})] {
+    for kw in [
+        json!({"not": {"type": "string"}}),
+        json!({"type": "array", "uniqueItems": true}),
+        json!({"if": {}, "then": {}}),
+    ] {
         let o = GenerateOptions { json_schema: Some(kw.to_string()), ..base.clone() };
         let msg = refused(&mut s, o);
         assert!(msg.starts_with("json_schema:") && msg.contains("not enforced"), "{msg}");
     }
-    let unknown_format = GenerateOptions { json_schema: Some(r#"{"type":"string","format":"no-such"}"#.into()), ..base.clone() };
+    let unknown_format =
+        GenerateOptions { json_schema: Some(r#"{"type":"string","format":"no-such"}"#.into()), ..base.clone() };
     assert!(refused(&mut s, unknown_format).starts_with("json_schema:"));
     let bad_regex = GenerateOptions { regex: Some("(a".into()), ..base.clone() };
     assert!(refused(&mut s, bad_regex).starts_with("regex:"));
@@ -220,8 +229,10 @@ fn tool_calls_in_every_family_with_a_result_and_a_second_turn() {
                 .unwrap_or_else(|e| panic!("{template}: {e}"));
             assert_eq!(st.stop_reason, StopReason::ToolCalls, "{template} {choice:?}: {:?}", st.text);
             assert!(!st.tool_calls.is_empty());
-            let streamed: Vec<_> =
-                events.iter().filter_map(|e| if let GenerationEvent::ToolCall(c) = e { Some(c.clone()) } else { None }).collect();
+            let streamed: Vec<_> = events
+                .iter()
+                .filter_map(|e| if let GenerationEvent::ToolCall(c) = e { Some(c.clone()) } else { None })
+                .collect();
             assert_eq!(streamed, st.tool_calls);
             for c in &st.tool_calls {
                 if let ToolChoice::Named(n) = &choice {
@@ -232,8 +243,14 @@ fn tool_calls_in_every_family_with_a_result_and_a_second_turn() {
             if choice == ToolChoice::Required {
                 // The result goes back; the second turn reuses the first.
                 let call = st.tool_calls[0].clone();
-                msgs.push(ChatMessage { tool_calls: st.tool_calls.clone(), ..ChatMessage::new("assistant", st.text.clone()) });
-                msgs.push(ChatMessage { tool_call_id: Some(call.id.clone()), ..ChatMessage::new("tool", "{\"ok\": true}") });
+                msgs.push(ChatMessage {
+                    tool_calls: st.tool_calls.clone(),
+                    ..ChatMessage::new("assistant", st.text.clone())
+                });
+                msgs.push(ChatMessage {
+                    tool_call_id: Some(call.id.clone()),
+                    ..ChatMessage::new("tool", "{\"ok\": true}")
+                });
                 let o2 = GenerateOptions { tools: alarm_tools(), reasoning: Reasoning::Off, ..sampled(seed, 8) };
                 let second = s.chat(&msgs, &o2, &mut |_| true).unwrap();
                 assert!(
@@ -252,8 +269,10 @@ fn gemma4_calls_follow_its_grammar_on_its_vocabulary() {
     // Gemma 4's network arrives with its own issue; its vocabulary and call
     // syntax are here: random walks under the call grammar always parse.
     let tok = Arc::new(
-        Tokenizer::from_gguf(&pocket_core::gguf::GgufFile::open(common::fixtures().join("models/gemma4-e-tiny-Q8_0.gguf")).unwrap())
-            .unwrap(),
+        Tokenizer::from_gguf(
+            &pocket_core::gguf::GgufFile::open(common::fixtures().join("models/gemma4-e-tiny-Q8_0.gguf")).unwrap(),
+        )
+        .unwrap(),
     );
     let g = Grammars::new(tok.clone()).unwrap();
     let tools = alarm_tools();
@@ -319,7 +338,11 @@ fn thinking_is_apart_off_or_budgeted_and_a_schema_follows_it() {
     // A schema applies to the answer after the thought, never to the thought.
     let schema = schemas()[0].to_string();
     for seed in 1..=3 {
-        let o = GenerateOptions { reasoning: Reasoning::Budget(8), json_schema: Some(schema.clone()), ..sampled(seed, 120) };
+        let o = GenerateOptions {
+            reasoning: Reasoning::Budget(8),
+            json_schema: Some(schema.clone()),
+            ..sampled(seed, 120)
+        };
         let st: GenerationStats = s.chat(&msgs, &o, &mut |_| true).unwrap();
         assert!(!st.reasoning.is_empty());
         if st.stop_reason == StopReason::EndOfText {

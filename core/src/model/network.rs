@@ -19,8 +19,8 @@ use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Summary};
 use crate::gpu::{AdapterInfo, Gpu, GpuOptions};
-use crate::threads::ThreadPool;
 use crate::structured::Grammars;
+use crate::threads::ThreadPool;
 use crate::tokenizer::Tokenizer;
 
 /// An architecture: its trunk (embedding and head), its per-layer state,
@@ -289,7 +289,18 @@ impl Model {
         };
         let faults = FaultWatch::default();
         faults.left.store(FaultWatch::PASSES, std::sync::atomic::Ordering::Relaxed); // a fresh mapping is cold
-        Ok(Model { file: Arc::new(file), net, summary, identity, tokenizer, grammars: OnceLock::new(), template, budget, faults, device })
+        Ok(Model {
+            file: Arc::new(file),
+            net,
+            summary,
+            identity,
+            tokenizer,
+            grammars: OnceLock::new(),
+            template,
+            budget,
+            faults,
+            device,
+        })
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).

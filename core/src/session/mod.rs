@@ -28,7 +28,9 @@ use crate::chat::ChatMessage;
 use crate::error::{Error, Result};
 use crate::model::{Checkpoint, Logits, Model, State};
 use crate::sampler::{Sampler, SamplerConfig};
-use crate::structured::{Closed, GenerationEvent, Mask, Reasoning, ThinkFormat, ToolCall, ToolChoice, ToolFormat, Turn};
+use crate::structured::{
+    Closed, GenerationEvent, Mask, Reasoning, ThinkFormat, ToolCall, ToolChoice, ToolFormat, Turn,
+};
 use crate::threads::ThreadPool;
 
 pub use crate::sampler::DEFAULT_SEED;
@@ -38,8 +40,8 @@ pub use options::{
     ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
     DEFAULT_SLIDE_SINK,
 };
-use output::{check_reasoning, sample_under, text_only, Output};
 pub use output::Plan;
+use output::{check_reasoning, sample_under, text_only, Output};
 pub use shared::SharedSession;
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
@@ -422,7 +424,7 @@ impl Session {
         let mut out = Output::new(tok, opts, turn.think_header());
         let mut decode_start = Instant::now();
         let mut pending: Vec<u32> = Vec::new();
-        let mut mask = turn.mask(tok)?;
+        let mut mask = turn.mask()?;
         let mut masked: Vec<f32> = Vec::new();
         let call_base = prompt.len();
         loop {
@@ -431,13 +433,15 @@ impl Session {
                 let (evaluated, next_mask) = if turn.is_structured() {
                     let (turn_ref, pending_ref) = (&mut turn, &pending);
                     std::thread::scope(|s| {
-                        let worker = s.spawn(move || turn_ref.mask(tok));
+                        let worker = s.spawn(move || turn_ref.mask());
                         let evaluated = self.eval(pending_ref, Logits::Last);
-                        let m = worker.join().unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: mask worker failed".into())));
+                        let m = worker
+                            .join()
+                            .unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: mask worker failed".into())));
                         (evaluated, m)
                     })
                 } else {
-                    (self.eval(&pending, Logits::Last), turn.mask(tok))
+                    (self.eval(&pending, Logits::Last), turn.mask())
                 };
                 evaluated?;
                 mask = next_mask?;
@@ -480,7 +484,7 @@ impl Session {
             }
             let mut next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
             if turn.opens_json_call(next, tok)? {
-                mask = turn.mask(tok)?;
+                mask = turn.mask()?;
                 next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
             }
             if stats.generated_tokens == 0 {

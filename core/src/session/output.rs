@@ -108,8 +108,7 @@ impl<'t> Output<'t> {
         }
         if !on_event(event) {
             // A listener that stops because the caller cancelled reports the cancel.
-            self.stopped =
-                Some(if ticket.cancelled() { StopReason::Cancelled } else { StopReason::ListenerStopped });
+            self.stopped = Some(if ticket.cancelled() { StopReason::Cancelled } else { StopReason::ListenerStopped });
             return false;
         }
         true

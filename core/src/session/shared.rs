@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
 use super::{CancelHandle, GenerateOptions, GenerationStats, Session, SessionOptions, Ticket};
-use crate::structured::GenerationEvent;
 use crate::chat::ChatMessage;
 use crate::error::{Error, Result};
 use crate::model::Model;
+use crate::structured::GenerationEvent;
 
 /// A [`Session`] behind a lock. A second request while one runs waits for it
 /// (the first finishes or is cancelled), never races it; `cancel()` stops the

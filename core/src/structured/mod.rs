@@ -34,7 +34,11 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters_json: impl Into<String>) -> ToolSpec {
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters_json: impl Into<String>,
+    ) -> ToolSpec {
         ToolSpec { name: name.into(), description: description.into(), parameters_json: parameters_json.into() }
     }
 }
@@ -146,8 +150,7 @@ impl Constraint {
         let bad = |m: String| Error::InvalidArgument(format!("{}: {m}", self.field()));
         match self {
             Constraint::JsonSchema(text) => {
-                let value: serde_json::Value =
-                    serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
+                let value: serde_json::Value = serde_json::from_str(text).map_err(|e| bad(format!("not JSON: {e}")))?;
                 let value = schema::prepare(value).map_err(bad)?;
                 Ok(TopLevelGrammar::from_json_schema(value))
             }

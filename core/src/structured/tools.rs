@@ -117,7 +117,11 @@ impl ToolFormat {
                     let body = qwen_xml_params(&mut g, &rule, &params, t)?;
                     g.rule(
                         &rule,
-                        &format!("{} nl {body} {}", lark_string(&format!("<function={}>", t.name)), lark_string("</function>")),
+                        &format!(
+                            "{} nl {body} {}",
+                            lark_string(&format!("<function={}>", t.name)),
+                            lark_string("</function>")
+                        ),
                     );
                 }
                 ToolFormat::Gemma4 => {
@@ -297,17 +301,24 @@ impl Lark {
 fn properties<'a>(params: &'a Value, t: &ToolSpec) -> Result<Vec<(&'a String, &'a Value, bool)>> {
     static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
     let props = params.get("properties").and_then(Value::as_object).unwrap_or_else(|| EMPTY.get_or_init(Map::new));
-    let required: Vec<&str> =
-        params.get("required").and_then(Value::as_array).map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
+    let required: Vec<&str> = params
+        .get("required")
+        .and_then(Value::as_array)
+        .map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
     for r in &required {
         if !props.contains_key(*r) {
             return Err(tool_error(t, format!("required property '{r}' is not among the properties")));
         }
     }
     for k in params.as_object().into_iter().flat_map(|m| m.keys()) {
-        if matches!(k.as_str(), "patternProperties" | "minProperties" | "maxProperties" | "anyOf" | "oneOf" | "allOf" | "$ref")
-        {
-            return Err(tool_error(t, format!("'{k}' at the top of the arguments is not supported in this model's call format")));
+        if matches!(
+            k.as_str(),
+            "patternProperties" | "minProperties" | "maxProperties" | "anyOf" | "oneOf" | "allOf" | "$ref"
+        ) {
+            return Err(tool_error(
+                t,
+                format!("'{k}' at the top of the arguments is not supported in this model's call format"),
+            ));
         }
     }
     Ok(props.iter().map(|(k, v)| (k, v, required.contains(&k.as_str()))).collect())
@@ -367,7 +378,10 @@ fn gemma_value(g: &mut Lark, rule: &str, s: &Value, t: &ToolSpec, quote: &str, d
         let mut props = properties(s, t)?;
         props.sort_by(|a, b| a.0.cmp(b.0));
         if s.get("additionalProperties").is_some_and(|a| a != &json!(false)) && !props.is_empty() {
-            return Err(tool_error(t, "'additionalProperties' beside properties is not supported in Gemma 4's call format".into()));
+            return Err(tool_error(
+                t,
+                "'additionalProperties' beside properties is not supported in Gemma 4's call format".into(),
+            ));
         }
         // first_i: items i.. with no comma before; next_i: with one.
         let n = props.len();
@@ -404,7 +418,10 @@ fn gemma_value(g: &mut Lark, rule: &str, s: &Value, t: &ToolSpec, quote: &str, d
     }
     if ty == Some("string") {
         if !is_plain_string(s) {
-            return Err(tool_error(t, "string constraints (pattern, lengths, format) are not supported in Gemma 4's call format".into()));
+            return Err(tool_error(
+                t,
+                "string constraints (pattern, lengths, format) are not supported in Gemma 4's call format".into(),
+            ));
         }
         let r = format!("{rule}_s");
         // Text between the quote markers: anything where the marker is one
@@ -460,7 +477,9 @@ pub fn parse_tool_calls(format: ToolFormat, text: &str, tools: &[ToolSpec]) -> (
 
 fn parse_body(format: ToolFormat, body: &str, tools: &[ToolSpec]) -> Option<ParsedCall> {
     match format {
-        ToolFormat::Qwen35Xml => parse_qwen_xml(body, tools).or_else(|| parse_json_call(ToolFormat::Hermes, body.trim())),
+        ToolFormat::Qwen35Xml => {
+            parse_qwen_xml(body, tools).or_else(|| parse_json_call(ToolFormat::Hermes, body.trim()))
+        }
         ToolFormat::Hermes => parse_json_call(format, body.trim()),
         ToolFormat::Gemma4 => parse_gemma(body),
         ToolFormat::Llama3 | ToolFormat::GenericJson => parse_json_call(format, body.trim()),
@@ -539,7 +558,7 @@ fn parse_gemma(body: &str) -> Option<ParsedCall> {
     if name.is_empty() {
         return None;
     }
-    let mut p = GemmaParser { s: rest[brace..].as_bytes(), i: 0, depth: 0 };
+    let mut p = GemmaParser { s: &rest.as_bytes()[brace..], i: 0, depth: 0 };
     let arguments = p.value()?;
     p.skip_ws();
     if p.i != p.s.len() || !arguments.is_object() {
@@ -663,9 +682,13 @@ mod tests {
         let text = "Let me look.\n<tool_call>\n<function=get_stock_price>\n<parameter=ticker>\nNVDA\n</parameter>\n<parameter=count>\n3\n</parameter>\n</function>\n</tool_call>";
         let (kept, calls) = parse_tool_calls(ToolFormat::Qwen35Xml, text, &tools());
         assert_eq!(kept, "Let me look.\n");
-        assert_eq!(calls, vec![ParsedCall { name: "get_stock_price".into(), arguments: json!({"ticker": "NVDA", "count": 3}) }]);
+        assert_eq!(
+            calls,
+            vec![ParsedCall { name: "get_stock_price".into(), arguments: json!({"ticker": "NVDA", "count": 3}) }]
+        );
         // The JSON form inside the same markers.
-        let json_form = "<tool_call>\n{\"name\": \"get_stock_price\", \"arguments\": {\"ticker\": \"AMD\"}}\n</tool_call>";
+        let json_form =
+            "<tool_call>\n{\"name\": \"get_stock_price\", \"arguments\": {\"ticker\": \"AMD\"}}\n</tool_call>";
         let (_, calls) = parse_tool_calls(ToolFormat::Qwen35Xml, json_form, &tools());
         assert_eq!(calls[0].arguments, json!({"ticker": "AMD"}));
     }
@@ -683,7 +706,8 @@ mod tests {
 
     #[test]
     fn gemma_calls() {
-        let text = "<|tool_call>call:get_stock_price{count:2,ticker:<|\"|>NV,DA<|\"|>,x:{a:[1,<|\"|>b<|\"|>]}}<tool_call|>";
+        let text =
+            "<|tool_call>call:get_stock_price{count:2,ticker:<|\"|>NV,DA<|\"|>,x:{a:[1,<|\"|>b<|\"|>]}}<tool_call|>";
         let (kept, calls) = parse_tool_calls(ToolFormat::Gemma4, text, &[]);
         assert_eq!(kept, "");
         assert_eq!(calls[0].arguments, json!({"count": 2, "ticker": "NV,DA", "x": {"a": [1, "b"]}}));

@@ -214,17 +214,18 @@ impl Turn {
     }
 
     /// The mask of the next token.
-    pub(crate) fn mask(&mut self, tok: &Tokenizer) -> Result<Mask> {
+    pub(crate) fn mask(&mut self) -> Result<Mask> {
         if self.thinking {
             return Ok(Mask::Free);
         }
         if let Some(m) = self.call.as_mut() {
-            let mask = if m.is_stopped() { None } else { Some(m.compute_mask().map_err(|e| engine_error("tools", e))?) };
+            let mask =
+                if m.is_stopped() { None } else { Some(m.compute_mask().map_err(|e| engine_error("tools", e))?) };
             return match mask {
                 Some(mask) if !only_eog(&self.eog, &mask) => Ok(Mask::Allowed(mask)),
                 _ => {
                     self.close_call();
-                    self.mask(tok)
+                    self.mask()
                 }
             };
         }
@@ -240,7 +241,7 @@ impl Turn {
                         let m = self.call_matcher(&after_grammar(&p.grammar_with_open))?;
                         self.call = Some(m);
                         self.call_bytes.clear();
-                        return self.mask(tok);
+                        return self.mask();
                     }
                     None => {}
                 }
@@ -257,7 +258,7 @@ impl Turn {
                 self.call = Some(m);
                 self.call_bytes.clear();
                 self.answer_started = true;
-                return self.mask(tok);
+                return self.mask();
             }
         }
         if self.answer_done {

@@ -15,7 +15,14 @@ use pocket_core::structured::{Constraint, Grammars};
 use serde_json::json;
 
 /// The constrained benchmark's figures, printed as one JSON object or a few lines.
-pub fn run(model: Model, schema_arg: &str, n_gen: usize, draws: usize, threads: usize, json_out: bool) -> Result<(), String> {
+pub fn run(
+    model: Model,
+    schema_arg: &str,
+    n_gen: usize,
+    draws: usize,
+    threads: usize,
+    json_out: bool,
+) -> Result<(), String> {
     let schema = if schema_arg.trim_start().starts_with('{') {
         schema_arg.to_string()
     } else {
@@ -24,10 +31,9 @@ pub fn run(model: Model, schema_arg: &str, n_gen: usize, draws: usize, threads: 
     let model = Arc::new(model);
     // Compile cost: the vocabulary's engine (once per model), then the schema.
     let t = Instant::now();
-    let fresh = Grammars::new(Arc::new(
-        pocket_core::tokenizer::Tokenizer::from_gguf(model.file()).map_err(|e| e.to_string())?,
-    ))
-    .map_err(|e| e.to_string())?;
+    let fresh =
+        Grammars::new(Arc::new(pocket_core::tokenizer::Tokenizer::from_gguf(model.file()).map_err(|e| e.to_string())?))
+            .map_err(|e| e.to_string())?;
     let engine_ms = t.elapsed().as_secs_f64() * 1e3;
     let c = Constraint::JsonSchema(schema.clone());
     let t = Instant::now();
@@ -87,8 +93,15 @@ pub fn run(model: Model, schema_arg: &str, n_gen: usize, draws: usize, threads: 
         });
         println!("{v}");
     } else {
-        println!("vocabulary engine built in {engine_ms:.1} ms; schema ({} bytes) compiled in {compile_ms:.1} ms", schema.len());
-        println!("decode: {w:.1} t/s with the schema, {u:.1} t/s without ({:.1} %), over {} draws", 100.0 * w / u, with.len());
+        println!(
+            "vocabulary engine built in {engine_ms:.1} ms; schema ({} bytes) compiled in {compile_ms:.1} ms",
+            schema.len()
+        );
+        println!(
+            "decode: {w:.1} t/s with the schema, {u:.1} t/s without ({:.1} %), over {} draws",
+            100.0 * w / u,
+            with.len()
+        );
         println!("first token: {ttft_with:.1} ms with the schema, {ttft_without:.1} ms without");
     }
     Ok(())

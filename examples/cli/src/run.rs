@@ -370,7 +370,12 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
 }
 
 /// `pocket chat --messages`: answer once, streamed or as one JSON object.
-fn answer_once(session: &mut Session, history: &[ChatMessage], gen: &GenerateOptions, json_out: bool) -> Result<(), String> {
+fn answer_once(
+    session: &mut Session,
+    history: &[ChatMessage],
+    gen: &GenerateOptions,
+    json_out: bool,
+) -> Result<(), String> {
     let _guard = interrupt::install(session.cancel_handle());
     let mut stdout = io::stdout().lock();
     let mut shown = Shown::default();
@@ -405,7 +410,13 @@ impl Shown {
     fn show(&mut self, out: &mut impl Write, event: GenerationEvent) -> bool {
         let r = match event {
             GenerationEvent::Reasoning(piece) => {
-                let open = if self.in_thought { "" } else if self.dim { "\x1b[2m(thinking) " } else { "<think>" };
+                let open = if self.in_thought {
+                    ""
+                } else if self.dim {
+                    "\x1b[2m(thinking) "
+                } else {
+                    "<think>"
+                };
                 self.in_thought = true;
                 write!(out, "{open}{piece}")
             }
