@@ -177,3 +177,40 @@ fn bad_input_is_one_error_and_no_file() {
     assert_eq!(std::fs::read(&out).unwrap(), b"old");
     std::fs::remove_file(&out).unwrap();
 }
+
+/// `quantize_file_with`: the caller's types for the tensors the preset
+/// converts (the others as they were); a type that needs an importance
+/// matrix, or one Pocket does not make, is one error and no file.
+#[test]
+fn a_mix_of_one_s_own_is_written_and_checked() {
+    use pocket_core::gguf::GgufFile;
+    use pocket_core::quant::GgmlType;
+    use pocket_core::quantize::file::quantize_file_with;
+    let input = model("qwen3moe-tiny-F32");
+    let out = scratch("own-mix.gguf");
+    let o = opts(FileType::Q4_0, None);
+    let mut pick = |p: &pocket_core::quantize::file::Planned| {
+        if p.name.contains("ffn_down") {
+            GgmlType::Q5_1
+        } else {
+            p.to
+        }
+    };
+    quantize_file_with(&input, &out, &o, &mut pick, &mut |_, _, _| {}).unwrap();
+    let f = GgufFile::open(&out).unwrap();
+    let src = GgufFile::open(&input).unwrap();
+    for t in f.tensors() {
+        if t.name.contains("ffn_down") {
+            assert_eq!(t.ty, GgmlType::Q5_1, "{}", t.name);
+        } else if src.tensor(&t.name).unwrap().ty == GgmlType::F32 && t.n_dims == 1 {
+            assert_eq!(t.ty, GgmlType::F32, "{}", t.name);
+        }
+    }
+    drop(f);
+    std::fs::remove_file(&out).unwrap();
+    for bad in [GgmlType::IQ2XXS, GgmlType::Q8K] {
+        let r = quantize_file_with(&input, &out, &o, &mut |_| bad, &mut |_, _, _| {});
+        assert!(matches!(r, Err(pocket_core::Error::InvalidArgument(_))), "{bad}: {r:?}");
+        assert!(!out.exists(), "{bad}");
+    }
+}

@@ -46,7 +46,9 @@ impl GpuBatch {
     }
 
     /// `out` = each job's `[rows.len()][matrix.rows()]` outputs, one job
-    /// after the other; `inputs[i]` is `(x, cols)`, activations of `[n][cols]`.
+    /// after the other; `inputs[i]` is `(x, cols)`, activations of `[n][cols]`
+    /// as the products read them (`cols` is [`GpuMatrix::act_cols`] of the
+    /// matrices that read it: for Q4_1 and Q5_1, each block's sum follows it).
     /// Buffers are made when a batch is larger than any before; later batches
     /// make none. A job that does not fit its input or the device is
     /// [`Error::InvalidArgument`] (nothing runs).
@@ -69,7 +71,7 @@ impl GpuBatch {
             let Some(&(x, cols)) = inputs.get(job.input) else {
                 return bad(format!("input {} of {}", job.input, inputs.len()));
             };
-            if m.cols() != cols || !m.is_on(gpu) {
+            if m.act_cols() != cols || !m.is_on(gpu) {
                 return bad(format!(
                     "a {}x{} matrix (of this device: {}) times rows of {cols}",
                     m.rows(),

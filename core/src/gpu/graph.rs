@@ -178,7 +178,8 @@ pub enum Op {
     Route,
     SharedGate,
     Combine,
-    /// `a` = `b` quantised to int8 blocks and back (mode 0: Q8_0/Q8_1, 2: Q8_K).
+    /// `a` = `b` quantised to int8 blocks and back (mode 0: Q8_0, 1: Q8_1,
+    /// each block's `s` after its values, as `act_len` lays them out; 2: Q8_K).
     Quant,
 }
 
@@ -453,9 +454,9 @@ impl Graph {
         self.push(op.name(), self.ops.op(op.name()), &layout, entries, grid)
     }
 
-    /// `y[..rows] = W · x` (one token).
+    /// `y[..rows] = W · x` (one token; `x` laid out as [`super::act_len`] says).
     pub fn matvec(&mut self, m: &GpuMatrix, x: Tensor, y: Tensor) -> Result<()> {
-        if !m.is_on(&self.gpu) || x.len != m.cols() || y.len < m.rows() {
+        if !m.is_on(&self.gpu) || x.len != m.act_cols() || y.len < m.rows() {
             return Err(Error::InvalidArgument(format!(
                 "a {}x{} product from {} into {} values",
                 m.rows(),
@@ -502,8 +503,11 @@ impl Graph {
         x_stride: usize,
         y: Tensor,
     ) -> Result<()> {
+        // `x_stride` counts activations; `x` holds them as `act_len` lays them out.
         let x_need = if x_stride == 0 { m.cols() } else { k.saturating_sub(1) * x_stride + m.cols() };
-        let strided = x_stride == 0 || x_stride >= m.cols();
+        let x_need = super::act_len(m.ty(), x_need);
+        // Whole blocks apart (the kernel finds each expert's input in `x` by its block).
+        let strided = (x_stride == 0 || x_stride >= m.cols()) && x_stride.is_multiple_of(m.ty().block_size());
         let (gx, gy) = self.expert_grid(m, per, ids, k, x, x_need, y, strided)?;
         let pipeline = self.gpu.matvec_pipeline(m.ty(), MatvecEntry::Experts)?;
         let job = self.job("graph experts job", [x_stride as u32, 0, 0, k as u32, 0, per as u32, gx as u32, 0])?;
@@ -521,7 +525,7 @@ impl Graph {
     /// dispatch per binding (`main_glu`). `g` and `u` must be split alike
     /// ([`GpuMatrix::split_like`]).
     pub fn matvec_glu(&mut self, g: &GpuMatrix, u: &GpuMatrix, act: u32, x: Tensor, y: Tensor) -> Result<()> {
-        if !g.is_on(&self.gpu) || !g.split_like(u) || act > 1 || x.len != g.cols() || y.len < g.rows() {
+        if !g.is_on(&self.gpu) || !g.split_like(u) || act > 1 || x.len != g.act_cols() || y.len < g.rows() {
             return Err(Error::InvalidArgument(format!(
                 "a fused {}x{} gate and {}x{} up product from {} into {} values",
                 g.rows(),
@@ -558,7 +562,7 @@ impl Graph {
         x: Tensor,
         y: Tensor,
     ) -> Result<()> {
-        let (gx, gy) = self.expert_grid(g, per, ids, k, x, g.cols(), y, g.split_like(u) && act <= 1)?;
+        let (gx, gy) = self.expert_grid(g, per, ids, k, x, g.act_cols(), y, g.split_like(u) && act <= 1)?;
         let job = self.job("graph gate and up job", [0, 0, 0, k as u32, 0, per as u32, gx as u32, act])?;
         let pipeline = self.gpu.matvec_pipeline(g.ty(), MatvecEntry::ExpertsGlu)?;
         let layout = self.gpu.glu_layout().clone();

@@ -151,6 +151,11 @@ impl GpuMatrix {
         self.cols
     }
 
+    /// Values of x per token the kernels read ([`super::act_len`] of `cols`).
+    pub fn act_cols(&self) -> usize {
+        super::act_len(self.ty, self.cols)
+    }
+
     /// Each binding's weights and parameters, and its dispatch grid (rows
     /// along x, then y), for products that record their own dispatches.
     pub(super) fn chunks(&self) -> impl Iterator<Item = (&wgpu::Buffer, &wgpu::Buffer, (u32, u32))> {
@@ -192,23 +197,22 @@ impl GpuMatrix {
         Ok(out)
     }
 
-    /// `out[t] = W · x[t]` for `n` tokens (`x`: `[n][cols]`, `out`: `[n][rows]`).
+    /// `out[t] = W · x[t]` for `n` tokens (`x`: `[n][act_len(cols)]`, each
+    /// token's values as [`super::act_len`] lays them out: for Q4_1 and Q5_1
+    /// with each block's sum; `out`: `[n][rows]`).
     /// Buffers are made on the first call of a batch size larger than any
     /// before; later calls make none.
     pub fn matmul(&self, x: &[f32], n: usize, out: &mut Vec<f32>) -> Result<()> {
-        if n == 0 || x.len() != n * self.cols {
-            return Err(Error::InvalidArgument(format!(
-                "{} activations for {n} tokens of {} values",
-                x.len(),
-                self.cols
-            )));
+        let cols = self.act_cols();
+        if n == 0 || x.len() != n * cols {
+            return Err(Error::InvalidArgument(format!("{} activations for {n} tokens of {cols} values", x.len())));
         }
         let mut io = self.io.lock().map_err(|_| Error::Gpu("matrix buffers poisoned".into()))?;
         // Tokens per dispatch: x and y must each fit one binding, and the
         // token index is the grid's z.
         let limit = self.gpu.max_binding_bytes() as usize;
         let z_max = self.gpu.max_groups();
-        let batch = n.min(limit / (4 * self.cols)).min(limit / (4 * self.rows)).min(z_max);
+        let batch = n.min(limit / (4 * cols)).min(limit / (4 * self.rows)).min(z_max);
         if batch == 0 {
             return Err(Error::InvalidArgument(format!(
                 "a {}x{} product does not fit the GPU's {limit}-byte binding",
@@ -229,7 +233,7 @@ impl GpuMatrix {
             for t0 in (0..n).step_by(batch) {
                 let nt = batch.min(n - t0);
                 // Ordered: a write lands before the next submission's commands.
-                let input = f32_bytes(&x[t0 * self.cols..(t0 + nt) * self.cols]);
+                let input = f32_bytes(&x[t0 * cols..(t0 + nt) * cols]);
                 queue.write_buffer(&io.x, 0, input);
                 tally.activations(input.len() as u64);
                 let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("matmul") });
@@ -253,7 +257,7 @@ impl GpuMatrix {
         let device = self.gpu.device();
         let buffer = |label, size: usize, usage| self.gpu.buffer(label, size as u64, usage);
         use wgpu::BufferUsages as U;
-        let x = buffer("x", tokens * self.cols * 4, U::STORAGE | U::COPY_DST);
+        let x = buffer("x", tokens * self.act_cols() * 4, U::STORAGE | U::COPY_DST);
         let y = buffer("y", tokens * self.rows * 4, U::STORAGE | U::COPY_SRC);
         let readback = buffer("readback", readback_tokens * self.rows * 4, U::MAP_READ | U::COPY_DST);
         self.gpu.tally().created(3);

@@ -97,6 +97,35 @@ pub const FORMATS: [GgmlType; 13] = [
     GgmlType::BF16,
 ];
 
+/// Whether products with `ty` weights read each activation block's sum
+/// after its values (Q4_1 and Q5_1: the CPU multiplies each block's minimum
+/// by Q8_1's `s`, the block's sum rounded to f16, so the device must too).
+pub fn reads_block_sums(ty: GgmlType) -> bool {
+    crate::kernels::ActFormat::for_weights(ty).is_some_and(|f| f.has_block_sums())
+}
+
+/// The f32 values a product with `ty` weights reads for `n` activations (a
+/// whole number of blocks): `n`, or with [`reads_block_sums`] one more per
+/// block of 32 ([`crate::kernels::QActs::device_values`]' layout).
+pub fn act_len(ty: GgmlType, n: usize) -> usize {
+    if reads_block_sums(ty) {
+        n / 32 * 33
+    } else {
+        n
+    }
+}
+
+/// `x` (rows of whole blocks) laid out as products with `ty` weights read
+/// it: for Q4_1 and Q5_1, each block of 32 followed by its f32 sum (the
+/// exact products of f32 activations; the model's products take the CPU's
+/// rounded sums from [`crate::kernels::QActs::device_values`]).
+pub fn with_block_sums(ty: GgmlType, x: &[f32]) -> Vec<f32> {
+    if !reads_block_sums(ty) {
+        return x.to_vec();
+    }
+    x.chunks(32).flat_map(|b| b.iter().copied().chain([b.iter().sum::<f32>()])).collect()
+}
+
 /// The largest head the kernel takes (its query buffer in workgroup memory).
 pub const MAX_HEAD_DIM: usize = 512;
 

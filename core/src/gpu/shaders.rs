@@ -88,7 +88,11 @@ fn matvec_with(ty: GgmlType, v: KernelVariant, words: &str) -> Option<String> {
     let body = block(ty)?;
     let k4 = if matches!(ty, GgmlType::Q4K | GgmlType::Q5K) { K4_SCALES } else { "" };
     let f16_at = if v.f16 { WEIGHTS_F16 } else { WEIGHTS_HALF };
-    Some(format!("{}\n{MATVEC}\n{words}\n{f16_at}\n{k4}\n{body}", common(v)))
+    // Values of x per block: each block's sum follows its values where the
+    // format reads it (`super::act_len`).
+    let extra = if super::reads_block_sums(ty) { 1 } else { 0 };
+    let act = format!("const ACT_BLOCK: u32 = BLOCK_ELEMS + {extra}u;");
+    Some(format!("{}\n{MATVEC}\n{words}\n{f16_at}\n{k4}\n{body}\n{act}", common(v)))
 }
 
 /// The delta-rule module (`shaders/delta.wgsl`: one invocation per column

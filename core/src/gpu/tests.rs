@@ -10,7 +10,7 @@
 //! Without an adapter the tests print why and pass; `POCKET_REQUIRE_GPU=1`
 //! (set by `scripts/test.sh`, which installs lavapipe) makes that a failure.
 
-use super::{Gpu, GpuBatch, GpuMatrix, GpuOptions, KernelVariant, RowsJob, FORMATS};
+use super::{with_block_sums, Gpu, GpuBatch, GpuMatrix, GpuOptions, KernelVariant, RowsJob, FORMATS};
 use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{self};
 use crate::quant::GgmlType;
@@ -98,14 +98,14 @@ fn every_format_matches_the_cpu_reference_on(gpu: &Gpu) {
         for n in [1, 3] {
             let x = rng.vec(n * cols, 1.0);
             let mut got = Vec::new();
-            m.matmul(&x, n, &mut got).unwrap_or_else(|e| panic!("{ty} ({v}): {e}"));
+            m.matmul(&with_block_sums(ty, &x), n, &mut got).unwrap_or_else(|e| panic!("{ty} ({v}): {e}"));
             let (want, scale) = reference(ty, rows, cols, &w, &x, n);
             assert_close(&format!("{ty} {rows}x{cols}, {n} tokens ({v})"), &got, &want, &scale);
         }
         // matvec is the one-token product.
         let x = rng.vec(cols, 1.0);
         let (want, scale) = reference(ty, rows, cols, &w, &x, 1);
-        assert_close(&format!("{ty} matvec ({v})"), &m.matvec(&x).unwrap(), &want, &scale);
+        assert_close(&format!("{ty} matvec ({v})"), &m.matvec(&with_block_sums(ty, &x)).unwrap(), &want, &scale);
     }
 }
 
@@ -140,7 +140,9 @@ fn products_over_chosen_rows_match_the_cpu_reference_on(gpu: &Gpu) {
             (&b, &wb, rows_b, 1, &[2, 2, 0, 1]),
             (&a, &wa, rows_a, 1, &[1]),
         ];
-        let inputs = [(&x0[..], cols), (&x1[..], cols)];
+        let (d0, d1) = (with_block_sums(ty, &x0), with_block_sums(ty, &x1));
+        let inputs = [(&d0[..], a.act_cols()), (&d1[..], a.act_cols())];
+        let raw = [&x0, &x1];
         let jobs: Vec<RowsJob> = picks
             .iter()
             .map(|&(m, _, _, input, rows)| RowsJob { matrix: m, input, rows, w_rows: 0..m.rows() })
@@ -152,7 +154,7 @@ fn products_over_chosen_rows_match_the_cpu_reference_on(gpu: &Gpu) {
         assert_eq!((d.submissions, d.readbacks, d.dispatches), (1, 1, 3), "{ty}");
         let mut at = 0;
         for (j, &(_, w, rows, input, picked)) in picks.iter().enumerate() {
-            let x: Vec<f32> = picked.iter().flat_map(|&r| inputs[input].0[r * cols..(r + 1) * cols].to_vec()).collect();
+            let x: Vec<f32> = picked.iter().flat_map(|&r| raw[input][r * cols..(r + 1) * cols].to_vec()).collect();
             let (want, scale) = reference(ty, rows, cols, w, &x, picked.len());
             let len = picked.len() * rows;
             assert_close(&format!("{ty} job {j}"), &got[at..at + len], &want, &scale);

@@ -101,7 +101,13 @@ impl ActFormat {
         }
     }
 
-    fn block(self) -> usize {
+    /// Whether its blocks carry their sum (Q8_1's `s`, which the products
+    /// with a per-block minimum, Q4_1 and Q5_1, multiply the minimum by).
+    pub(crate) fn has_block_sums(self) -> bool {
+        self == ActFormat::Q8_1
+    }
+
+    pub(crate) fn block(self) -> usize {
         match self {
             ActFormat::Q8_0 | ActFormat::Q8_1 => 32,
             ActFormat::Q8K => QK_K,
@@ -183,6 +189,33 @@ impl QActs {
             }
             Some(ActFormat::F32) => out.extend_from_slice(&self.f32),
             None => {}
+        }
+    }
+
+    /// The activations as a device's kernels read them (`gpu::act_len`
+    /// values per row): [`dequantize`](Self::dequantize)'s values, and for
+    /// Q8_1 each block's `s` after its 32 values, as the CPU rounded it (to
+    /// f16, from the unrounded scale): the CPU's products with Q4_1 and Q5_1
+    /// weights multiply each block's minimum by it, not by the sum of the
+    /// dequantised values, which differs from it in the last bits.
+    pub fn device_values(&self, out: &mut Vec<f32>) {
+        if self.fmt != Some(ActFormat::Q8_1) {
+            return self.dequantize(out);
+        }
+        out.clear();
+        out.reserve(self.q8_1.len() * 33);
+        for b in &self.q8_1 {
+            let d = b.d.to_f32();
+            out.extend(b.qs.iter().map(|&q| d * q as f32));
+            out.push(b.s.to_f32());
+        }
+    }
+
+    /// Values per row of [`device_values`](Self::device_values).
+    pub fn device_row_len(&self) -> usize {
+        match self.fmt {
+            Some(f) if f.has_block_sums() => self.k / f.block() * (f.block() + 1),
+            _ => self.k,
         }
     }
 

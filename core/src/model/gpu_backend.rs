@@ -43,9 +43,10 @@
 //! - in a prompt the per-row arithmetic (norms, RoPE, the DeltaNet conv,
 //!   routing, activations) runs on the CPU;
 //! - the activations are the ones the CPU kernels would use (quantised to
-//!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::dequantize`]d to
-//!   f32; in a decoded token quantised so on the device), so the GPU
-//!   computes the CPU's products up to f32 rounding.
+//!   Q8_0 / Q8_1 / Q8_K for quantised weights, [`QActs::device_values`]:
+//!   back to f32, Q8_1 with its f16 block sums, which Q4_1's and Q5_1's
+//!   minimums multiply; in a decoded token quantised so on the device), so
+//!   the GPU computes the CPU's products up to f32 rounding.
 //!
 //! Weights go up at load ([`GpuBackend::upload_weights`]): each MoE expert
 //! stack whole (a prompt's expert products use their rows of it, as the
@@ -56,7 +57,7 @@
 //! Not yet: the weights are copies (no Metal no-copy buffer over the
 //! mapping, no `VK_EXT_external_memory_host`).
 //!
-//! [`QActs::dequantize`]: crate::kernels::QActs::dequantize
+//! [`QActs::device_values`]: crate::kernels::QActs::device_values
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -352,7 +353,7 @@ impl GpuBackend {
         let Some(m) = self.matrix(job) else { return false };
         let Ok(mut io) = self.io.lock() else { return false };
         let (x, y) = &mut *io;
-        job.x.dequantize(x);
+        job.x.device_values(x);
         let n = job.x.n();
         match m.matmul(x, n, y) {
             Ok(()) if y.len() <= job.out.len() => {
@@ -406,9 +407,10 @@ impl GpuBackend {
             inputs.resize_with(acts.len(), Vec::new);
         }
         for (x, f) in acts.iter().zip(inputs.iter_mut()) {
-            x.dequantize(f);
+            x.device_values(f);
         }
-        let views: Vec<(&[f32], usize)> = acts.iter().zip(inputs.iter()).map(|(x, f)| (f.as_slice(), x.k())).collect();
+        let views: Vec<(&[f32], usize)> =
+            acts.iter().zip(inputs.iter()).map(|(x, f)| (f.as_slice(), x.device_row_len())).collect();
         let batch: Vec<RowsJob<'_>> = picked
             .iter()
             .map(|(_, m, w_rows, input, rows)| RowsJob { matrix: m, input: *input, rows, w_rows: w_rows.clone() })

@@ -216,8 +216,36 @@ pub fn quantize_file(
     opts: &Options,
     progress: &mut dyn FnMut(usize, usize, &Planned),
 ) -> Result<Report> {
+    quantize_file_with(input, output, opts, &mut |p| p.to, progress)
+}
+
+/// [`quantize_file`] with a mix of one's own: each tensor the preset
+/// converts gets the type `retype(planned)` names instead of the preset's
+/// (`planned.to`), checked as the plan checks its own (a type Pocket makes,
+/// whole blocks per row, an importance matrix where the type needs one).
+/// The tests make files of many formats with it.
+pub fn quantize_file_with(
+    input: &Path,
+    output: &Path,
+    opts: &Options,
+    retype: &mut dyn FnMut(&Planned) -> GgmlType,
+    progress: &mut dyn FnMut(usize, usize, &Planned),
+) -> Result<Report> {
     let src = GgufFile::open(input)?;
-    let (planned, fallbacks) = plan(&src, opts)?;
+    let (mut planned, fallbacks) = plan(&src, opts)?;
+    for p in planned.iter_mut().filter(|p| p.converted()) {
+        let to = retype(p);
+        if to == p.to {
+            continue;
+        }
+        if !can_quantize(to) || to.row_bytes(p.dims[0]).is_none() {
+            return Err(Error::InvalidArgument(format!("{}: Pocket cannot make {to} rows of {}", p.name, p.dims[0])));
+        }
+        if !p.weighted && super::requires_imatrix(to) {
+            return Err(Error::InvalidArgument(format!("{}: {to} needs an importance matrix", p.name)));
+        }
+        p.to = to;
+    }
     let mut w = GgufWriter::new();
     for (k, v) in metadata(&src, opts) {
         w.kv(&k, v);

@@ -327,9 +327,10 @@ fn int_times(d: f32, q: f32) -> f32 {
 }
 
 // Activations as the CPU's kernels see them (`QActs::quantize`, then
-// `QActs::dequantize`): block `wid` of `b` quantised to int8 and back into
-// `a`. Mode 0: Q8_0 and Q8_1 (blocks of 32, `quantize_row_q8_0`'s
-// multiplier 127 / amax, the scale kept as f16); mode 2: Q8_K (blocks of
+// `QActs::device_values`): block `wid` of `b` quantised to int8 and back into
+// `a`. Mode 0: Q8_0 (blocks of 32, `quantize_row_q8_0`'s
+// multiplier 127 / amax, the scale kept as f16); mode 1: Q8_1 (the same,
+// each block followed by its sum `s`: 33 values); mode 2: Q8_K (blocks of
 // 256, `quantize_row_q8_k`: -127 / the value of largest magnitude, with its
 // sign, the first one on a tie of signs; at most 127). Rounding half to
 // even, as there (WGSL's `round`).
@@ -351,10 +352,24 @@ fn quant(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     // abs: no -0 from the maximum of two zeros.
     let amax = abs(max(hi, -lo));
     if (p.mode != 2u) {
-        let d = round_to_half(amax / 127.0);
+        let scale = amax / 127.0;
+        let d = round_to_half(scale);
         let id = select(0.0, 127.0 / amax, amax != 0.0);
+        // Mode 1 (Q8_1): 33 values per block, the last `s`.
+        let out = blk * select(size, size + 1u, p.mode == 1u);
+        var qsum = 0.0;
         for (var i = lane.lid; i < size && live; i += WG) {
-            a[base + i] = int_times(d, round(b[base + i] * id));
+            let q = round(b[base + i] * id);
+            a[out + i] = int_times(d, q);
+            qsum += q;
+        }
+        if (p.mode == 1u) {
+            // `quantize_row_q8_1`'s `s`: the integer sum (exact in f32) times
+            // the unrounded scale, rounded to f16.
+            let total = sum_all(qsum, lane);
+            if (lane.lid == 0u && live) {
+                a[out + size] = round_to_half(total * scale);
+            }
         }
         return;
     }

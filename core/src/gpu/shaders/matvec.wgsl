@@ -10,7 +10,13 @@
 // and up products of `matvec_glu.wgsl`) through the byte helpers below; `f16_at` from `weights_half.wgsl` or
 // `weights_f16.wgsl`, which may bind them a second time as f16 values); each format's file supplies BLOCK_BYTES, BLOCK_ELEMS
 // and `block_dot(offset, xi)`: the dot product of the block at byte `offset`
-// with x[xi .. xi + BLOCK_ELEMS], accumulated in f32.
+// with x[xi .. xi + BLOCK_ELEMS], accumulated in f32. `shaders.rs` adds
+// ACT_BLOCK: x holds ACT_BLOCK values per block, the block's
+// values and, for the formats with a per-block minimum (Q4_1, Q5_1), the
+// activations' block sum as the CPU computed it (x[xi + BLOCK_ELEMS]).
+// Offsets into x given in activations (`t * p.cols`, `job.x_base` of
+// `main_experts`) go through `act_at`; `job.x_base` of `main_rows` is
+// already a position in x.
 //
 // One workgroup per (row, token): its invocations stride over the row's
 // blocks, then sum their partial dots (`sum_all`: `reduce.wgsl`, or
@@ -83,6 +89,11 @@ fn i8_of(b: u32) -> f32 {
     return f32(bitcast<i32>(b << 24u) >> 24u);
 }
 
+// Where activation `i` (at a block boundary) of a row lies in x.
+fn act_at(i: u32) -> u32 {
+    return i / BLOCK_ELEMS * ACT_BLOCK;
+}
+
 // W[row] . x[x0 ..][..cols], summed over the workgroup (every invocation
 // gets the sum). Rows past the last (the y grid is rounded up) give 0 but
 // still meet at the barriers.
@@ -90,7 +101,7 @@ fn row_dot(row: u32, x0: u32, lane: Lane) -> f32 {
     let nb = select(0u, p.cols / BLOCK_ELEMS, row < p.rows);
     var acc = 0.0;
     for (var b = lane.lid; b < nb; b += WG) {
-        acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, x0 + b * BLOCK_ELEMS);
+        acc += block_dot(row * p.row_bytes + b * BLOCK_BYTES, x0 + b * ACT_BLOCK);
     }
     return sum_all(acc, lane);
 }
@@ -99,7 +110,7 @@ fn row_dot(row: u32, x0: u32, lane: Lane) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     let row = wid.y * p.groups_x + wid.x;
     let t = wid.z;
-    let sum = row_dot(row, t * p.cols, lane);
+    let sum = row_dot(row, act_at(t * p.cols), lane);
     if (lane.lid == 0u && row < p.rows) {
         y[t * p.out_stride + p.row0 + row] = sum;
     }
@@ -112,7 +123,8 @@ fn main_rows(@builtin(workgroup_id) wid: vec3<u32>, lane: Lane) {
     // The row of the whole matrix, and whether this binding holds it.
     let global = job.w0 + r;
     let ok = r < job.wn && global >= p.row0 && global - p.row0 < p.rows;
-    let sum = row_dot(select(p.rows, global - p.row0, ok), job.x_base + idx[job.idx_base + t] * p.cols, lane);
+    let x0 = job.x_base + act_at(idx[job.idx_base + t] * p.cols);
+    let sum = row_dot(select(p.rows, global - p.row0, ok), x0, lane);
     if (lane.lid == 0u && ok) {
         y[job.y_base + t * job.wn + r] = sum;
     }
@@ -150,5 +162,5 @@ fn expert_row(wid: vec3<u32>) -> ExpertRow {
     let per = job.wn;
     let global = idx[j] * per + r;
     let ok = r < per && global >= p.row0 && global - p.row0 < p.rows;
-    return ExpertRow(select(p.rows, global - p.row0, ok), ok, j * job.x_base, j * per + r);
+    return ExpertRow(select(p.rows, global - p.row0, ok), ok, act_at(j * job.x_base), j * per + r);
 }

@@ -1,16 +1,14 @@
-// Q4_1: d, m (f16), qs[16] as in Q4_0; value = d * q + m.
+// Q4_1: d, m (f16), qs[16] as in Q4_0; value = d * q + m. The minimum's
+// term is m times the activations' block sum x[xi + 32] (Q8_1's `s`, which
+// the CPU rounds to f16), not the sum of the values here: as the CPU does.
 const BLOCK_BYTES: u32 = 20u;
 const BLOCK_ELEMS: u32 = 32u;
 
 fn block_dot(o: u32, xi: u32) -> f32 {
     var s = 0.0;
-    var sx = 0.0;
     for (var j = 0u; j < 16u; j++) {
         let q = byte_at(o + 4u + j);
-        let x0 = x[xi + j];
-        let x1 = x[xi + j + 16u];
-        s += f32(q & 15u) * x0 + f32(q >> 4u) * x1;
-        sx += x0 + x1;
+        s += f32(q & 15u) * x[xi + j] + f32(q >> 4u) * x[xi + j + 16u];
     }
-    return f16_at(o) * s + f16_at(o + 2u) * sx;
+    return f16_at(o) * s + f16_at(o + 2u) * x[xi + 32u];
 }

@@ -143,20 +143,22 @@ impl Recorder<'_> {
 
     /// `x` as the CPU's kernels for weights of type `ty` see it: quantised
     /// to their activation format and back (once for several products of
-    /// the same input), or `x` itself for float weights.
+    /// the same input; Q8_1 with its block sums), or `x` itself for float weights.
     fn acts(&mut self, x: Tensor, ty: GgmlType) -> Result<Tensor> {
         let Some(fmt) = ActFormat::for_weights(ty) else { return Err(unsupported(format!("no kernels for {ty}"))) };
-        let mode = match fmt {
+        let (mode, label) = match fmt {
             ActFormat::F32 => return Ok(x),
-            ActFormat::Q8_0 | ActFormat::Q8_1 => 0,
-            ActFormat::Q8K => 2,
+            ActFormat::Q8_0 => (0, "acts q8_0"),
+            ActFormat::Q8_1 => (1, "acts q8_1"),
+            ActFormat::Q8K => (2, "acts q8_k"),
         };
         if let Some((from, f, q)) = self.quantised {
             if from == x && f == fmt {
                 return Ok(q);
             }
         }
-        let q = self.temp(if mode == 2 { "acts q8_k" } else { "acts q8_0" }, x.len())?;
+        // Q8_1: each block's sum after its values (`gpu::act_len`).
+        let q = self.temp(label, crate::gpu::act_len(ty, x.len()))?;
         self.op(Op::Quant, OpParams { n: x.len() as u32, mode, ..Default::default() }, q, Some(x), None, None)?;
         self.quantised = Some((x, fmt, q));
         Ok(q)

@@ -58,7 +58,6 @@ fn products_over_chosen_rows_match_the_cpu() {
 }
 
 fn products_over_chosen_rows_match_the_cpu_on(gpu: &Gpu) {
-    let kernels = gpu.kernels().name();
     let pool = ThreadPool::new(1);
     let mut rng = Rng::new(31);
     for ty in FORMATS {
@@ -68,39 +67,91 @@ fn products_over_chosen_rows_match_the_cpu_on(gpu: &Gpu) {
             b => 2 * b,
         };
         let (rows, n) = (19, 6);
-        let file: Vec<u8> = (0..3).flat_map(|_| random_weights(ty, rows, cols, &mut rng)).collect();
-        let slab = file.len() / 3;
-        let expert = |e: usize| QMatrix::new(ty, &file[e * slab..(e + 1) * slab], rows, cols).unwrap();
-        let backend = GpuBackend::new(gpu.clone(), &file);
-        let mut acts = QActs::new();
-        acts.quantize(ty, &rng.vec(n * cols, 1.0), n, cols);
-        let picks: [Option<&[usize]>; 4] = [Some(&[0, 3, 5]), Some(&[1]), Some(&[2, 4, 0, 5, 5]), None];
-        let run = |b: &dyn Backend| {
-            let mut outs: Vec<Vec<f32>> = picks.iter().map(|p| vec![0.0; p.map_or(n, |r| r.len()) * rows]).collect();
-            let mut jobs: Vec<MatJob> = outs
-                .iter_mut()
-                .zip(picks)
-                .enumerate()
-                .map(|(e, (out, rows))| MatJob { w: expert(e % 3), x: &acts, rows, out })
-                .collect();
-            b.matmul(&pool, &mut jobs);
-            outs
-        };
-        let before = backend.counters();
-        let (want, got) = (run(&Cpu), run(&backend));
-        let c = backend.counters() - before;
-        assert_eq!((c.gpu_products, c.cpu_products), (4, 0), "{ty}");
-        // The three over chosen rows in one submission, the whole product in another.
-        assert_eq!((c.device.submissions, c.device.readbacks), (2, 2), "{ty}");
-        for (j, (w, g)) in want.iter().zip(&got).enumerate() {
-            let range = w.iter().fold(0f32, |m, v| m.max(v.abs()));
-            for (i, (a, b)) in w.iter().zip(g).enumerate() {
-                assert!(
-                    (a - b).abs() <= 1e-4 * range + 1e-5,
-                    "{ty} ({kernels}) job {j} output {i}: cpu {a} vs gpu {b}"
-                );
+        // Random blocks, and blocks as the quantiser makes them (Q4_1's and
+        // Q5_1's minimums 8 or 16 steps below zero, as in a model).
+        for quantised in [false, true] {
+            let file: Vec<u8> = (0..3).flat_map(|_| weights(ty, rows, cols, quantised, &mut rng)).collect();
+            let slab = file.len() / 3;
+            let expert = |e: usize| QMatrix::new(ty, &file[e * slab..(e + 1) * slab], rows, cols).unwrap();
+            let backend = GpuBackend::new(gpu.clone(), &file);
+            // Centred activations, and activations of one sign (as a gated
+            // FFN's hidden values), whose blocks' sums are large: Q4_1 and
+            // Q5_1 multiply their minimums by them (Q8_1's `s`, rounded to
+            // f16 on the CPU; the GPU once used the exact sum, which moved
+            // the hybrid model's logits by up to 2.4).
+            for offset in [0.0, 2.0] {
+                let x: Vec<f32> = rng.vec(n * cols, 1.0).iter().map(|v| v + offset).collect();
+                products_match(&backend, ty, (rows, cols), &expert, &x, n, &pool);
             }
         }
+    }
+}
+
+/// `rows` rows of `cols` weights of type `ty`: random blocks, or random
+/// values through the quantiser.
+fn weights(ty: crate::quant::GgmlType, rows: usize, cols: usize, quantised: bool, rng: &mut Rng) -> Vec<u8> {
+    if !quantised {
+        return random_weights(ty, rows, cols, rng);
+    }
+    let mut out = vec![0u8; rows * ty.row_bytes(cols as u64).unwrap() as usize];
+    crate::quantize::quantize_rows(ty, &rng.vec(rows * cols, 0.1), cols, None, &mut out).unwrap();
+    out
+}
+
+/// Four products of `ty` weights over the activations `x` (`n` rows): three
+/// of the experts `expert(e)` over chosen rows and one whole, on the CPU
+/// and on `backend`, compared.
+fn products_match<'a>(
+    backend: &GpuBackend,
+    ty: crate::quant::GgmlType,
+    (rows, cols): (usize, usize),
+    expert: &dyn Fn(usize) -> QMatrix<'a>,
+    x: &[f32],
+    n: usize,
+    pool: &ThreadPool,
+) {
+    let kernels = backend.gpu.kernels().name();
+    let mut acts = QActs::new();
+    acts.quantize(ty, x, n, cols);
+    let picks: [Option<&[usize]>; 4] = [Some(&[0, 3, 5]), Some(&[1]), Some(&[2, 4, 0, 5, 5]), None];
+    let run = |b: &dyn Backend| {
+        let mut outs: Vec<Vec<f32>> = picks.iter().map(|p| vec![0.0; p.map_or(n, |r| r.len()) * rows]).collect();
+        let mut jobs: Vec<MatJob> = outs
+            .iter_mut()
+            .zip(picks)
+            .enumerate()
+            .map(|(e, (out, rows))| MatJob { w: expert(e % 3), x: &acts, rows, out })
+            .collect();
+        b.matmul(pool, &mut jobs);
+        outs
+    };
+    let before = backend.counters();
+    let (want, got) = (run(&Cpu), run(backend));
+    let c = backend.counters() - before;
+    assert_eq!((c.gpu_products, c.cpu_products), (4, 0), "{ty}");
+    // The three over chosen rows in one submission, the whole product in another.
+    assert_eq!((c.device.submissions, c.device.readbacks), (2, 2), "{ty}");
+    // Per output, the sum of |w x| over its terms: the scale of the f32
+    // rounding either side may make.
+    let mut xs = Vec::new();
+    acts.dequantize(&mut xs);
+    let mut row = vec![0f32; cols];
+    for (j, ((w, g), pick)) in want.iter().zip(&got).zip(picks).enumerate() {
+        let m = expert(j % 3);
+        let tokens: Vec<usize> = pick.map_or((0..n).collect(), |r| r.to_vec());
+        let mut worst = 0f64;
+        for (r, bytes) in m.data.chunks_exact(m.data.len() / rows).enumerate() {
+            crate::kernels::dequantize_row(ty, bytes, &mut row);
+            for (i, &t) in tokens.iter().enumerate() {
+                let scale: f64 = row.iter().zip(&xs[t * cols..(t + 1) * cols]).map(|(a, b)| (a * b).abs() as f64).sum();
+                let (a, b) = (w[i * rows + r], g[i * rows + r]);
+                worst = worst.max((a - b).abs() as f64 / (scale + 1e-30));
+            }
+        }
+        // f32 rounding: at most 1e-6 of the scale on lavapipe (the formats
+        // with minimums, whose two terms cancel); the minimum times the
+        // exact sum instead of `s` was up to 2.8e-3 (Q4_1) and 1.5e-3 (Q5_1).
+        assert!(worst <= 1e-5, "{ty} ({kernels}) job {j}: cpu and gpu differ by {worst} of the terms' scale");
     }
 }
 
