@@ -491,6 +491,19 @@ impl Session {
                 stats.time_to_first_token_ms = start.elapsed().as_secs_f64() * 1e3;
                 decode_start = Instant::now();
             }
+            if tok.is_end_of_generation(next) {
+                if let Some(step) = turn.close_thought_instead_of_ending(tok)? {
+                    // The thought closes in place of the end token; the answer follows.
+                    for &f in &step.forced {
+                        stats.generated_tokens += 1;
+                        stats.tokens.push(f);
+                        sampler.accept(f);
+                        pending.push(f);
+                    }
+                    out.route(ticket, &mut stats, on_event, &step.segments);
+                    continue;
+                }
+            }
             stats.generated_tokens += 1;
             stats.tokens.push(next);
             sampler.accept(next);

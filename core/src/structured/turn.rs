@@ -285,6 +285,17 @@ impl Turn {
         Ok(Mask::Allowed(mask))
     }
 
+    /// The model would end while thinking but the answer owes a constrained
+    /// answer or a call: the thought is closed instead (the end token is
+    /// dropped) and the answer begins.
+    pub(crate) fn close_thought_instead_of_ending(&mut self, tok: &Tokenizer) -> Result<Option<Step>> {
+        let owes = self.answer.is_some() || self.tools.as_ref().is_some_and(|p| p.forced);
+        let Some(f) = self.think.clone().filter(|_| self.thinking && owes) else { return Ok(None) };
+        let mut step = Step::default();
+        self.close_thought(tok, &f, &mut step)?;
+        Ok(Some(step))
+    }
+
     /// JSON-form tools under `Auto`: the answer's first token opening with
     /// `{` starts a call; the caller samples again under the call's mask.
     pub(crate) fn opens_json_call(&mut self, token: u32, tok: &Tokenizer) -> Result<bool> {
