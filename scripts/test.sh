@@ -82,6 +82,11 @@ step "structured output through the CLI on real models (scripts/structured-check
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema || python3 -m pip install -q --break-system-packages jsonschema
 cargo build -p pocket-cli
 python3 scripts/structured-check.py target/debug/pocket "$POCKET_SMOLLM2" "$POCKET_GEMMA"
+# Tool calls on the fixture tool suite (BFCL cases), in the file's generic form
+# and in Qwen3.5's and Llama 3.2's syntax: names among the tools, arguments valid.
+python3 scripts/tool-check.py target/debug/pocket "$POCKET_SMOLLM2" "$POCKET_FIXTURES/structured/tool_suite.json" \
+    --cases 4 --template "$POCKET_FIXTURES/templates/Qwen3.5-4B.jinja" \
+    --template "$POCKET_FIXTURES/templates/meta-llama-Llama-3.2-3B-Instruct.jinja"
 
 if [ -x scripts/test-aarch64.sh ]; then
     step "aarch64 tests under qemu"
