@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 /// What the answer must look like, which tools it may call, and thinking.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Structure {
-    /// Constrain the answer to a JSON Schema (a file, or the schema itself)
-    #[arg(long, value_name = "FILE|JSON")]
+    /// Constrain the answer to a JSON Schema (a file, or the schema's JSON)
+    #[arg(long, value_name = "SCHEMA")]
     pub json_schema: Option<String>,
     /// Constrain the answer to a Lark grammar (llguidance's dialect) read from FILE
     #[arg(long, value_name = "FILE")]
@@ -26,11 +26,11 @@ pub struct Structure {
     /// Tools the model may call: a JSON array of {name, description, parameters} (a file)
     #[arg(long, value_name = "FILE")]
     pub tools: Option<String>,
-    /// auto (the model decides), required (it must call one), off, or a tool's NAME
-    #[arg(long, value_name = "auto|required|off|NAME", default_value = "auto")]
+    /// Tool calls: auto (the model decides), required, off, or a tool's name
+    #[arg(long, value_name = "CHOICE", default_value = "auto")]
     pub tool_choice: String,
-    /// Thinking: default (the template's), off, on, or N (on, at most N thinking tokens)
-    #[arg(long, value_name = "default|off|on|N", default_value = "default", value_parser = parse_reasoning)]
+    /// Thinking: default (the template's), off, on, or a number (on, at most that many tokens)
+    #[arg(long, value_name = "MODE", default_value = "default", value_parser = parse_reasoning)]
     pub reasoning: Reasoning,
     /// A Jinja chat template used instead of the file's
     #[arg(long, value_name = "FILE")]
