@@ -370,7 +370,7 @@ impl Turn {
         if let Some(m) = self.call.as_mut() {
             m.consume_token(token).map_err(|e| engine_error("tools", e))?;
             self.call_bytes.extend_from_slice(tok.token_piece(token));
-            let ff = m.consume_ff_tokens();
+            let ff = take_forced(m);
             for &t in &ff {
                 self.call_bytes.extend_from_slice(tok.token_piece(t));
             }
@@ -388,7 +388,7 @@ impl Turn {
         if let Some(m) = self.answer.as_mut() {
             m.consume_token(token).map_err(|e| engine_error("constraint", e))?;
             step.push(Channel::Text, tok.visible_piece(token, self.show_special));
-            let ff = m.consume_ff_tokens();
+            let ff = take_forced(m);
             for &t in &ff {
                 step.push(Channel::Text, tok.visible_piece(t, self.show_special));
             }
@@ -484,6 +484,20 @@ impl Turn {
 fn after_grammar(with_open: &str) -> String {
     let body = with_open.replacen("start:", "one_more:", 1);
     format!("start: (\"\\n\"? one_more)?\n{body}")
+}
+
+/// Most tokens forced at once: a grammar may force hundreds of thousands
+/// (a long literal repetition), taken a bounded number per step.
+const MAX_FORCED: usize = 64;
+
+/// The tokens the grammar forces next (at most [`MAX_FORCED`]), consumed.
+fn take_forced(m: &mut Matcher) -> Vec<u32> {
+    let mut ff = m.compute_ff_tokens();
+    ff.truncate(MAX_FORCED);
+    if ff.is_empty() || m.consume_tokens(&ff).is_err() {
+        return Vec::new();
+    }
+    ff
 }
 
 /// Whether `mask` allows nothing but ending.
