@@ -5,14 +5,16 @@
 #   -cpu cortex-a53  plain ARMv8.0 NEON: dotprod/i8mm would SIGILL, so this
 #                    also proves that run-time detection picks the plain path
 # Every available path is tested against the scalar reference on each CPU;
-# the `show_isa` test prints which path was selected.
+# the `show_isa` test prints which path was selected. pocket-core is built
+# here without its `gpu` feature, so the GPU stand-in's tests run here too
+# (on x86-64 the workspace enables the feature).
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGET=aarch64-unknown-linux-gnu
 QEMU="qemu-aarch64 -L /usr/aarch64-linux-gnu"
-FILTERS=(kernels quant threads)
+FILTERS=(kernels quant threads gpu::)
 
 run() {
     local cpu=$1
@@ -21,7 +23,8 @@ run() {
         cargo test -q -p pocket-core --target "$TARGET" --lib -- "${FILTERS[@]}" --nocapture 2>&1 \
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
-        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures 2>&1 | grep -E "^test result|FAILED|error"
+        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend 2>&1 \
+        | grep -E "^test result|FAILED|error"
 }
 
 run max

@@ -6,7 +6,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-step() { printf '\n==== %s\n' "$*"; }
+# Each step's duration is printed when the next begins, and all of them at the end.
+suite_start=$SECONDS step_start=$SECONDS step_name="" durations=""
+step() {
+    if [ -n "$step_name" ]; then
+        durations+=$(printf '%6ds  %s' $((SECONDS - step_start)) "$step_name")$'\n'
+        printf '(%ds)\n' $((SECONDS - step_start))
+    fi
+    step_name="$*" step_start=$SECONDS
+    printf '\n==== %s\n' "$*"
+}
 
 # ---- prerequisites -------------------------------------------------------------
 need_apt=()
@@ -64,23 +73,20 @@ step "x86-64 tests (cargo test --workspace)"
 export POCKET_REQUIRE_GPU=1
 cargo test --workspace
 
-# The kernels' tests run every form (shader-f16 and subgroups on and off);
-# the workspace run above took the fixture models through the adapter's
-# form (f16+subgroups on lavapipe), this one through the portable form.
-step "GPU kernels and GPU-backend logits on lavapipe, portable kernels (cargo test -p pocket-core --features gpu)"
-cargo test -p pocket-core --features gpu --lib gpu::
-POCKET_GPU_KERNELS=portable cargo test -p pocket-core --features gpu --test gpu_backend
-
-step "pocket-core without the gpu feature (the stand-in)"
-cargo test -p pocket-core --lib gpu::
-cargo test -p pocket-core --test gpu_backend
+# The workspace run above took the GPU kernels' tests through every form
+# (shader-f16 and subgroups on and off) and the fixture models through the
+# adapter's form (f16+subgroups on lavapipe); this takes them through the
+# portable form. `--workspace` keeps the workspace's features: `-p pocket-core`
+# alone would rebuild everything (~5 minutes on 2 cores).
+step "GPU-backend logits on lavapipe, portable kernels"
+POCKET_GPU_KERNELS=portable cargo test --workspace --test gpu_backend
 
 # Constrained output through the CLI on the real models (the base Gemma 3
 # 270M and the instruct SmolLM2), sampled, every answer validated by
 # Python's jsonschema and re; bad constraints refused by name.
 step "structured output through the CLI on real models (scripts/structured-check.py)"
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema || python3 -m pip install -q --break-system-packages jsonschema
-cargo build -p pocket-cli
+cargo build --workspace --bins
 python3 scripts/structured-check.py target/debug/pocket "$POCKET_SMOLLM2" "$POCKET_GEMMA"
 # Tool calls on the fixture tool suite (BFCL cases), in the file's generic form
 # and in Qwen3.5's and Llama 3.2's syntax: names among the tools, arguments valid.
@@ -126,11 +132,15 @@ if [ "${POCKET_SDK_TESTS:-1}" != 0 ]; then
     step "SDK: Kotlin binding tests on the JVM (committed bindings checked, kotlinc + JNA)"
     cargo xtask test-bindings kotlin
 
-    step "SDK: pocket-ffi static libraries for iOS and Android (cargo rustc --release --crate-type staticlib)"
+    step "SDK: pocket-ffi for iOS and Android (static libraries for arm64, checks for the rest)"
     cross="${POCKET_CACHE:-$HOME/.cache/pocket}/cross-target"
-    cargo xtask staticlibs --quick --no-gpu --target-dir "$cross"
-    # The shipped arm64 libraries carry the GPU backend: wgpu is checked for
-    # them (a full build of it per target would double this step's time).
+    # arm64 (what phones run; `asm!` kernels compiled for real) as static
+    # libraries; 32-bit ARM and the x86-64 emulator ABI type-checked; the GPU
+    # backend (wgpu: most of a build's time) type-checked for the arm64 targets.
+    cargo xtask staticlibs --quick --no-gpu --target-dir "$cross" aarch64-apple-ios aarch64-linux-android
+    for t in armv7-linux-androideabi x86_64-linux-android; do
+        cargo check --release -p pocket-ffi --lib --target "$t" --target-dir "$cross"
+    done
     for t in aarch64-apple-ios aarch64-linux-android; do
         cargo check --release -p pocket-ffi --lib --features gpu --target "$t" --target-dir "$cross"
     done
@@ -138,3 +148,4 @@ fi
 
 step "disk: $(du -sh target 2>/dev/null | cut -f1) in target/, $(df -Ph . | awk 'NR==2 {print $4}') free"
 step "all tests passed"
+printf '\nstep durations:\n%s%6ds  total\n' "$durations" $((SECONDS - suite_start))

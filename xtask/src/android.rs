@@ -77,6 +77,8 @@ fn staticlib(target: &str, b: &Build) -> Result {
         let p = b.profile.to_uppercase().replace('-', "_");
         cmd.env(format!("CARGO_PROFILE_{p}_LTO"), "off").env(format!("CARGO_PROFILE_{p}_CODEGEN_UNITS"), "16");
     }
+    let out = b.target_dir.map_or_else(target_dir, Path::to_path_buf);
+    crate::util::stub_foreign_linker(&mut cmd, target, &out)?;
     run(&mut cmd)?;
     let dir = if b.profile == "dev" { "debug" } else { b.profile };
     let lib = b.target_dir.map_or_else(target_dir, Path::to_path_buf).join(target).join(dir).join("libpocket_ffi.a");

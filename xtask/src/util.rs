@@ -138,3 +138,37 @@ pub fn newer_than_all(output: &Path, inputs: &[PathBuf]) -> bool {
     let Some(out) = modified(output) else { return false };
     inputs.iter().all(|i| modified(i).is_some_and(|t| t < out))
 }
+
+/// Let a static-library build for a foreign `target` run where that target's
+/// linker is missing (Linux CI for iOS and Android, no Xcode, no NDK).
+///
+/// A static library is never linked, but Cargo builds every crate type a
+/// dependency declares, and llguidance declares a `cdylib`: without a linker
+/// its by-product dylib fails the build. When the target is a phone's (and, for
+/// Apple's, the host is not a Mac) and no `CARGO_TARGET_<TRIPLE>_LINKER` is set, this points the linker at a
+/// script that writes an empty file for `-o`, and says so. The static library
+/// (the only output used) is unaffected; a Mac with Xcode or a machine with
+/// the NDK (cargo-ndk sets the variable) links the dylib for real.
+pub fn stub_foreign_linker(cmd: &mut Command, target: &str, dir: &Path) -> Result {
+    // Xcode links Apple targets on a Mac; every other mobile target needs an SDK we do not assume.
+    let foreign = target.contains("android") || (target.contains("apple") && !cfg!(target_os = "macos"));
+    let var = format!("CARGO_TARGET_{}_LINKER", target.to_uppercase().replace('-', "_"));
+    if !foreign || std::env::var_os(&var).is_some() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let stub = dir.join("no-link.sh");
+    let script = "#!/bin/sh\n# Written by `cargo xtask`: see stub_foreign_linker in xtask/src/util.rs.\n\
+                  while [ $# -gt 0 ]; do [ \"$1\" = -o ] && : > \"$2\"; shift; done\n";
+    std::fs::write(&stub, script).map_err(|e| format!("{}: {e}", stub.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", stub.display()))?;
+    }
+    eprintln!("  no {target} linker here ({var} unset): dependencies' dylibs are written empty, the static library is whole");
+    cmd.env(var, stub);
+    Ok(())
+}
+

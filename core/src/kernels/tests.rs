@@ -326,20 +326,34 @@ fn rows_kernels_equal_scalar_twins() {
 fn matmul_equals_per_row_dots() {
     let mut rng = Rng::new(13);
     let pools: Vec<ThreadPool> = (1..=3).map(ThreadPool::new).collect();
-    for k in paths() {
-        for ty in TYPES {
-            // Odd row counts; one matrix large enough to be split over threads.
-            for (rows, nb) in [(1, 1), (7, 3), (33, 2), (130, 8)] {
-                let cols = cols_for(ty, nb);
-                let w = random_weights(ty, rows, cols, &mut rng);
-                let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
-                // 5 on: tiles with enough activation rows for Q4_0 / Q5_0
-                // panels (AVX-512) and decoded rows; 9 on: K-quant panels
-                // (AVX-512; NEON from 4); 33 (one thread): decoded Q2_K rows.
-                for n in [1, 2, 3, 5, 9, 16, 17, 33] {
-                    let x = rng.vec(n * cols, 1.0);
-                    let mut acts = QActs::new();
-                    acts.quantize(ty, &x, n, cols);
+    let paths: Vec<&Kernels> = paths().collect();
+    for ty in TYPES {
+        // Odd row counts; one matrix large enough to be split over threads.
+        for (rows, nb) in [(1, 1), (7, 3), (33, 2), (130, 8)] {
+            let cols = cols_for(ty, nb);
+            let w = random_weights(ty, rows, cols, &mut rng);
+            let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+            // The rows dequantised once: the tolerance of every output needs them
+            // (per output, per path and per pool, this test took minutes under qemu).
+            let mut wf = vec![0.0; rows * cols];
+            for (r, out) in wf.chunks_exact_mut(cols).enumerate() {
+                dequantize_row(ty, m.row(r), out);
+            }
+            // 5 on: tiles with enough activation rows for Q4_0 / Q5_0
+            // panels (AVX-512) and decoded rows; 9 on: K-quant panels
+            // (AVX-512; NEON from 4); 33 (one thread): decoded Q2_K rows.
+            for n in [1, 2, 3, 5, 9, 16, 17, 33] {
+                let x = rng.vec(n * cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, n, cols);
+                let mags: Vec<f32> = (0..n)
+                    .flat_map(|j| (0..rows).map(move |r| (r, j)))
+                    .map(|(r, j)| {
+                        let (wr, xj) = (&wf[r * cols..(r + 1) * cols], &x[j * cols..(j + 1) * cols]);
+                        wr.iter().zip(xj).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-20
+                    })
+                    .collect();
+                for &k in &paths {
                     let want: Vec<f32> = (0..n)
                         .flat_map(|j| (0..rows).map(move |r| (r, j)))
                         .map(|(r, j)| dot_on(k, ty, m.row(r), &acts, j))
@@ -347,9 +361,8 @@ fn matmul_equals_per_row_dots() {
                     for pool in &pools {
                         let mut out = vec![f32::NAN; n * rows];
                         k.matmul(pool, &m, &acts, &mut out);
-                        for (i, (&g, &w)) in out.iter().zip(&want).enumerate() {
+                        for (i, ((&g, &w), &mag)) in out.iter().zip(&want).zip(&mags).enumerate() {
                             let (j, r) = (i / rows, i % rows);
-                            let mag = magnitude(ty, m.row(r), &x[j * cols..(j + 1) * cols]);
                             assert!(
                                 close(g, w, mag),
                                 "{} {ty} {rows}x{cols} n={n} threads={}: out[{j}][{r}] = {g}, dot {w}",
