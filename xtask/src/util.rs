@@ -167,8 +167,9 @@ pub fn stub_foreign_linker(cmd: &mut Command, target: &str, dir: &Path) -> Resul
         std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| format!("{}: {e}", stub.display()))?;
     }
-    eprintln!("  no {target} linker here ({var} unset): dependencies' dylibs are written empty, the static library is whole");
+    eprintln!(
+        "  no {target} linker here ({var} unset): dependencies' dylibs are written empty, the static library is whole"
+    );
     cmd.env(var, stub);
     Ok(())
 }
-
