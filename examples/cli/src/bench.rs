@@ -268,19 +268,19 @@ pub fn run(args: Args) -> Result<(), String> {
                 "file_rss_bytes": m.file_rss,
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
-        println!("fingerprint  {fingerprint}");
-        println!(
+        outln!("fingerprint  {fingerprint}");
+        outln!(
             "model        {} ({}, {:.2} GiB, {:.0} MiB read per token est.)",
             summary.architecture,
             summary.quantization,
             summary.file_bytes as f64 / (1u64 << 30) as f64,
             summary.bytes_per_token_estimate as f64 / (1u64 << 20) as f64
         );
-        println!("load         {load_ms:.1} ms");
+        outln!("load         {load_ms:.1} ms");
         if let Some(h) = total_hit_rate {
-            println!(
+            outln!(
                 "experts      hit rate {:.1} %, {:.1} MB read per decoded token ({:.2} GB in all, {} experts read ahead)",
                 h * 100.0,
                 total_per_token / 1e6,
@@ -289,23 +289,23 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
         if let Some(g) = &gpu {
-            println!("{}", g.text());
+            outln!("{}", g.text());
         }
         if let Some(m) = mem {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            println!(
+            outln!(
                 "memory       peak RSS {:.0} MiB (now: {:.0} MiB private, {:.0} MiB mapped file pages)",
                 mib(m.peak_rss),
                 mib(m.anon_rss),
                 mib(m.file_rss)
             );
         }
-        println!("{:<14} {:>10} {:>8} {:>10} {:>10}", "test", "mean t/s", "sd", "min", "max");
+        outln!("{:<14} {:>10} {:>8} {:>10} {:>10}", "test", "mean t/s", "sd", "min", "max");
         if n_prompt > 0 {
-            println!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("pp{n_prompt}"), p.mean, p.sd, p.min, p.max);
+            outln!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("pp{n_prompt}"), p.mean, p.sd, p.min, p.max);
         }
         if n_gen > 0 {
-            println!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("tg{n_gen}"), t.mean, t.sd, t.min, t.max);
+            outln!("{:<14} {:>10.2} {:>8.2} {:>10.2} {:>10.2}", format!("tg{n_gen}"), t.mean, t.sd, t.min, t.max);
         }
     }
     Ok(())

@@ -87,7 +87,7 @@ pub fn run(args: Args) -> Result<(), String> {
         eprint!("\r{:80}\r", "");
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&report)).map_err(|e| e.to_string())?);
+        outln!("{}", serde_json::to_string_pretty(&to_json(&report)).map_err(|e| e.to_string())?);
     } else {
         print_table(&report);
     }
@@ -121,21 +121,23 @@ fn print_table(r: &Report) {
     let mib = |b: usize| b >> 20;
     let prefill = r.tokens > 1;
     if prefill {
-        println!("{} tokens per product: G multiply-adds per second (weights x tokens)", r.tokens);
+        outln!("{} tokens per product: G multiply-adds per second (weights x tokens)", r.tokens);
     }
-    println!(
+    outln!(
         "{} throughput, GB/s of weight bytes (working set {} MiB{}; head {} rows)",
         if prefill { "and" } else { "matvec" },
         mib(r.working_set),
         r.last_level_cache.map_or(String::new(), |c| format!(", last-level cache {} MiB", mib(c))),
         r.cases.iter().find(|c| c.shape.name == "head").map_or(0, |c| c.shape.rows),
     );
-    println!(
+    outln!(
         "read bandwidth (multi-threaded sum): 1 thread {:.1} GB/s, {} threads {:.1} GB/s",
-        r.read_gbps_1, r.threads, r.read_gbps_all
+        r.read_gbps_1,
+        r.threads,
+        r.read_gbps_all
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<6} {:<16} {:<11} {:>18} {:>18}",
         "format",
         "shape",
@@ -156,7 +158,7 @@ fn print_table(r: &Report) {
             Some(d) if prefill => format!("{:7.1} GMAC/s", d.gmacs),
             Some(d) => format!("{:6.1} ({:3.0}%)", d.gbps, 100.0 * d.gbps / bw),
         };
-        println!(
+        outln!(
             "{:<6} {:<16} {:<11} {:>18} {:>18}",
             f,
             s,
@@ -166,6 +168,6 @@ fn print_table(r: &Report) {
         );
     }
     if !prefill {
-        println!("\n(percentages: of the read bandwidth with the same thread count)");
+        outln!("\n(percentages: of the read bandwidth with the same thread count)");
     }
 }

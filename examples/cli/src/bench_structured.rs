@@ -91,18 +91,18 @@ pub fn run(
             "ttft_ms_constrained": ttft_with,
             "ttft_ms_unconstrained": ttft_without,
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!(
+        outln!(
             "vocabulary engine built in {engine_ms:.1} ms; schema ({} bytes) compiled in {compile_ms:.1} ms",
             schema.len()
         );
-        println!(
+        outln!(
             "decode: {w:.1} t/s with the schema, {u:.1} t/s without ({:.1} %), over {} draws",
             100.0 * w / u,
             with.len()
         );
-        println!("first token: {ttft_with:.1} ms with the schema, {ttft_without:.1} ms without");
+        outln!("first token: {ttft_with:.1} ms with the schema, {ttft_without:.1} ms without");
     }
     Ok(())
 }

@@ -18,19 +18,19 @@ pub fn run(args: Args) -> Result<(), String> {
     let gpu = Gpu::new(&GpuOptions::from_env()).map_err(|e| e.to_string())?;
     let info = gpu.info();
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(info)).map_err(|e| e.to_string())?);
+        outln!("{}", serde_json::to_string_pretty(&to_json(info)).map_err(|e| e.to_string())?);
         return Ok(());
     }
-    println!("adapter      {} ({}, {})", info.name, info.device_type, info.backend);
-    println!("driver       {} {}", info.driver, info.driver_info);
-    println!("vendor       {:#06x}, device {:#06x}", info.vendor, info.device);
-    println!("shader-f16   {}", yes_no(info.shader_f16));
-    println!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
-    println!("kernels      {}", info.kernels.name());
-    println!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
-    println!("limits");
+    outln!("adapter      {} ({}, {})", info.name, info.device_type, info.backend);
+    outln!("driver       {} {}", info.driver, info.driver_info);
+    outln!("vendor       {:#06x}, device {:#06x}", info.vendor, info.device);
+    outln!("shader-f16   {}", yes_no(info.shader_f16));
+    outln!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
+    outln!("kernels      {}", info.kernels.name());
+    outln!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
+    outln!("limits");
     for (name, value) in info.limits.entries() {
-        println!("  {name:<40} {value}");
+        outln!("  {name:<40} {value}");
     }
     Ok(())
 }

@@ -91,9 +91,9 @@ pub fn run(args: Args) -> Result<(), String> {
             "entries": m.entries.len(), "partial_entries": partial, "chunks": n_chunks, "ctx": n_ctx,
             "tokens": n_chunks * n_ctx, "ppl": ppl, "seconds": secs, "out": args.out,
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!(
+        outln!(
             "wrote {} entries ({partial} with experts no token reached) from {n_chunks} chunks of {n_ctx} tokens \
              to {} in {secs:.1} s; PPL over the chunks = {ppl:.4}",
             m.entries.len(),

@@ -60,11 +60,11 @@ pub fn run(args: Args) -> Result<(), String> {
                 })
                 .collect();
         }
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_human(&s, open_ms);
         for (k, v) in &imatrix {
-            println!(
+            outln!(
                 "{:<17} {}",
                 format!("imatrix {}", k.trim_end_matches("_count")),
                 v.as_str().map_or_else(|| v.to_string(), str::to_string)
@@ -72,7 +72,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         if let Some(p) = plan {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-            println!(
+            outln!(
                 "memory budget     at least {:.0} MiB ({} bytes: {:.0} MiB resident weights, {:.0} MiB of routed experts on storage)",
                 mib(p.minimum_budget_bytes),
                 p.minimum_budget_bytes,
@@ -81,10 +81,10 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
         if args.tensors {
-            println!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
+            outln!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
             for t in g.tensors() {
                 let shape = t.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
-                println!(
+                outln!(
                     "{:<40} {:<8} {:<24} {:>14} {:>14}",
                     t.name,
                     t.ty.name(),
@@ -127,27 +127,27 @@ fn summary_json(s: &Summary) -> Value {
 
 fn print_human(s: &Summary, open_ms: f64) {
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-    println!("architecture      {}", s.architecture);
-    println!("name              {}", s.name.as_deref().unwrap_or("-"));
-    println!("file              {} (GGUF v{}, opened in {open_ms:.1} ms)", human_bytes(s.file_bytes), s.version);
-    println!("parameters        {} ({})", s.parameter_count, human_count(s.parameter_count));
-    println!("quantization      {}", s.quantization);
-    println!("tensors           {}", s.tensor_count);
-    println!("layers            {}", opt(s.block_count));
-    println!("context length    {}", opt(s.context_length));
-    println!("vocab size        {}", opt(s.vocab_size));
-    println!("embedding length  {}", opt(s.embedding_length));
+    outln!("architecture      {}", s.architecture);
+    outln!("name              {}", s.name.as_deref().unwrap_or("-"));
+    outln!("file              {} (GGUF v{}, opened in {open_ms:.1} ms)", human_bytes(s.file_bytes), s.version);
+    outln!("parameters        {} ({})", s.parameter_count, human_count(s.parameter_count));
+    outln!("quantization      {}", s.quantization);
+    outln!("tensors           {}", s.tensor_count);
+    outln!("layers            {}", opt(s.block_count));
+    outln!("context length    {}", opt(s.context_length));
+    outln!("vocab size        {}", opt(s.vocab_size));
+    outln!("embedding length  {}", opt(s.embedding_length));
     match (s.expert_count, s.expert_used_count) {
         (Some(n), Some(k)) => {
-            println!("experts           {k} of {n} per token ({} of expert weights)", human_bytes(s.expert_bytes))
+            outln!("experts           {k} of {n} per token ({} of expert weights)", human_bytes(s.expert_bytes))
         }
-        _ => println!("experts           - (dense)"),
+        _ => outln!("experts           - (dense)"),
     }
-    println!("chat template     {}", if s.has_chat_template { "yes" } else { "no" });
-    println!("bytes/token (est) {}", human_bytes(s.bytes_per_token_estimate));
-    println!("\n{:<8} {:>7} {:>12}", "type", "tensors", "bytes");
+    outln!("chat template     {}", if s.has_chat_template { "yes" } else { "no" });
+    outln!("bytes/token (est) {}", human_bytes(s.bytes_per_token_estimate));
+    outln!("\n{:<8} {:>7} {:>12}", "type", "tensors", "bytes");
     for (ty, t) in &s.tensor_types {
-        println!("{:<8} {:>7} {:>12}", ty.name(), t.count, human_bytes(t.bytes));
+        outln!("{:<8} {:>7} {:>12}", ty.name(), t.count, human_bytes(t.bytes));
     }
 }
 

@@ -72,11 +72,11 @@ pub fn run(args: Args) -> Result<(), String> {
                            "top": row.iter().map(|&(id, l)| json!({"id": id, "logit": l})).collect::<Vec<_>>()})
                 })
                 .collect();
-            println!("{}", json!({"n_vocab": n_vocab, "positions": positions}));
+            outln!("{}", json!({"n_vocab": n_vocab, "positions": positions}));
         } else {
             for (pos, (row, tok)) in rows.iter().zip(&tokens).enumerate() {
                 let items: Vec<String> = row.iter().map(|(id, l)| format!("{id}:{l:.4}")).collect();
-                println!("{pos:>4} {tok:>8}  {}", items.join(" "));
+                outln!("{pos:>4} {tok:>8}  {}", items.join(" "));
             }
         }
     }

@@ -4,6 +4,9 @@
 //! status; nothing here panics on bad input. Each subcommand's file declares
 //! its options as a clap struct, so its help and its parsing cannot disagree.
 
+// First: its `out!`/`outln!` macros serve every module below.
+#[macro_use]
+mod out;
 mod bench;
 mod bench_kernels;
 mod bench_structured;
@@ -85,7 +88,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), String> {
     let Some(command) = cli.command else {
-        return Cli::command().print_help().map_err(|e| format!("stdout: {e}"));
+        return out::check(Cli::command().print_help());
     };
     match command {
         Command::Inspect(a) => inspect::run(a),
@@ -107,7 +110,8 @@ fn run(cli: Cli) -> Result<(), String> {
 /// on stderr as every other failure.
 fn parse_failure(e: clap::Error) -> ExitCode {
     if !e.use_stderr() {
-        let _ = e.print();
+        // `--help`/`--version` to a closed pipe is no error either.
+        let _ = out::check(e.print());
         return ExitCode::SUCCESS;
     }
     eprintln!("pocket: {}", one_line(&e.to_string()));

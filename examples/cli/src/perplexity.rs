@@ -143,11 +143,11 @@ pub fn run(args: Args) -> Result<(), String> {
             v["kl_divergence"] = json!(kl_sum / kl_n as f64);
             v["top1_agreement"] = json!(same_top as f64 / kl_n as f64);
         }
-        println!("{v}");
+        outln!("{v}");
     } else {
-        println!("PPL = {ppl:.4} +/- {err:.5}  ({n_chunks} chunks of {n_ctx}, {count} tokens scored, {secs:.1} s)");
+        outln!("PPL = {ppl:.4} +/- {err:.5}  ({n_chunks} chunks of {n_ctx}, {count} tokens scored, {secs:.1} s)");
         if base.is_some() {
-            println!(
+            outln!(
                 "KL divergence vs base = {:.6}, top-1 agreement = {:.2} % ({kl_n} positions)",
                 kl_sum / kl_n as f64,
                 100.0 * same_top as f64 / kl_n as f64

@@ -95,7 +95,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let secs = t0.elapsed().as_secs_f64();
     let bpw = report.bytes_out as f64 * 8.0 / report.weights.max(1) as f64;
     if a.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "type": a.ftype.name(), "tensors": report.tensors, "converted": report.converted,
@@ -113,7 +113,7 @@ pub fn run(a: Args) -> Result<(), String> {
             );
         }
         let done = if a.dry_run { "would quantise" } else { "quantised" };
-        println!(
+        outln!(
             "{done} {} of {} tensors to {}: {:.2} MiB -> {:.2} MiB ({bpw:.2} bits per weight) in {secs:.1} s",
             report.converted,
             report.tensors,

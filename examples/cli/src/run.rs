@@ -203,6 +203,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             true
         })
         .map_err(|e| e.to_string())?;
+    shown.end_if_closed();
     if json_out {
         let v = json!({
             "text": stats.text,
@@ -212,7 +213,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
             "prompt_tokens": stats.prompt_tokens,
             "stats": stats_json(&stats),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
         let _ = writeln!(stdout);
         eprintln!("{}", stats_line(&stats));
@@ -342,10 +343,8 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         history.push(ChatMessage::new("user", text));
         let mut out = io::stdout().lock();
         let mut shown = Shown { dim: true, ..Shown::default() };
-        let result = session.chat_events(&history, &gen, &mut |event| {
-            shown.show(&mut out, event);
-            true
-        });
+        let result = session.chat_events(&history, &gen, &mut |event| shown.show(&mut out, event));
+        shown.end_if_closed();
         let _ = writeln!(out);
         match result {
             Ok(stats) => {
@@ -382,6 +381,7 @@ fn answer_once(
     let stats = session
         .chat_events(history, gen, &mut |event| if json_out { true } else { shown.show(&mut stdout, event) })
         .map_err(|e| e.to_string())?;
+    shown.end_if_closed();
     if json_out {
         let v = json!({
             "text": stats.text,
@@ -389,7 +389,7 @@ fn answer_once(
             "tool_calls": stats.tool_calls.iter().map(call_json).collect::<Vec<_>>(),
             "stats": stats_json(&stats),
         });
-        println!("{v}");
+        outln!("{v}");
     } else {
         let _ = writeln!(stdout);
         eprintln!("{}", stats_line(&stats));
@@ -403,6 +403,9 @@ fn answer_once(
 struct Shown {
     dim: bool,
     in_thought: bool,
+    /// The reader closed standard output (`| head`): generation stops, and
+    /// the command ends quietly once the engine returns.
+    closed: bool,
 }
 
 impl Shown {
@@ -429,7 +432,24 @@ impl Shown {
                 writeln!(out, "{close}[tool call {}] {}", call.id, call_json(&call))
             }
         };
-        r.and_then(|_| out.flush()).is_ok()
+        match r.and_then(|_| out.flush()) {
+            Ok(()) => true,
+            Err(e) => {
+                // A closed pipe ends the command; another error (a full disk) too, said once.
+                if !crate::out::is_closed(&e) {
+                    eprintln!("pocket: stdout: {e}");
+                }
+                self.closed = true;
+                false
+            }
+        }
+    }
+
+    /// End the process quietly if the output closed during the answer.
+    fn end_if_closed(&self) {
+        if self.closed {
+            crate::out::closed();
+        }
     }
 
     fn close_thought(&mut self) -> &'static str {

@@ -70,7 +70,7 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     let out = template.render_json(&a.messages, a.add_generation_prompt, &vars).map_err(|e| e.to_string())?;
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))
+    crate::out::check(stdout.write_all(out.as_bytes()).and_then(|_| stdout.flush()))
 }
 
 /// JSON given inline or as `@PATH` (`--messages`, and `--var` values that

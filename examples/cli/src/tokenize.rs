@@ -108,7 +108,7 @@ pub fn run(a: Args) -> Result<(), String> {
         writeln!(out, "Total number of tokens: {}", ids.len()).map_err(|e| e.to_string())?;
     }
     let mut stdout = std::io::stdout().lock();
-    stdout.write_all(&out).and_then(|_| stdout.flush()).map_err(|e| format!("stdout: {e}"))
+    crate::out::check(stdout.write_all(&out).and_then(|_| stdout.flush()))
 }
 
 /// Encode a file `runs` times; print the best and median throughput.
@@ -124,7 +124,7 @@ fn bench(tok: &Tokenizer, path: &str, runs: usize, parse_special: bool) -> Resul
     times.sort_by(f64::total_cmp);
     let mb = text.len() as f64 / 1e6;
     let median = times[times.len() / 2];
-    println!(
+    outln!(
         "{path}: {} bytes -> {n_tokens} tokens; {runs} runs: median {:.1} ms ({:.2} MB/s), best {:.1} ms ({:.2} MB/s)",
         text.len(),
         median * 1e3,
