@@ -27,6 +27,11 @@ const ARCHES: &[(Arch, &str)] = &[
 ];
 
 impl Arch {
+    /// Every architecture the engine runs.
+    pub fn all() -> impl Iterator<Item = Arch> {
+        ARCHES.iter().map(|a| a.0)
+    }
+
     pub fn from_name(name: &str) -> Option<Arch> {
         ARCHES.iter().find(|a| a.1 == name).map(|a| a.0)
     }
