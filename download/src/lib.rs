@@ -331,6 +331,8 @@ pub fn download(
         }
     }
     run.meter.done_parts = jobs.iter().filter(|j| j.done.is_some()).filter_map(|j| j.size).sum();
+    // The first report counts a partial file already there.
+    run.meter.current = jobs.iter().find(|j| j.done.is_none()).map_or(0, resumable_len);
     run.meter.emit();
 
     for job in jobs.iter_mut() {
@@ -646,6 +648,8 @@ impl Run<'_> {
         let storage = |what: &Path, e: std::io::Error| Error::Storage(format!("{}: {}", what.display(), describe(&e)));
         let (rx, recycle) = spawn_request(self.client.clone(), job.resolved.clone(), from.clone(), self.cancel.clone());
         let mut head: Option<Head> = None;
+        // Checkpoints while bytes arrive (started at the first; joined when this attempt returns).
+        let mut bg: Option<std::io::Result<Background>> = None;
         loop {
             let msg = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(m) => m,
@@ -760,10 +764,24 @@ impl Run<'_> {
                     let _ = recycle.send(buf);
                     self.meter.set_current(*have);
                     if *have - *checkpoint_at >= MIN_CHECKPOINT.max(*have / 32) {
-                        if let Err(e) = checkpoint(file, hasher, meta, &job.meta_path) {
+                        if bg.is_none() {
+                            bg = Some(Background::start(file, &job.meta_path));
+                        }
+                        let Some(Ok(b)) = bg.as_ref() else {
+                            // No helper thread: a checkpoint on this one.
+                            if let Err(e) = checkpoint(file, hasher, meta, &job.meta_path) {
+                                return Some(Stop::Fail(storage(&job.meta_path, e)));
+                            }
+                            *checkpoint_at = hasher.len();
+                            continue;
+                        };
+                        if let Some(e) = b.take_error() {
                             return Some(Stop::Fail(storage(&job.meta_path, e)));
                         }
-                        *checkpoint_at = hasher.len();
+                        let snapshot = Meta { state: hasher.checkpoint().1, ..meta.clone() };
+                        if b.offer(snapshot) {
+                            *checkpoint_at = hasher.len();
+                        }
                     }
                 }
                 Msg::End => {
@@ -781,6 +799,62 @@ impl Run<'_> {
                     };
                 }
             }
+        }
+    }
+}
+
+/// Checkpoints taken beside the transfer: a helper thread syncs the partial
+/// file and then writes the sidecar, while the network and the hash go on
+/// (a sync waits for the disk: on the transfer's thread it would stall it).
+/// The state offered was taken after its bytes were written, so the sync
+/// covers them. One at a time: an offer while one runs is declined. Dropped =
+/// joined, so no sidecar write outlives the attempt that offered it.
+struct Background {
+    tx: Option<mpsc::SyncSender<Meta>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    busy: Arc<AtomicBool>,
+    error: Arc<std::sync::Mutex<Option<std::io::Error>>>,
+}
+
+impl Background {
+    fn start(file: &File, path: &Path) -> std::io::Result<Background> {
+        let file = file.try_clone()?;
+        let path = path.to_path_buf();
+        let (tx, rx) = mpsc::sync_channel::<Meta>(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        let error = Arc::new(std::sync::Mutex::new(None));
+        let (b, e) = (busy.clone(), error.clone());
+        let thread = std::thread::Builder::new().name("pocket-download-sync".into()).spawn(move || {
+            for meta in rx {
+                if let Err(err) = file.sync_data().and_then(|()| meta.write(&path)) {
+                    if let Ok(mut slot) = e.lock() {
+                        slot.get_or_insert(err);
+                    }
+                }
+                b.store(false, Ordering::SeqCst);
+            }
+        })?;
+        Ok(Background { tx: Some(tx), thread: Some(thread), busy, error })
+    }
+
+    /// Take this checkpoint unless one is running.
+    fn offer(&self, meta: Meta) -> bool {
+        if self.busy.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        self.tx.as_ref().is_some_and(|tx| tx.send(meta).is_ok())
+    }
+
+    fn take_error(&self) -> Option<std::io::Error> {
+        self.error.lock().ok().and_then(|mut e| e.take())
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
         }
     }
 }
