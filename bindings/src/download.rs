@@ -59,8 +59,9 @@ impl DownloadHandle {
         self.cancel.cancel();
     }
 
-    /// Block until the download has ended and its listener was told.
-    pub fn wait(&self) {
+    /// Block until the download has ended and its listener was told. (Not
+    /// `wait`: Kotlin objects have one.)
+    pub fn join(&self) {
         let thread = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = thread {
             let _ = t.join();

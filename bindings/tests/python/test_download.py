@@ -98,7 +98,7 @@ def run(request, listener=None):
     listener = listener or Listener()
     handle = pocket.download_model(request, listener)
     assert listener.done.wait(60), "the download did not end"
-    handle.wait()
+    handle.join()
     return listener
 
 

@@ -564,9 +564,10 @@ public protocol DownloadHandleProtocol: AnyObject, Sendable {
     func cancel() 
     
     /**
-     * Block until the download has ended and its listener was told.
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
      */
-    func wait() 
+    func join() 
     
 }
 /**
@@ -636,10 +637,11 @@ open func cancel()  {try! rustCall() {
 }
     
     /**
-     * Block until the download has ended and its listener was told.
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
      */
-open func wait()  {try! rustCall() {
-    uniffi_pocket_ffi_fn_method_downloadhandle_wait(self.uniffiClonePointer(),$0
+open func join()  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadhandle_join(self.uniffiClonePointer(),$0
     )
 }
 }
@@ -4838,7 +4840,7 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_pocket_ffi_checksum_method_downloadhandle_wait() != 7380) {
+    if (uniffi_pocket_ffi_checksum_method_downloadhandle_join() != 18765) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress() != 48255) {

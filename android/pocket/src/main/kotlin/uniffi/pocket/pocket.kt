@@ -889,7 +889,7 @@ fun uniffi_pocket_ffi_checksum_func_plan_memory(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_downloadhandle_cancel(
 ): Short
-fun uniffi_pocket_ffi_checksum_method_downloadhandle_wait(
+fun uniffi_pocket_ffi_checksum_method_downloadhandle_join(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress(
 ): Short
@@ -992,7 +992,7 @@ fun uniffi_pocket_ffi_fn_free_downloadhandle(`ptr`: Pointer,uniffi_out_err: Unif
 ): Unit
 fun uniffi_pocket_ffi_fn_method_downloadhandle_cancel(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
-fun uniffi_pocket_ffi_fn_method_downloadhandle_wait(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+fun uniffi_pocket_ffi_fn_method_downloadhandle_join(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
 fun uniffi_pocket_ffi_fn_clone_downloadlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
@@ -1207,7 +1207,7 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_wait() != 7380.toShort()) {
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_join() != 18765.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress() != 48255.toShort()) {
@@ -1754,9 +1754,10 @@ public interface DownloadHandleInterface {
     fun `cancel`()
     
     /**
-     * Block until the download has ended and its listener was told.
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
      */
-    fun `wait`()
+    fun `join`()
     
     companion object
 }
@@ -1864,12 +1865,13 @@ open class DownloadHandle: Disposable, AutoCloseable, DownloadHandleInterface
 
     
     /**
-     * Block until the download has ended and its listener was told.
-     */override fun `wait`()
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
+     */override fun `join`()
         = 
     callWithPointer {
     uniffiRustCall() { _status ->
-    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadhandle_wait(
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadhandle_join(
         it, _status)
 }
     }
