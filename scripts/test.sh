@@ -137,12 +137,15 @@ if [ "${POCKET_SDK_TESTS:-1}" != 0 ]; then
     # arm64 (what phones run; `asm!` kernels compiled for real) as static
     # libraries; 32-bit ARM and the x86-64 emulator ABI type-checked; the GPU
     # backend (wgpu: most of a build's time) type-checked for the arm64 targets.
-    cargo xtask staticlibs --quick --no-gpu --target-dir "$cross" aarch64-apple-ios aarch64-linux-android
+    # Without pocket-ffi's `tls` feature (https for downloads: ring compiles C
+    # for its target, and no iOS SDK or Android NDK is assumed here); the
+    # download code itself (http://) is compiled for every target.
+    cargo xtask staticlibs --quick --no-gpu --no-tls --target-dir "$cross" aarch64-apple-ios aarch64-linux-android
     for t in armv7-linux-androideabi x86_64-linux-android; do
-        cargo check --release -p pocket-ffi --lib --target "$t" --target-dir "$cross"
+        cargo check --release -p pocket-ffi --lib --no-default-features --target "$t" --target-dir "$cross"
     done
     for t in aarch64-apple-ios aarch64-linux-android; do
-        cargo check --release -p pocket-ffi --lib --features gpu --target "$t" --target-dir "$cross"
+        cargo check --release -p pocket-ffi --lib --no-default-features --features gpu --target "$t" --target-dir "$cross"
     done
 fi
 

@@ -41,6 +41,19 @@ pub enum PocketError {
     /// A bug: a panic inside the engine, or a failing listener.
     #[error("internal error: {reason}")]
     Internal { reason: String },
+    /// A download could not fetch its file: unreachable, refused (4xx), still
+    /// failing after the retries, or redirected from https to http. The
+    /// partial file stays: the same request resumes it.
+    #[error("network error: {reason}")]
+    Network { reason: String },
+    /// A downloaded file is not the expected one (its SHA-256 or size
+    /// differs); the partial file was deleted.
+    #[error("integrity error: {reason}")]
+    Integrity { reason: String },
+    /// A download's destination cannot hold it (not enough free space, a full
+    /// disk, a failed write or rename); the partial file stays for a resume.
+    #[error("storage error: {reason}")]
+    Storage { reason: String },
 }
 
 impl PocketError {

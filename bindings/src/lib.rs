@@ -7,17 +7,21 @@
 //!   option, message and stats records, the foreign `TokenListener`.
 //! - [`structured`]: structured output: `ToolSpec`, `ToolCall`, `ToolChoice`, `Reasoning`,
 //!   `GenerationEvent` and the foreign `EventListener`.
+//! - [`download`]: `downloadModel` (resumable, verified model downloads through pocket-download),
+//!   `DownloadRequest`, the foreign `DownloadListener`, `DownloadHandle`.
 //! - [`error`]: `PocketError`, the one place core errors are folded into what an app can act on,
 //!   and the panic guard every exported call runs in.
 //! - `logging`: `log` records to os_log (iOS), logcat (Android, with `JNI_OnLoad`), or stderr on
 //!   request (`POCKET_LOG=debug`).
 
+pub mod download;
 pub mod error;
 mod logging;
 pub mod model;
 pub mod session;
 pub mod structured;
 
+pub use download::{download_model, DownloadHandle, DownloadListener, DownloadRequest};
 pub use error::PocketError;
 pub use model::{
     plan_memory, Backend, GpuAdapter, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel,

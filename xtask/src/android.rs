@@ -28,7 +28,7 @@ pub const ABIS: [(&str, &str); 3] = [
 pub const MOBILE_TARGETS: [&str; 4] =
     ["aarch64-apple-ios", "aarch64-linux-android", "armv7-linux-androideabi", "x86_64-linux-android"];
 
-/// `cargo xtask staticlibs [--profile P] [--quick] [--no-gpu] [--target-dir DIR] [TARGET...]`
+/// `cargo xtask staticlibs [--profile P] [--quick] [--no-gpu] [--no-tls] [--target-dir DIR] [TARGET...]`
 ///
 /// `--quick` keeps the profile but turns off LTO and allows 16 codegen units
 /// (`CARGO_PROFILE_<P>_LTO=off`, `..._CODEGEN_UNITS=16`): the same code is
@@ -36,16 +36,20 @@ pub const MOBILE_TARGETS: [&str; 4] =
 /// `--no-gpu` leaves the GPU backend out (wgpu's compile is most of the time
 /// of a build: the test suite builds every target without it and only
 /// checks the GPU build for the arm64 targets).
+/// `--no-tls` leaves https out of `downloadModel` (pocket-ffi's default
+/// feature `tls`: ring compiles C for the target, which needs Xcode or the
+/// NDK's clang; the test suite builds without them).
 pub fn staticlibs_command(args: &[String]) -> Result {
     let mut args = Args::new(args);
     let profile = args.value("--profile")?.unwrap_or_else(|| "release".into());
     let quick = args.flag("--quick");
     let gpu = !args.flag("--no-gpu");
+    let tls = !args.flag("--no-tls");
     let target_dir = args.value("--target-dir")?.map(PathBuf::from);
     let targets = args.rest()?;
     let targets: Vec<String> =
         if targets.is_empty() { MOBILE_TARGETS.iter().map(|t| t.to_string()).collect() } else { targets };
-    let opts = Build { profile: &profile, quick, gpu, target_dir: target_dir.as_deref() };
+    let opts = Build { profile: &profile, quick, gpu, tls, target_dir: target_dir.as_deref() };
     for target in &targets {
         staticlib(target, &opts)?;
     }
@@ -57,12 +61,17 @@ struct Build<'a> {
     quick: bool,
     /// With the GPU backend (Metal on iOS, Vulkan on Android), as the shipped libraries have it.
     gpu: bool,
+    /// With https for downloads (rustls on ring: needs a C compiler for the target).
+    tls: bool,
     target_dir: Option<&'a Path>,
 }
 
 fn staticlib(target: &str, b: &Build) -> Result {
     let mut cmd = cargo();
     cmd.args(["rustc", "--target", target, "-p", "pocket-ffi", "--lib", "--crate-type", "staticlib"]);
+    if !b.tls {
+        cmd.arg("--no-default-features");
+    }
     if b.gpu {
         cmd.args(["--features", "gpu"]);
     }
@@ -125,7 +134,7 @@ pub fn aar_command(args: &[String]) -> Result {
     eprintln!("the static libraries for the three ABIs to check the code compiles; the shared");
     eprintln!("libraries the AAR ships are linked by the NDK's clang.");
     for (_, target) in ABIS {
-        staticlib(target, &Build { profile: &profile, quick: false, gpu: true, target_dir: None })?;
+        staticlib(target, &Build { profile: &profile, quick: false, gpu: true, tls: true, target_dir: None })?;
     }
     eprintln!("\nOn a machine with the NDK and cargo-ndk:");
     eprintln!("  export ANDROID_NDK_HOME=$ANDROID_HOME/ndk/<version>");

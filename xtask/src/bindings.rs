@@ -178,7 +178,7 @@ fn test_kotlin() -> Result {
     // Every Android-free source of the AAR module; PocketAndroid.kt (the Android shell) needs the SDK.
     let mut sources = vec![kotlin_sources().join(KOTLIN_FILE)];
     sources.extend(
-        ["PocketFlow.kt", "PocketDescriptors.kt", "PocketMemory.kt"]
+        ["PocketFlow.kt", "PocketDescriptors.kt", "PocketMemory.kt", "PocketDownload.kt"]
             .map(|f| kotlin_sources().join("uniffi/pocket").join(f)),
     );
     sources.extend(util::files_with_extension(&root().join("bindings/tests/kotlin"), "kt")?);

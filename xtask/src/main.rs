@@ -41,9 +41,10 @@ commands:
   test-bindings python [PYTEST ARGS] | kotlin | generated
       Python tests (pytest), Kotlin tests on the JVM (kotlinc + JNA), or a check that the
       committed Swift/Kotlin bindings are up to date
-  staticlibs [--profile release] [--quick] [--target-dir DIR] [TARGET...]
+  staticlibs [--profile release] [--quick] [--no-gpu] [--no-tls] [--target-dir DIR] [TARGET...]
       cargo rustc --crate-type staticlib of pocket-ffi for each target
-      (default: aarch64-apple-ios and the three Android targets; --quick: no LTO, 16 codegen units)
+      (default: aarch64-apple-ios and the three Android targets; --quick: no LTO, 16 codegen units;
+      --no-tls: downloads over http:// only, for machines without Xcode or the NDK: ring compiles C)
   xcframework [--profile mobile] [--zip]
       iOS device + simulator (arm64 and x86_64, lipo) static libraries, headers and Swift
       bindings; ios/PocketFFI.xcframework via xcodebuild on macOS (elsewhere the commands

@@ -391,6 +391,7 @@ fun main() {
     }
 
     structuredTests(moePath)
+    downloadTests()
 
     var failed = 0
     for ((name, body) in tests) {

@@ -18,6 +18,7 @@ mod logits;
 mod memory;
 mod npy;
 mod perplexity;
+mod pull;
 mod quantize;
 mod run;
 mod structure;
@@ -60,6 +61,7 @@ enum Command {
     GpuInfo(gpu_info::Args),
     Imatrix(imatrix::Args),
     Quantize(quantize::Args),
+    Pull(pull::Args),
 }
 
 fn main() -> ExitCode {
@@ -103,6 +105,7 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::GpuInfo(a) => gpu_info::run(a),
         Command::Imatrix(a) => imatrix::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Pull(a) => pull::run(a),
     }
 }
 
