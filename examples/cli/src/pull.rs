@@ -42,7 +42,8 @@ pub fn run(a: Args) -> Result<(), String> {
     let result = pull(a);
     if let Err((kind, reason)) = &result {
         if json_out {
-            println!("{}", json!({"event": "error", "kind": kind, "reason": reason}));
+            // A closed pipe must not hide the failure: the status says it.
+            let _ = writeln!(std::io::stdout(), "{}", json!({"event": "error", "kind": kind, "reason": reason}));
         }
     }
     result.map_err(|(kind, reason)| format!("pull: {kind} error: {reason}"))
@@ -88,7 +89,7 @@ fn pull(a: Args) -> Result<(), (&'static str, String)> {
     let paths: Vec<String> = out.paths.iter().map(|p| p.display().to_string()).collect();
     let hashes: Vec<String> = out.sha256.iter().map(to_hex).collect();
     if a.json {
-        println!(
+        outln!(
             "{}",
             json!({"event": "done", "paths": paths, "sha256": hashes, "bytes": out.total_bytes,
                    "received_bytes": out.received_bytes, "resumed_bytes": out.resumed_bytes,
@@ -97,7 +98,7 @@ fn pull(a: Args) -> Result<(), (&'static str, String)> {
         );
     } else {
         for (p, h) in paths.iter().zip(&hashes) {
-            println!("{p}  sha256 {h}{}", if a.no_verify { " (not verified)" } else { " (verified)" });
+            outln!("{p}  sha256 {h}{}", if a.no_verify { " (not verified)" } else { " (verified)" });
         }
         let mb = out.received_bytes as f64 / 1e6;
         eprintln!(

@@ -3,6 +3,8 @@
 //! A command added to the CLI without a case here fails the first test.
 
 mod common;
+#[path = "../../../download/tests/server/mod.rs"]
+mod server;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -14,7 +16,7 @@ fn model() -> String {
 }
 
 /// One invocation of each command, producing output after its work.
-fn cases(tmp: &std::path::Path) -> Vec<(&'static str, Vec<String>)> {
+fn cases(tmp: &std::path::Path, url: &str, sha256: &str) -> Vec<(&'static str, Vec<String>)> {
     let m = model();
     let f32 = fixtures().join("models/qwen3moe-tiny-F32.gguf").to_string_lossy().into_owned();
     let text = fixtures().join("tokenizer/ppl_text.txt").to_string_lossy().into_owned();
@@ -37,8 +39,19 @@ fn cases(tmp: &std::path::Path) -> Vec<(&'static str, Vec<String>)> {
             v(&["imatrix", "--model", &m, "--file", &text, "--ctx", "32", "--chunks", "1", "-o", &out("m.imatrix")]),
         ),
         ("quantize", v(&["quantize", &f32, &out("q.gguf"), "Q8_0"])),
+        ("pull", v(&["pull", url, "--sha256", sha256, "-o", &out("pulled.bin"), "--json"])),
         ("help", v(&["--help"])),
     ]
+}
+
+/// The binary, with no proxy for the tests' loopback server.
+fn pocket() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pocket"));
+    c.env("NO_PROXY", "*");
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        c.env_remove(var);
+    }
+    c
 }
 
 /// The subcommands `pocket --help` lists.
@@ -52,7 +65,7 @@ fn listed_commands() -> Vec<String> {
 #[test]
 fn every_command_has_a_case() {
     let tmp = std::env::temp_dir();
-    let covered: Vec<&str> = cases(&tmp).iter().map(|(name, _)| *name).collect();
+    let covered: Vec<&str> = cases(&tmp, "http://127.0.0.1:9/x", "00").iter().map(|(name, _)| *name).collect();
     for command in listed_commands() {
         assert!(covered.contains(&command.as_str()), "`pocket {command}` has no closed-pipe case in tests/pipes.rs");
     }
@@ -62,19 +75,19 @@ fn every_command_has_a_case() {
 fn a_closed_pipe_ends_every_command_quietly() {
     let tmp = std::env::temp_dir().join(format!("pocket-pipes-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).expect("temp dir");
-    for (name, args) in cases(&tmp) {
+    let data = server::bytes(1 << 20, 7);
+    let sha256 = server::sha256_hex(&data);
+    let served = data.clone();
+    let http = server::Server::start(move |_| server::Reply::File(server::Served::new(served.clone())));
+    for (name, args) in cases(&tmp, &http.url("/m.bin"), &sha256) {
         // Sanity: the case works and writes something when read to the end.
-        let full = Command::new(env!("CARGO_BIN_EXE_pocket")).args(&args).output().expect("run pocket");
+        let full = pocket().args(&args).output().expect("run pocket");
         assert!(full.status.success(), "pocket {name}: {}", String::from_utf8_lossy(&full.stderr));
         assert!(!full.stdout.is_empty(), "pocket {name} printed nothing");
 
         // The reader closes at once, before the command has written anything.
-        let mut child = Command::new(env!("CARGO_BIN_EXE_pocket"))
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn pocket");
+        let mut child =
+            pocket().args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn pocket");
         drop(child.stdout.take());
         let mut stderr = String::new();
         child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
