@@ -17,6 +17,7 @@ mod npy;
 mod perplexity;
 mod quantize;
 mod run;
+mod split;
 mod structure;
 mod template;
 mod tokenize;
@@ -57,6 +58,8 @@ enum Command {
     GpuInfo(gpu_info::Args),
     Imatrix(imatrix::Args),
     Quantize(quantize::Args),
+    Split(split::SplitArgs),
+    Merge(split::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +103,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::GpuInfo(a) => gpu_info::run(a),
         Command::Imatrix(a) => imatrix::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Split(a) => split::split(a),
+        Command::Merge(a) => split::merge(a),
     }
 }
 

@@ -1008,6 +1008,9 @@ open class PocketModel: PocketModelProtocol, @unchecked Sendable {
     
     /**
      * Load a GGUF file: map it, validate every tensor, build the network.
+     * The first shard of a split model (`PREFIX-00001-of-0000N.gguf`, as
+     * `llama-gguf-split` writes them) loads the whole model, its other
+     * shards found beside it.
      */
 public static func load(path: String, options: LoadOptions)throws  -> PocketModel  {
     return try  FfiConverterTypePocketModel_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
@@ -1030,6 +1033,38 @@ public static func loadFromFd(fd: Int32, offset: UInt64, length: UInt64, options
         FfiConverterInt32.lower(fd),
         FfiConverterUInt64.lower(offset),
         FfiConverterUInt64.lower(length),
+        FfiConverterTypeLoadOptions_lower(options),$0
+    )
+})
+}
+    
+    /**
+     * Load a model split into several GGUF files (`llama-gguf-split`
+     * shards, `PREFIX-0000k-of-0000N.gguf`) from their paths, in any
+     * order. (`load` of the first shard's path finds the others beside it;
+     * this is for shards kept apart, e.g. in several folders.) A missing,
+     * extra, duplicated or mismatched shard is `PocketError.InvalidModel`
+     * (`Io` when a file cannot be read) whose reason names the shard.
+     */
+public static func loadParts(paths: [String], options: LoadOptions)throws  -> PocketModel  {
+    return try  FfiConverterTypePocketModel_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts(
+        FfiConverterSequenceString.lower(paths),
+        FfiConverterTypeLoadOptions_lower(options),$0
+    )
+})
+}
+    
+    /**
+     * Load a split model from its shards' descriptor ranges, in any order:
+     * e.g. each shard an uncompressed asset of its own asset pack
+     * (`AssetFileDescriptor`). The descriptors are duplicated, not taken
+     * over: the caller may close them after this returns. Errors as `loadParts`.
+     */
+public static func loadPartsFromFds(parts: [FilePart], options: LoadOptions)throws  -> PocketModel  {
+    return try  FfiConverterTypePocketModel_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts_from_fds(
+        FfiConverterSequenceTypeFilePart.lower(parts),
         FfiConverterTypeLoadOptions_lower(options),$0
     )
 })
@@ -1720,6 +1755,105 @@ public func FfiConverterTypeChatMessage_lift(_ buf: RustBuffer) throws -> ChatMe
 #endif
 public func FfiConverterTypeChatMessage_lower(_ value: ChatMessage) -> RustBuffer {
     return FfiConverterTypeChatMessage.lower(value)
+}
+
+
+/**
+ * One file of a split model given as a descriptor range (`PocketModel.loadPartsFromFds`).
+ */
+public struct FilePart {
+    /**
+     * An open descriptor of the file holding the shard (duplicated, not taken over).
+     */
+    public var fd: Int32
+    /**
+     * Where the shard starts in the file.
+     */
+    public var offset: UInt64
+    /**
+     * The shard's length in bytes.
+     */
+    public var length: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * An open descriptor of the file holding the shard (duplicated, not taken over).
+         */fd: Int32, 
+        /**
+         * Where the shard starts in the file.
+         */offset: UInt64, 
+        /**
+         * The shard's length in bytes.
+         */length: UInt64) {
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+    }
+}
+
+#if compiler(>=6)
+extension FilePart: Sendable {}
+#endif
+
+
+extension FilePart: Equatable, Hashable {
+    public static func ==(lhs: FilePart, rhs: FilePart) -> Bool {
+        if lhs.fd != rhs.fd {
+            return false
+        }
+        if lhs.offset != rhs.offset {
+            return false
+        }
+        if lhs.length != rhs.length {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(fd)
+        hasher.combine(offset)
+        hasher.combine(length)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeFilePart: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> FilePart {
+        return
+            try FilePart(
+                fd: FfiConverterInt32.read(from: &buf), 
+                offset: FfiConverterUInt64.read(from: &buf), 
+                length: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: FilePart, into buf: inout [UInt8]) {
+        FfiConverterInt32.write(value.fd, into: &buf)
+        FfiConverterUInt64.write(value.offset, into: &buf)
+        FfiConverterUInt64.write(value.length, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFilePart_lift(_ buf: RustBuffer) throws -> FilePart {
+    return try FfiConverterTypeFilePart.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeFilePart_lower(_ value: FilePart) -> RustBuffer {
+    return FfiConverterTypeFilePart.lower(value)
 }
 
 
@@ -4101,6 +4235,31 @@ fileprivate struct FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer {
 #if swift(>=5.8)
 @_documentation(visibility: private)
 #endif
+fileprivate struct FfiConverterSequenceTypeFilePart: FfiConverterRustBuffer {
+    typealias SwiftType = [FilePart]
+
+    public static func write(_ value: [FilePart], into buf: inout [UInt8]) {
+        let len = Int32(value.count)
+        writeInt(&buf, len)
+        for item in value {
+            FfiConverterTypeFilePart.write(item, into: &buf)
+        }
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> [FilePart] {
+        let len: Int32 = try readInt(&buf)
+        var seq = [FilePart]()
+        seq.reserveCapacity(Int(len))
+        for _ in 0 ..< len {
+            seq.append(try FfiConverterTypeFilePart.read(from: &buf))
+        }
+        return seq
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
 fileprivate struct FfiConverterSequenceTypeToolCall: FfiConverterRustBuffer {
     typealias SwiftType = [ToolCall]
 
@@ -4267,10 +4426,16 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_tokenlistener_on_token() != 28770) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_pocket_ffi_checksum_constructor_pocketmodel_load() != 19100) {
+    if (uniffi_pocket_ffi_checksum_constructor_pocketmodel_load() != 54991) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_from_fd() != 61585) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts() != 204) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts_from_fds() != 24940) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_constructor_pocketsession_new() != 62495) {

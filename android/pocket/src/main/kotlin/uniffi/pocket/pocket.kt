@@ -820,6 +820,10 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -868,6 +872,10 @@ fun uniffi_pocket_ffi_checksum_method_tokenlistener_on_token(
 fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load(
 ): Short
 fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_from_fd(
+): Short
+fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts(
+): Short
+fun uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts_from_fds(
 ): Short
 fun uniffi_pocket_ffi_checksum_constructor_pocketsession_new(
 ): Short
@@ -948,6 +956,10 @@ fun uniffi_pocket_ffi_fn_free_pocketmodel(`ptr`: Pointer,uniffi_out_err: UniffiR
 fun uniffi_pocket_ffi_fn_constructor_pocketmodel_load(`path`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_constructor_pocketmodel_load_from_fd(`fd`: Int,`offset`: Long,`length`: Long,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
+fun uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts(`paths`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
+fun uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts_from_fds(`parts`: RustBuffer.ByValue,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_method_pocketmodel_info(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
@@ -1160,10 +1172,16 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_tokenlistener_on_token() != 28770.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if (lib.uniffi_pocket_ffi_checksum_constructor_pocketmodel_load() != 19100.toShort()) {
+    if (lib.uniffi_pocket_ffi_checksum_constructor_pocketmodel_load() != 54991.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_from_fd() != 61585.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts() != 204.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_constructor_pocketmodel_load_parts_from_fds() != 24940.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_constructor_pocketsession_new() != 62495.toShort()) {
@@ -2402,6 +2420,9 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
         
     /**
      * Load a GGUF file: map it, validate every tensor, build the network.
+     * The first shard of a split model (`PREFIX-00001-of-0000N.gguf`, as
+     * `llama-gguf-split` writes them) loads the whole model, its other
+     * shards found beside it.
      */
     @Throws(PocketException::class) fun `load`(`path`: kotlin.String, `options`: LoadOptions): PocketModel {
             return FfiConverterTypePocketModel.lift(
@@ -2425,6 +2446,42 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
     uniffiRustCallWithError(PocketException) { _status ->
     UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_constructor_pocketmodel_load_from_fd(
         FfiConverterInt.lower(`fd`),FfiConverterULong.lower(`offset`),FfiConverterULong.lower(`length`),FfiConverterTypeLoadOptions.lower(`options`),_status)
+}
+    )
+    }
+    
+
+        
+    /**
+     * Load a model split into several GGUF files (`llama-gguf-split`
+     * shards, `PREFIX-0000k-of-0000N.gguf`) from their paths, in any
+     * order. (`load` of the first shard's path finds the others beside it;
+     * this is for shards kept apart, e.g. in several folders.) A missing,
+     * extra, duplicated or mismatched shard is `PocketError.InvalidModel`
+     * (`Io` when a file cannot be read) whose reason names the shard.
+     */
+    @Throws(PocketException::class) fun `loadParts`(`paths`: List<kotlin.String>, `options`: LoadOptions): PocketModel {
+            return FfiConverterTypePocketModel.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts(
+        FfiConverterSequenceString.lower(`paths`),FfiConverterTypeLoadOptions.lower(`options`),_status)
+}
+    )
+    }
+    
+
+        
+    /**
+     * Load a split model from its shards' descriptor ranges, in any order:
+     * e.g. each shard an uncompressed asset of its own asset pack
+     * (`AssetFileDescriptor`). The descriptors are duplicated, not taken
+     * over: the caller may close them after this returns. Errors as `loadParts`.
+     */
+    @Throws(PocketException::class) fun `loadPartsFromFds`(`parts`: List<FilePart>, `options`: LoadOptions): PocketModel {
+            return FfiConverterTypePocketModel.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_constructor_pocketmodel_load_parts_from_fds(
+        FfiConverterSequenceTypeFilePart.lower(`parts`),FfiConverterTypeLoadOptions.lower(`options`),_status)
 }
     )
     }
@@ -3230,6 +3287,54 @@ public object FfiConverterTypeChatMessage: FfiConverterRustBuffer<ChatMessage> {
             FfiConverterString.write(value.`content`, buf)
             FfiConverterSequenceTypeToolCall.write(value.`toolCalls`, buf)
             FfiConverterOptionalString.write(value.`toolCallId`, buf)
+    }
+}
+
+
+
+/**
+ * One file of a split model given as a descriptor range (`PocketModel.loadPartsFromFds`).
+ */
+data class FilePart (
+    /**
+     * An open descriptor of the file holding the shard (duplicated, not taken over).
+     */
+    var `fd`: kotlin.Int, 
+    /**
+     * Where the shard starts in the file.
+     */
+    var `offset`: kotlin.ULong, 
+    /**
+     * The shard's length in bytes.
+     */
+    var `length`: kotlin.ULong
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeFilePart: FfiConverterRustBuffer<FilePart> {
+    override fun read(buf: ByteBuffer): FilePart {
+        return FilePart(
+            FfiConverterInt.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: FilePart) = (
+            FfiConverterInt.allocationSize(value.`fd`) +
+            FfiConverterULong.allocationSize(value.`offset`) +
+            FfiConverterULong.allocationSize(value.`length`)
+    )
+
+    override fun write(value: FilePart, buf: ByteBuffer) {
+            FfiConverterInt.write(value.`fd`, buf)
+            FfiConverterULong.write(value.`offset`, buf)
+            FfiConverterULong.write(value.`length`, buf)
     }
 }
 
@@ -4930,6 +5035,34 @@ public object FfiConverterSequenceTypeChatMessage: FfiConverterRustBuffer<List<C
         buf.putInt(value.size)
         value.iterator().forEach {
             FfiConverterTypeChatMessage.write(it, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterSequenceTypeFilePart: FfiConverterRustBuffer<List<FilePart>> {
+    override fun read(buf: ByteBuffer): List<FilePart> {
+        val len = buf.getInt()
+        return List<FilePart>(len) {
+            FfiConverterTypeFilePart.read(buf)
+        }
+    }
+
+    override fun allocationSize(value: List<FilePart>): ULong {
+        val sizeForLength = 4UL
+        val sizeForItems = value.map { FfiConverterTypeFilePart.allocationSize(it) }.sum()
+        return sizeForLength + sizeForItems
+    }
+
+    override fun write(value: List<FilePart>, buf: ByteBuffer) {
+        buf.putInt(value.size)
+        value.iterator().forEach {
+            FfiConverterTypeFilePart.write(it, buf)
         }
     }
 }
