@@ -12,7 +12,7 @@
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use pocket_core::Error as CoreError;
+use pocket_core::{Error as CoreError, ShardProblem};
 
 /// What went wrong, in categories a caller can act on.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
@@ -64,12 +64,32 @@ impl PocketError {
     pub(crate) fn internal(reason: impl Into<String>) -> Self {
         PocketError::Internal { reason: reason.into() }
     }
+
+    /// The same category with another reason.
+    fn with_reason(self, reason: String) -> Self {
+        match self {
+            PocketError::InvalidModel { .. } => PocketError::InvalidModel { reason },
+            PocketError::UnsupportedModel { .. } => PocketError::UnsupportedModel { reason },
+            PocketError::OutOfMemory { .. } => PocketError::OutOfMemory { reason },
+            PocketError::ContextFull { .. } => PocketError::ContextFull { reason },
+            PocketError::Cancelled { .. } => PocketError::Cancelled { reason },
+            PocketError::Io { .. } => PocketError::Io { reason },
+            PocketError::InvalidArgument { .. } => PocketError::InvalidArgument { reason },
+            PocketError::Internal { .. } => PocketError::Internal { reason },
+        }
+    }
 }
 
 impl From<CoreError> for PocketError {
     fn from(e: CoreError) -> Self {
         let reason = e.to_string();
         match e {
+            // A shard's own error falls in that error's category, its reason naming the shard.
+            CoreError::Split { problem: ShardProblem::Invalid(inner), .. } => PocketError::from(*inner).with_reason(reason),
+            // A shard that is not there could not be read.
+            CoreError::Split { problem: ShardProblem::Missing { .. }, .. } => PocketError::Io { reason },
+            // A wrong set of files (extra, duplicated, mismatched shards) is not a usable model.
+            CoreError::Split { .. } => PocketError::InvalidModel { reason },
             CoreError::Io(io) if is_out_of_memory(&io) => PocketError::OutOfMemory { reason },
             CoreError::Io(_) => PocketError::Io { reason },
             // The caller's offset/length does not fit its descriptor.
@@ -183,6 +203,17 @@ mod tests {
             d(PocketError::UnsupportedModel { reason: r() })
         );
         assert_eq!(cat(CoreError::Gpu("device lost".into())), d(PocketError::Internal { reason: r() }));
+        // A split model's shard: its own error's category, or the set's.
+        let shard = |problem| CoreError::Split { shard: "m-00002-of-00003.gguf".into(), problem };
+        let unreadable = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = PocketError::from(shard(ShardProblem::Invalid(Box::new(CoreError::Io(unreadable)))));
+        assert!(matches!(&e, PocketError::Io { reason } if reason.contains("m-00002-of-00003.gguf")), "{e}");
+        assert_eq!(cat(shard(ShardProblem::Missing { no: 1, count: 3 })), d(PocketError::Io { reason: r() }));
+        assert_eq!(cat(shard(ShardProblem::Extra { no: 3, count: 3 })), d(PocketError::InvalidModel { reason: r() }));
+        assert_eq!(
+            cat(shard(ShardProblem::Invalid(Box::new(CoreError::BadMagic(*b"nope"))))),
+            d(PocketError::InvalidModel { reason: r() })
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! proc-macros (namespace `pocket`) to Swift, Kotlin and Python.
 //!
 //! A thin layer over pocket-core:
-//! - [`model`]: `PocketModel` (load from a path or a file descriptor, `info()`), `LoadOptions`, `Backend`.
+//! - [`model`]: `PocketModel` (load from a path or a file descriptor, or a split model from its shards'
+//!   paths or descriptors, `info()`), `LoadOptions`, `Backend`, `FilePart`.
 //! - [`session`]: `PocketSession` (generate, chat, their event forms, cancel, reset, save, restore), the
 //!   option, message and stats records, the foreign `TokenListener`.
 //! - [`structured`]: structured output: `ToolSpec`, `ToolCall`, `ToolChoice`, `Reasoning`,
@@ -24,7 +25,7 @@ pub mod structured;
 pub use download::{download_model, DownloadHandle, DownloadListener, DownloadRequest};
 pub use error::PocketError;
 pub use model::{
-    plan_memory, Backend, GpuAdapter, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel,
+    plan_memory, Backend, FilePart, GpuAdapter, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel,
 };
 pub use session::{
     ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,

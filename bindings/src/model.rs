@@ -176,6 +176,17 @@ pub struct ModelInfo {
     pub adapter: Option<GpuAdapter>,
 }
 
+/// One file of a split model given as a descriptor range (`PocketModel.loadPartsFromFds`).
+#[derive(Clone, Debug, PartialEq, Eq, uniffi::Record)]
+pub struct FilePart {
+    /// An open descriptor of the file holding the shard (duplicated, not taken over).
+    pub fd: i32,
+    /// Where the shard starts in the file.
+    pub offset: u64,
+    /// The shard's length in bytes.
+    pub length: u64,
+}
+
 /// A loaded model. Immutable and thread-safe: many sessions may share it.
 #[derive(uniffi::Object)]
 pub struct PocketModel {
@@ -186,6 +197,9 @@ pub struct PocketModel {
 #[uniffi::export]
 impl PocketModel {
     /// Load a GGUF file: map it, validate every tensor, build the network.
+    /// The first shard of a split model (`PREFIX-00001-of-0000N.gguf`, as
+    /// `llama-gguf-split` writes them) loads the whole model, its other
+    /// shards found beside it.
     #[uniffi::constructor]
     pub fn load(path: String, options: LoadOptions) -> Result<Arc<Self>, PocketError> {
         guard(|| {
@@ -195,9 +209,22 @@ impl PocketModel {
             let file = if options.use_mmap || options.memory_budget_bytes > 0 {
                 GgufFile::open(&path)?
             } else {
-                let f = File::open(&path).map_err(pocket_core::Error::Io)?;
-                let len = f.metadata().map_err(pocket_core::Error::Io)?.len();
-                GgufFile::from_bytes(read_range(&f, 0, len, &progress)?)?
+                // The first shard of a split model reads every shard.
+                let paths = pocket_core::gguf::split::shard_paths(std::path::Path::new(&path))?;
+                if paths.len() > 1 {
+                    let mut files = Vec::with_capacity(paths.len());
+                    for p in paths {
+                        let name = p.display().to_string();
+                        let f = File::open(&p).map_err(|e| shard_error(&name, pocket_core::Error::Io(e)))?;
+                        let len = f.metadata().map_err(|e| shard_error(&name, pocket_core::Error::Io(e)))?.len();
+                        files.push((name, f, 0, len));
+                    }
+                    read_parts(files, &progress)?
+                } else {
+                    let f = File::open(&path).map_err(pocket_core::Error::Io)?;
+                    let len = f.metadata().map_err(pocket_core::Error::Io)?.len();
+                    GgufFile::from_bytes(read_range(&f, 0, len, &progress)?)?
+                }
             };
             log::info!("loading {path}");
             Self::build(file, &options, &progress)
@@ -216,6 +243,50 @@ impl PocketModel {
             progress.report(0.0);
             let file = open_fd(fd, offset, length, options.use_mmap || options.memory_budget_bytes > 0, &progress)?;
             log::info!("loading fd {fd} at {offset}+{length}");
+            Self::build(file, &options, &progress)
+        })
+    }
+
+    /// Load a model split into several GGUF files (`llama-gguf-split`
+    /// shards, `PREFIX-0000k-of-0000N.gguf`) from their paths, in any
+    /// order. (`load` of the first shard's path finds the others beside it;
+    /// this is for shards kept apart, e.g. in several folders.) A missing,
+    /// extra, duplicated or mismatched shard is `PocketError.InvalidModel`
+    /// (`Io` when a file cannot be read) whose reason names the shard.
+    #[uniffi::constructor]
+    pub fn load_parts(paths: Vec<String>, options: LoadOptions) -> Result<Arc<Self>, PocketError> {
+        guard(|| {
+            crate::logging::init();
+            let progress = Progress(options.progress.as_deref());
+            progress.report(0.0);
+            let file = if options.use_mmap || options.memory_budget_bytes > 0 {
+                GgufFile::open_parts(&paths)?
+            } else {
+                let mut files = Vec::with_capacity(paths.len());
+                for p in &paths {
+                    let f = File::open(p).map_err(|e| shard_error(p, pocket_core::Error::Io(e)))?;
+                    let len = f.metadata().map_err(|e| shard_error(p, pocket_core::Error::Io(e)))?.len();
+                    files.push((p.clone(), f, 0, len));
+                }
+                read_parts(files, &progress)?
+            };
+            log::info!("loading {} shards: {}", paths.len(), paths.join(", "));
+            Self::build(file, &options, &progress)
+        })
+    }
+
+    /// Load a split model from its shards' descriptor ranges, in any order:
+    /// e.g. each shard an uncompressed asset of its own asset pack
+    /// (`AssetFileDescriptor`). The descriptors are duplicated, not taken
+    /// over: the caller may close them after this returns. Errors as `loadParts`.
+    #[uniffi::constructor]
+    pub fn load_parts_from_fds(parts: Vec<FilePart>, options: LoadOptions) -> Result<Arc<Self>, PocketError> {
+        guard(|| {
+            crate::logging::init();
+            let progress = Progress(options.progress.as_deref());
+            progress.report(0.0);
+            let file = open_fd_parts(&parts, options.use_mmap || options.memory_budget_bytes > 0, &progress)?;
+            log::info!("loading {} shards from descriptors", parts.len());
             Self::build(file, &options, &progress)
         })
     }
@@ -324,6 +395,58 @@ fn open_fd(fd: i32, offset: u64, length: u64, use_mmap: bool, progress: &Progres
 #[cfg(not(unix))]
 fn open_fd(_: i32, _: u64, _: u64, _: bool, _: &Progress) -> Result<GgufFile, PocketError> {
     Err(PocketError::invalid_argument("loading from a file descriptor needs a Unix platform"))
+}
+
+#[cfg(unix)]
+fn open_fd_parts(parts: &[FilePart], use_mmap: bool, progress: &Progress) -> Result<GgufFile, PocketError> {
+    use std::os::fd::BorrowedFd;
+    if let Some(p) = parts.iter().find(|p| p.fd < 0) {
+        return Err(PocketError::invalid_argument(format!("file descriptor {}", p.fd)));
+    }
+    if use_mmap {
+        let ranges: Vec<_> = parts.iter().map(|p| (p.fd, p.offset, p.length)).collect();
+        return Ok(GgufFile::open_fd_parts(&ranges)?);
+    }
+    let mut files = Vec::with_capacity(parts.len());
+    for p in parts {
+        let name = pocket_core::gguf::split::fd_name(p.fd, p.offset, p.length);
+        // SAFETY: the caller promises each `fd` is open for the duration of this call;
+        // it is duplicated here and the caller's descriptor is never closed.
+        let dup = unsafe { BorrowedFd::borrow_raw(p.fd) }.try_clone_to_owned();
+        let file = File::from(dup.map_err(|e| shard_error(&name, pocket_core::Error::Io(e)))?);
+        files.push((name, file, p.offset, p.length));
+    }
+    read_parts(files, progress)
+}
+
+#[cfg(not(unix))]
+fn open_fd_parts(_: &[FilePart], _: bool, _: &Progress) -> Result<GgufFile, PocketError> {
+    Err(PocketError::invalid_argument("loading from file descriptors needs a Unix platform"))
+}
+
+/// An error of the shard `name` (when several files are read).
+fn shard_error(name: &str, e: pocket_core::Error) -> PocketError {
+    pocket_core::Error::Split { shard: name.to_string(), problem: pocket_core::ShardProblem::Invalid(Box::new(e)) }
+        .into()
+}
+
+/// Read each `(name, file, offset, len)` into memory (progress up to 0.9
+/// over all of them) and open them as one split model.
+fn read_parts(files: Vec<(String, File, u64, u64)>, progress: &Progress) -> Result<GgufFile, PocketError> {
+    let total: u64 = files.iter().map(|f| f.3).sum::<u64>().max(1);
+    let mut done = 0u64;
+    let mut sources = Vec::with_capacity(files.len());
+    for (name, file, offset, len) in &files {
+        let part = Progress(None);
+        let bytes = read_range(file, *offset, *len, &part).map_err(|e| match e {
+            PocketError::Io { reason } => PocketError::Io { reason: format!("shard {name}: {reason}") },
+            e => e,
+        })?;
+        done += len;
+        progress.report(0.9 * (done as f32 / total as f32));
+        sources.push((name.clone(), pocket_core::gguf::Source::from_vec(bytes)));
+    }
+    Ok(GgufFile::from_sources(sources)?)
 }
 
 /// Read `len` bytes at `offset` into memory, reporting progress up to 0.9.

@@ -67,6 +67,11 @@ pub enum Error {
     WrongValueType { key: String, expected: &'static str, found: &'static str },
     #[error("metadata key '{0}' is missing")]
     MissingKey(String),
+    /// A split model (`llama-gguf-split` shards) whose set of files is wrong,
+    /// or one of whose files is: `shard` names the file at fault (its path,
+    /// its descriptor range, or its place in the set when it is missing).
+    #[error("shard {shard}: {problem}")]
+    Split { shard: String, problem: ShardProblem },
 
     // ---- Models ----------------------------------------------------------
     #[error("unsupported architecture '{0}'")]
@@ -115,4 +120,47 @@ pub enum Error {
     /// a lost device, a failed readback.
     #[error("GPU error: {0}")]
     Gpu(String),
+}
+
+/// What is wrong with one shard of a split model (see [`Error::Split`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardProblem {
+    /// The shard is not a valid GGUF file, or one of its tensors runs past
+    /// its end (the file's own error).
+    #[error("{0}")]
+    Invalid(Box<Error>),
+    /// No file of the set holds shard `no` (0-based `split.no`) of `count`.
+    #[error("missing: the model is split into {count} files and shard {} of them is not there", no + 1)]
+    Missing { no: u64, count: u64 },
+    /// A shard whose `split.no` lies past the set's `count` files.
+    #[error("extra: its split.no {no} lies past the {count} files of the set")]
+    Extra { no: u64, count: u64 },
+    /// Two files claim the same `split.no`.
+    #[error("duplicated: split.no {no} is also {other}")]
+    Duplicate { no: u64, other: String },
+    /// The shard's `split.count` disagrees with the rest of the set.
+    #[error("mismatched: its split.count is {found}, the set's is {expected} (a shard of another split)")]
+    CountMismatch { found: u64, expected: u64 },
+    /// The shard's `split.tensors.count` disagrees with the first shard's.
+    #[error(
+        "mismatched: its split.tensors.count is {found}, the first shard's is {expected} (a shard of another model)"
+    )]
+    TensorCountMismatch { found: u64, expected: u64 },
+    /// The shards hold another number of tensors than `split.tensors.count` says.
+    #[error("the shards hold {found} tensors, split.tensors.count says {expected}")]
+    TensorTotal { found: u64, expected: u64 },
+    /// The file found at shard `expected`'s name says it is shard `found`.
+    #[error("wrong split.no {found}: the file says it is shard {}, its name says shard {}", found + 1, expected + 1)]
+    WrongIndex { found: u64, expected: u64 },
+    /// Opened by a later shard's path: a split model opens from its first shard.
+    #[error("it is shard {} of {count}: a split model is opened from its first shard (split.no 0)", no + 1)]
+    NotFirst { no: u64, count: u64 },
+    /// The first shard's name does not end as `llama-gguf-split` names it,
+    /// so the other files cannot be found beside it.
+    #[error("its name does not end in '{expected}', so the other shards cannot be found beside it")]
+    BadName { expected: String },
+    /// One of several files given as a split model has no `split.no`/`split.count`.
+    #[error("not a shard of a split model (no split.no and split.count)")]
+    NotAShard,
 }

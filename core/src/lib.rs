@@ -31,4 +31,4 @@ pub mod structured;
 pub mod threads;
 pub mod tokenizer;
 
-pub use error::{Error, Result};
+pub use error::{Error, Result, ShardProblem};

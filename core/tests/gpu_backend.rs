@@ -162,6 +162,38 @@ fn gpu_logits_match_the_cpu_on_tiny_models() {
     }
 }
 
+/// A split model (llama-gguf-split shards) goes up to the GPU from every
+/// shard's file: the same weights as the single file's, so the same logits
+/// bit for bit.
+#[cfg(feature = "gpu")]
+#[test]
+fn a_split_model_uploads_from_every_shard_and_gives_the_single_file_s_logits() {
+    use pocket_core::gguf::split::{self, SplitLimit, SplitOptions};
+    use pocket_core::gguf::GgufFile;
+    let dir = std::env::temp_dir().join(format!("pocket-gpu-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["gemma3-tiny-Q4_K_M", "qwen35moe-tiny-Q2_K"] {
+        let g = GgufFile::open(path(name)).unwrap();
+        let per = g.tensors().len().div_ceil(4);
+        let opts = SplitOptions { limit: SplitLimit::Tensors(per), no_tensor_first_split: false };
+        let prefix = dir.join(name);
+        let shards = split::split(&g, prefix.to_str().unwrap(), &opts, &mut |_, _| {}).unwrap();
+        assert_eq!(shards.len(), 4);
+        let Some(one) = load_gpu(name) else { return };
+        let Some(split) = load_gpu_file(&shards[0]) else { return };
+        assert_eq!(split.file().shards().len(), 4);
+        let up = |m: &Model| m.backend_counters().unwrap().device.weight_bytes_uploaded;
+        assert_eq!(up(&split), up(&one), "{name}: the weights uploaded");
+        let (want, got) = (run(&one), run(&split));
+        assert!(
+            want.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: the shards' GPU logits differ"
+        );
+        eprintln!("{name}: 4 shards on the GPU, {} logits equal to the single file's", want.len());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Every weight format the GPU computes with but F32 (the fixtures' own).
 #[cfg(feature = "gpu")]
 const GPU_TYPES: [GgmlType; 12] = [

@@ -1,5 +1,6 @@
 """The Python bindings against the real library: load, info, streaming,
-listener stop, cancellation from another thread, errors, chat, loadFromFd."""
+listener stop, cancellation from another thread, errors, chat, loadFromFd,
+split models (loadParts, loadPartsFromFds)."""
 
 import os
 import struct
@@ -139,6 +140,150 @@ def test_load_from_fd_rejects_bad_ranges_and_descriptors(moe_path):
             pocket.PocketModel.load_from_fd(f.fileno(), 16, size, pocket.LoadOptions())
     with pytest.raises(pocket.PocketError.InvalidArgument):
         pocket.PocketModel.load_from_fd(-1, 0, size, pocket.LoadOptions())
+
+
+# ---- split models (llama-gguf-split shards) ---------------------------------------
+
+
+def split_gguf(path, prefix, n):
+    """Split a GGUF file into n shards `PREFIX-0000k-of-0000N.gguf` as llama-gguf-split
+    lays them out (metadata in the first; split.no, split.count, split.tensors.count in
+    each). Returns the shards' paths."""
+    data = open(path, "rb").read()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, data, pos)
+        pos += struct.calcsize(fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string():
+        nonlocal pos
+        n_bytes = take("<Q")
+        pos += n_bytes
+        return data[pos - n_bytes : pos]
+
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip_value(t):
+        nonlocal pos
+        if t == 8:
+            string()
+        elif t == 9:
+            et, count = take("<I"), take("<Q")
+            for _ in range(count):
+                skip_value(et)
+        else:
+            pos += sizes[t]
+
+    assert take("<4s") == b"GGUF"
+    _version, n_tensors, n_kv = take("<I"), take("<Q"), take("<Q")
+    kvs = []
+    for _ in range(n_kv):
+        start = pos
+        key = string()
+        skip_value(take("<I"))
+        kvs.append(data[start:pos])
+        assert not key.startswith(b"split.")
+    infos = []
+    for _ in range(n_tensors):
+        start = pos
+        string()
+        n_dims = take("<I")
+        pos += 8 * n_dims + 4
+        infos.append((data[start:pos], take("<Q")))
+    align = 32
+    data_start = (pos + align - 1) // align * align
+    ends = sorted(o for _, o in infos)[1:] + [len(data) - data_start]
+    span = dict(zip(sorted(o for _, o in infos), ends))
+    per = (len(infos) + n - 1) // n
+    paths = []
+    for k in range(n):
+        mine = infos[k * per : (k + 1) * per]
+        keys = [
+            string_bytes("split.no") + struct.pack("<IH", 2, k),
+            string_bytes("split.count") + struct.pack("<IH", 2, n),
+            string_bytes("split.tensors.count") + struct.pack("<Ii", 5, len(infos)),
+        ]
+        head_kvs = (kvs if k == 0 else []) + keys
+        head = b"GGUF" + struct.pack("<IQQ", 3, len(mine), len(head_kvs)) + b"".join(head_kvs)
+        body, offset = b"", 0
+        for info, o in mine:
+            chunk = data[data_start + o : data_start + span[o]]
+            chunk += b"\0" * (-len(chunk) % align)
+            head += info + struct.pack("<Q", offset)
+            body += chunk
+            offset += len(chunk)
+        head += b"\0" * (-len(head) % align)
+        p = f"{prefix}-{k + 1:05d}-of-{n:05d}.gguf"
+        with open(p, "wb") as f:
+            f.write(head + body)
+        paths.append(p)
+    return paths
+
+
+def string_bytes(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def test_a_split_model_loads_from_its_first_shard_a_list_or_descriptors(tmp_path, moe_path, moe):
+    shards = split_gguf(moe_path, str(tmp_path / "moe"), 3)
+    opts = pocket.GenerateOptions(max_tokens=8, **GREEDY)
+    want = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Once upon a time", opts, Collect()).text
+    first = pocket.PocketModel.load(shards[0], pocket.LoadOptions())
+    info = first.info()
+    assert info.file_bytes == sum(os.path.getsize(p) for p in shards)
+    assert info.parameter_count == moe.info().parameter_count and info.expert_count == 8
+    models = [
+        first,
+        pocket.PocketModel.load(shards[0], pocket.LoadOptions(use_mmap=False)),
+        pocket.PocketModel.load_parts(list(reversed(shards)), pocket.LoadOptions()),
+        pocket.PocketModel.load_parts([shards[1], shards[0], shards[2]], pocket.LoadOptions(use_mmap=False)),
+    ]
+    # Descriptor ranges, each shard inside a file of its own at an unaligned offset (asset packs).
+    files, parts = [], []
+    for i, s in enumerate(shards):
+        body = open(s, "rb").read()
+        pack = tmp_path / f"pack{i}.apk"
+        pack.write_bytes(b"PK" + b"\0" * (4099 + i) + body + b"more")
+        f = open(pack, "rb")
+        files.append(f)
+        parts.append(pocket.FilePart(fd=f.fileno(), offset=4101 + i, length=len(body)))
+    for use_mmap in (True, False):
+        models.append(pocket.PocketModel.load_parts_from_fds(list(reversed(parts)), pocket.LoadOptions(use_mmap=use_mmap)))
+    for f in files:
+        f.close()  # the descriptors were duplicated
+    plan = first.memory_plan(0)
+    models.append(pocket.PocketModel.load(shards[0], pocket.LoadOptions(memory_budget_bytes=plan.minimum_budget_bytes)))
+    assert pocket.plan_memory(shards[0], 0) == plan and plan.file_bytes == info.file_bytes
+    for m in models:
+        assert m.info() == info
+        assert pocket.PocketSession(m, pocket.SessionOptions()).generate("Once upon a time", opts, Collect()).text == want
+
+
+def test_a_wrong_set_of_shards_names_the_shard(tmp_path, moe_path):
+    shards = split_gguf(moe_path, str(tmp_path / "moe"), 3)
+    with pytest.raises(pocket.PocketError.InvalidModel) as e:
+        pocket.PocketModel.load_parts([shards[0], shards[1], shards[1], shards[2]], pocket.LoadOptions())
+    assert "duplicated" in e.value.reason and "moe-00002-of-00003.gguf" in e.value.reason
+    with pytest.raises(pocket.PocketError.InvalidModel) as e:
+        pocket.PocketModel.load(shards[1], pocket.LoadOptions())
+    assert "first shard" in e.value.reason
+    data = open(shards[2], "rb").read()
+    open(shards[2], "wb").write(data[:-64])
+    with pytest.raises(pocket.PocketError.InvalidModel) as e:
+        pocket.PocketModel.load(shards[0], pocket.LoadOptions())
+    assert "moe-00003-of-00003.gguf" in e.value.reason and "outside" in e.value.reason
+    os.remove(shards[2])
+    for load in (
+        lambda: pocket.PocketModel.load(shards[0], pocket.LoadOptions()),
+        lambda: pocket.PocketModel.load_parts(shards[:2], pocket.LoadOptions()),
+    ):
+        with pytest.raises(pocket.PocketError.Io) as e:
+            load()
+        assert "missing" in e.value.reason and "moe-00003-of-00003.gguf" in e.value.reason
 
 
 # ---- errors -----------------------------------------------------------------------

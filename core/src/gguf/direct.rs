@@ -27,6 +27,8 @@ pub fn padded(len: usize) -> usize {
 /// Where a range's bytes sit in the buffer of its aligned read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
+    /// The file (of a split model's shards) the read is from.
+    pub part: usize,
     /// Aligned offset in the file (not the model) the read starts at.
     pub start: u64,
     /// Aligned length read.
@@ -40,17 +42,27 @@ impl Span {
     fn around(offset: u64, len: usize) -> Span {
         let start = offset / ALIGN as u64 * ALIGN as u64;
         let skip = (offset - start) as usize;
-        Span { start, len: (skip + len).div_ceil(ALIGN) * ALIGN, skip }
+        Span { part: 0, start, len: (skip + len).div_ceil(ALIGN) * ALIGN, skip }
     }
 }
 
-/// A second descriptor of the model file, for reads around the page cache.
-pub struct DirectFile {
+/// One file of the model (the whole model, or one shard of a split model).
+struct Part {
     file: File,
-    /// Offset of the model's first byte in the file (a range of an APK).
+    /// Offset of the part's first byte in its file (a range of an APK).
     base: u64,
-    /// Bytes of the model.
+    /// Where the part's bytes sit in the model's bytes.
+    at: u64,
+    /// Bytes of the part.
     len: u64,
+}
+
+/// A second descriptor of each of the model's files, for reads around the
+/// page cache. Offsets are the model's (those of [`super::Source::bytes`]);
+/// a split model's shards sit there one after another, and a read of a
+/// range inside one shard reads that shard's file.
+pub struct DirectFile {
+    parts: Vec<Part>,
     direct: bool,
 }
 
@@ -58,11 +70,24 @@ impl DirectFile {
     /// Open `file`'s bytes `base..base + len` for direct reads. `file` is a
     /// descriptor of the model file (it is reopened, not changed).
     pub fn open(file: &File, base: u64, len: u64) -> Result<DirectFile> {
-        let (file, direct) = reopen_uncached(file)?;
+        Self::open_parts(&[(file, base, 0, len)])
+    }
+
+    /// Open several files as one model: for each, `(file, base, at, len)`:
+    /// its bytes `base..base + len` sit at `at..at + len` of the model
+    /// (in increasing `at`, not overlapping).
+    pub fn open_parts(parts: &[(&File, u64, u64, u64)]) -> Result<DirectFile> {
+        let mut out = Vec::with_capacity(parts.len());
+        let mut direct = true;
+        for &(file, base, at, len) in parts {
+            let (file, d) = reopen_uncached(file)?;
+            direct &= d;
+            out.push(Part { file, base, at, len });
+        }
         if !direct {
             log::info!("direct I/O unavailable on this file system: expert reads go through the page cache");
         }
-        Ok(DirectFile { file, base, len, direct })
+        Ok(DirectFile { parts: out, direct })
     }
 
     /// Whether reads bypass the page cache.
@@ -70,21 +95,30 @@ impl DirectFile {
         self.direct
     }
 
-    /// The aligned read around the model's bytes `offset..offset + len`.
+    /// The part holding the model's byte `offset` (the last part starting at or before it).
+    fn part_of(&self, offset: u64) -> usize {
+        self.parts.partition_point(|p| p.at <= offset).saturating_sub(1)
+    }
+
+    /// The aligned read around the model's bytes `offset..offset + len`
+    /// (which lie in one file: a tensor never spans two shards).
     pub fn span(&self, offset: u64, len: usize) -> Span {
-        Span::around(self.base + offset, len)
+        let i = self.part_of(offset);
+        let p = &self.parts[i];
+        Span { part: i, ..Span::around(p.base + offset.saturating_sub(p.at), len) }
     }
 
     /// Read `span` (from [`span`](Self::span)) into `buf`, which is
-    /// `ALIGN`-aligned and at least `span.len` long. Bytes past the model's
+    /// `ALIGN`-aligned and at least `span.len` long. Bytes past the file's
     /// end read as zero; a file that has shrunk below the model's length is
     /// an I/O error.
     pub fn read(&self, span: Span, buf: &mut [u8]) -> Result<()> {
         debug_assert!((buf.as_ptr() as usize).is_multiple_of(ALIGN) && buf.len() >= span.len);
-        let end = self.base + self.len;
+        let p = &self.parts[span.part];
+        let end = p.base + p.len;
         let mut done = 0usize;
         while done < span.len {
-            let n = read_at(&self.file, &mut buf[done..span.len], span.start + done as u64)?;
+            let n = read_at(&p.file, &mut buf[done..span.len], span.start + done as u64)?;
             if n == 0 {
                 break;
             }
@@ -93,12 +127,17 @@ impl DirectFile {
         // The aligned tail may run past the model's last byte; the model's own bytes may not be missing.
         let needed = ((span.start + span.len as u64).min(end).saturating_sub(span.start)) as usize;
         if done < needed {
+            let which = if self.parts.len() > 1 {
+                format!("shard {} of the model", span.part + 1)
+            } else {
+                "the model file".into()
+            };
             return Err(Error::Io(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 format!(
-                    "the model file ends at byte {} of {} (truncated or replaced while loaded?)",
-                    span.start + done as u64 - self.base,
-                    self.len
+                    "{which} ends at byte {} of {} (truncated or replaced while loaded?)",
+                    span.start + done as u64 - p.base,
+                    p.len
                 ),
             )));
         }
@@ -120,13 +159,27 @@ impl DirectFile {
     /// The model's bytes `offset..offset + len`, in order, handed to `put`
     /// a piece at a time as they arrive in `bounce` (as in
     /// [`read_into`](Self::read_into)): for memory that may only be
-    /// written (a device buffer mapped for writing).
+    /// written (a device buffer mapped for writing). A range may cross from
+    /// one shard into the next; the bytes between two shards read as zero.
     pub fn read_each(&self, offset: u64, len: usize, bounce: &mut [u8], put: &mut dyn FnMut(&[u8])) -> Result<()> {
         let step = (bounce.len() / ALIGN - 1) * ALIGN;
         let mut done = 0usize;
         while done < len {
-            let n = step.min(len - done);
-            let s = self.span(offset + done as u64, n);
+            let off = offset + done as u64;
+            let i = self.part_of(off);
+            let p = &self.parts[i];
+            let in_part = (p.at + p.len).saturating_sub(off);
+            if in_part == 0 && i + 1 < self.parts.len() {
+                // Between two shards: no file holds these bytes.
+                let n = step.min(len - done).min((self.parts[i + 1].at - off) as usize);
+                bounce[..n].fill(0);
+                put(&bounce[..n]);
+                done += n;
+                continue;
+            }
+            // Past the last shard's end, `read` fills zeros as for one file.
+            let n = step.min(len - done).min(if in_part == 0 { usize::MAX } else { in_part as usize });
+            let s = self.span(off, n);
             self.read(s, bounce)?;
             put(&bounce[s.skip..s.skip + n]);
             done += n;

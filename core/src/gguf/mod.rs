@@ -5,11 +5,21 @@
 //! count, length, offset and shape is validated before it is used, so a hostile
 //! file yields an [`Error`] naming the key or tensor at fault, never a panic or
 //! an out-of-bounds read.
+//!
+//! A model split by `llama-gguf-split` into shards (`PREFIX-00001-of-00003.gguf`
+//! and so on) opens as one [`GgufFile`]: from its first shard's path (the
+//! others are found beside it, see [`GgufFile::open`]), or from a list of
+//! paths or descriptor ranges. The shards are mapped one after another into
+//! one range of addresses ([`Source::join`]), so every tensor is a byte range
+//! of [`Source::bytes`] as in a single file; the metadata is the first
+//! shard's; a wrong set of files is [`crate::Error::Split`] naming the shard.
 
 pub mod direct;
 mod keys;
 mod parse;
 mod source;
+pub mod split;
+mod split_write;
 mod summary;
 mod value;
 mod write;
@@ -20,6 +30,7 @@ use std::path::Path;
 pub use keys::{layer_of, Arch, Key, TensorKind, TensorName};
 pub use parse::{DEFAULT_ALIGNMENT, MAX_DIMS, MAX_NESTING};
 pub use source::Source;
+pub use split::{shard_path, shard_prefix};
 pub use summary::{Summary, TypeTotals};
 pub use value::{Array, StringArray, Value, ValueType};
 pub use write::{GgufWriter, TensorSpec};
@@ -36,10 +47,13 @@ pub struct TensorInfo {
     pub n_dims: usize,
     /// Shape, innermost (row length) first as in ggml; unused dims are 1.
     pub dims: [u64; 4],
-    /// Offset from the start of the data section.
+    /// Offset from the start of the data section of its file (its shard's,
+    /// in a split model; see [`GgufFile::tensor_start`]).
     pub offset: u64,
     /// Size in bytes.
     pub size: u64,
+    /// The shard that holds it (its index in [`GgufFile::shards`]; 0 in a single file).
+    pub shard: usize,
 }
 
 impl TensorInfo {
@@ -58,7 +72,23 @@ impl TensorInfo {
     }
 }
 
-/// An open GGUF file: parsed index plus the mapped bytes.
+/// One file of a model: the whole model, or one shard of a split model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// The file's path, or its descriptor range, or "memory".
+    pub name: String,
+    /// Where the file's bytes start in [`Source::bytes`].
+    pub start: u64,
+    /// Bytes of the file (or of the descriptor range).
+    pub bytes: u64,
+    /// Offset of its data section from the start of the file.
+    pub data_offset: u64,
+    pub alignment: u64,
+    pub version: u32,
+    pub tensor_count: usize,
+}
+
+/// An open GGUF file (or split model): parsed index plus the mapped bytes.
 pub struct GgufFile {
     source: Source,
     version: u32,
@@ -69,19 +99,51 @@ pub struct GgufFile {
     alignment: u64,
     data_offset: u64,
     data_len: u64,
+    shards: Vec<Shard>,
 }
 
 impl GgufFile {
-    /// Open and validate a file by path.
+    /// Open and validate a file by path. When it is the first shard of a
+    /// split model (`split.count` above 1), the other shards are opened from
+    /// beside it (`PREFIX-0000k-of-0000N.gguf`, as `llama-gguf-split` names
+    /// them) and the whole model is returned; a later shard's path is
+    /// [`crate::Error::Split`] (a split model opens from its first shard).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
-        Self::from_source(Source::open(path.as_ref())?)
+        split::open(path.as_ref())
+    }
+
+    /// Open and validate this one file, even when it is one shard of a split model.
+    pub fn open_single(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        Self::from_source_named(Source::open(path)?, path.display().to_string())
+    }
+
+    /// Open a split model from its shards' paths, in any order (one path
+    /// of a file that is not split opens that file).
+    pub fn open_parts<P: AsRef<Path>>(paths: &[P]) -> Result<GgufFile> {
+        split::open_parts(paths)
     }
 
     /// Open `len` bytes of an open descriptor starting at `offset` (e.g. an
     /// uncompressed asset inside an APK). The descriptor is not taken over.
     #[cfg(unix)]
     pub fn open_fd(fd: std::os::fd::RawFd, offset: u64, len: u64) -> Result<GgufFile> {
-        Self::from_source(Source::open_fd(fd, offset, len)?)
+        Self::from_source_named(Source::open_fd(fd, offset, len)?, split::fd_name(fd, offset, len))
+    }
+
+    /// Open a split model from its shards' descriptor ranges `(fd, offset,
+    /// len)` (e.g. assets of several asset packs), in any order. The
+    /// descriptors are not taken over.
+    #[cfg(unix)]
+    pub fn open_fd_parts(parts: &[(std::os::fd::RawFd, u64, u64)]) -> Result<GgufFile> {
+        split::open_fd_parts(parts)
+    }
+
+    /// A split model from its shards' bytes, each named (for errors and
+    /// [`Shard::name`]), in any order; one source of a file that is not
+    /// split is that file.
+    pub fn from_sources(sources: Vec<(String, Source)>) -> Result<GgufFile> {
+        split::from_sources(sources)
     }
 
     /// Parse a file held in memory.
@@ -90,36 +152,81 @@ impl GgufFile {
     }
 
     pub fn from_source(source: Source) -> Result<GgufFile> {
+        Self::from_source_named(source, "memory".into())
+    }
+
+    /// One file, whose errors and [`Shard`] carry `name`.
+    pub fn from_source_named(source: Source, name: String) -> Result<GgufFile> {
         let p = parse::parse(source.bytes())?;
-        let key_index = p.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
-        let tensor_index = p.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
-        Ok(GgufFile {
+        let len = source.bytes().len() as u64;
+        Ok(Self::assemble(source, vec![(name, 0, len, p)]))
+    }
+
+    /// The model of parsed files (`(name, where its bytes start in
+    /// `source`, its length, what was parsed)`, the first one's metadata
+    /// the model's) whose tensor names were checked to be unique.
+    fn assemble(source: Source, files: Vec<(String, u64, u64, parse::Parsed)>) -> GgufFile {
+        let mut shards = Vec::with_capacity(files.len());
+        let mut tensors = Vec::new();
+        let mut first = None;
+        for (i, (name, start, bytes, p)) in files.into_iter().enumerate() {
+            shards.push(Shard {
+                name,
+                start,
+                bytes,
+                data_offset: p.data_offset,
+                alignment: p.alignment,
+                version: p.version,
+                tensor_count: p.tensors.len(),
+            });
+            tensors.extend(p.tensors.into_iter().map(|t| TensorInfo { shard: i, ..t }));
+            if first.is_none() {
+                first = Some((p.version, p.metadata, p.alignment, p.data_offset + start, p.data_len));
+            }
+        }
+        let (version, metadata, alignment, data_offset, data_len) = first.expect("at least one file");
+        let key_index = metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let tensor_index = tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
+        GgufFile {
             source,
-            version: p.version,
-            metadata: p.metadata,
+            version,
+            metadata,
             key_index,
-            tensors: p.tensors,
+            tensors,
             tensor_index,
-            alignment: p.alignment,
-            data_offset: p.data_offset,
-            data_len: p.data_len,
-        })
+            alignment,
+            data_offset,
+            data_len,
+            shards,
+        }
     }
 
     pub fn version(&self) -> u32 {
         self.version
     }
 
-    /// Total bytes of the file (or of the descriptor range).
+    /// Total bytes of the file (or of the descriptor range; of every shard
+    /// of a split model).
     pub fn file_bytes(&self) -> u64 {
-        self.source.bytes().len() as u64
+        self.shards.iter().map(|s| s.bytes).sum()
+    }
+
+    /// The model's files: one, or a split model's shards in order.
+    pub fn shards(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Whether the model is split into several files.
+    pub fn is_split(&self) -> bool {
+        self.shards.len() > 1
     }
 
     pub fn alignment(&self) -> u64 {
         self.alignment
     }
 
-    /// Offset of the data section from the start of the file.
+    /// Offset of the data section from the start of the file (of the first
+    /// shard of a split model: where a tensor starts is [`tensor_start`](Self::tensor_start)).
     pub fn data_offset(&self) -> u64 {
         self.data_offset
     }
@@ -220,10 +327,21 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
+    /// Where a tensor of this file starts in [`Source::bytes`].
+    pub fn tensor_start(&self, t: &TensorInfo) -> u64 {
+        let s = &self.shards[t.shard];
+        s.start + s.data_offset + t.offset
+    }
+
+    /// The byte range of a tensor of this file in [`Source::bytes`].
+    pub fn tensor_range(&self, t: &TensorInfo) -> std::ops::Range<usize> {
+        let start = self.tensor_start(t) as usize;
+        start..start + t.size as usize
+    }
+
     /// The bytes of a tensor of this file (validated at open to lie inside it).
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
-        let start = (self.data_offset + t.offset) as usize;
-        &self.source.bytes()[start..start + t.size as usize]
+        &self.source.bytes()[self.tensor_range(t)]
     }
 }
 
@@ -234,6 +352,7 @@ impl std::fmt::Debug for GgufFile {
             .field("keys", &self.metadata.len())
             .field("tensors", &self.tensors.len())
             .field("bytes", &self.file_bytes())
+            .field("shards", &self.shards.len())
             .finish()
     }
 }

@@ -150,7 +150,7 @@ pub fn parse(buf: &[u8]) -> Result<Parsed> {
         if names.insert(name.clone(), ()).is_some() {
             return Err(Error::DuplicateTensor(name));
         }
-        tensors.push(TensorInfo { name, ty, n_dims: n_dims as usize, dims, offset, size });
+        tensors.push(TensorInfo { name, ty, n_dims: n_dims as usize, dims, offset, size, shard: 0 });
     }
 
     // The data section starts at the next multiple of the alignment.

@@ -63,13 +63,13 @@ pub(super) fn expert_stacks(net: &dyn Network) -> Vec<[&Experts; 3]> {
     all.chunks_exact(3).map(|c| [c[0].1, c[1].1, c[2].1]).collect()
 }
 
-/// The file's byte ranges a budgeted model keeps resident: the header and
-/// every tensor that is not a routed-expert stack.
+/// The file's byte ranges a budgeted model keeps resident: the header (of
+/// each shard of a split model) and every tensor that is not a routed-expert stack.
 pub(super) fn resident_ranges(file: &GgufFile, net: &dyn Network) -> Vec<Range<usize>> {
     let experts: Vec<Range<usize>> = net.experts().iter().map(|(_, x)| x.range()).collect();
-    let data = file.data_offset() as usize;
-    let tensors = file.tensors().iter().map(|t| data + t.offset as usize..data + (t.offset + t.size) as usize);
-    std::iter::once(0..data).chain(tensors.filter(|r| !experts.contains(r))).collect()
+    let headers = file.shards().iter().map(|s| s.start as usize..(s.start + s.data_offset.min(s.bytes)) as usize);
+    let tensors = file.tensors().iter().map(|t| file.tensor_range(t));
+    headers.chain(tensors.filter(|r| !experts.contains(r))).collect()
 }
 
 impl MemoryPlan {

@@ -9,9 +9,10 @@
 //! covers the data section's length. Two files that agree on all of that but
 //! not on their weights (the same tensor table re-quantised identically, or a
 //! fine-tune that changed no metadata) are not told apart: that is the price
-//! of not reading the weights.
+//! of not reading the weights. A split model's identity covers every shard:
+//! their sizes and their headers, in order.
 
-use xxhash_rust::xxh3::xxh3_128;
+use xxhash_rust::xxh3::Xxh3Default;
 
 use crate::gguf::GgufFile;
 
@@ -27,15 +28,20 @@ pub struct ModelIdentity {
 }
 
 impl ModelIdentity {
-    /// The identity of an open file (hashes its header: a few MB at most, in memory).
+    /// The identity of an open file (hashes its header: a few MB at most, in
+    /// memory). Of a split model: of all its shards, their sizes added and
+    /// their headers hashed one after another, in order.
     pub fn of(file: &GgufFile) -> ModelIdentity {
         let bytes = file.source().bytes();
-        let header = &bytes[..(file.data_offset() as usize).min(bytes.len())];
-        ModelIdentity {
-            file_bytes: bytes.len() as u64,
-            header_bytes: header.len() as u64,
-            header_hash: xxh3_128(header),
+        let mut hash = Xxh3Default::new();
+        let (mut file_bytes, mut header_bytes) = (0, 0);
+        for s in file.shards() {
+            let header = &bytes[s.start as usize..(s.start + s.data_offset.min(s.bytes)) as usize];
+            hash.update(header);
+            file_bytes += s.bytes;
+            header_bytes += header.len() as u64;
         }
+        ModelIdentity { file_bytes, header_bytes, header_hash: hash.digest128() }
     }
 }
 
@@ -54,6 +60,7 @@ mod tests {
     use super::*;
     use crate::gguf::{GgufWriter, Value};
     use crate::quant::GgmlType;
+    use xxhash_rust::xxh3::xxh3_128;
 
     fn file(name: &str, data: &[f32]) -> GgufFile {
         let mut w = GgufWriter::new();
@@ -75,5 +82,9 @@ mod tests {
         // Same header and size, other weights: by design, the same identity.
         assert_eq!(a, ModelIdentity::of(&file("a", &[2.0; 8])));
         assert!(a.header_bytes > 0 && a.header_bytes < a.file_bytes);
+        // One file's identity is what it always was: XXH3-128 of its header.
+        let f = file("a", &[1.0; 8]);
+        let header = &f.source().bytes()[..f.data_offset() as usize];
+        assert_eq!(a.header_hash, xxh3_128(header));
     }
 }

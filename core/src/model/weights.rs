@@ -116,7 +116,7 @@ impl<'a> Loader<'a> {
             ty: t.ty,
             rows,
             cols,
-            offset: (self.file.data_offset() + t.offset) as usize,
+            offset: self.file.tensor_start(t) as usize,
             len: t.size as usize,
         }
     }

@@ -1,4 +1,5 @@
-//! `pocket inspect FILE [--json] [--tensors]`: what a GGUF file holds.
+//! `pocket inspect FILE [--json] [--tensors]`: what a GGUF file holds (a
+//! split model from its first shard: every shard, listed).
 
 use std::time::Instant;
 
@@ -9,7 +10,7 @@ use serde_json::{json, Map, Value};
 /// What a GGUF file holds: architecture, sizes, quantization, experts
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF file
+    /// The GGUF file (of a split model: its first shard)
     file: String,
     /// Print JSON instead of a table
     #[arg(long)]
@@ -43,6 +44,11 @@ pub fn run(args: Args) -> Result<(), String> {
         let mut v = summary_json(&s);
         v["quantize_imatrix"] = if imatrix.is_empty() { Value::Null } else { Value::Object(imatrix) };
         v["open_ms"] = json!(open_ms);
+        v["shards"] = g
+            .shards()
+            .iter()
+            .map(|s| json!({"file": s.name, "bytes": s.bytes, "tensor_count": s.tensor_count}))
+            .collect();
         v["minimum_memory_budget"] = json!(plan.map(|p| p.minimum_budget_bytes));
         v["memory_plan"] = json!(plan.map(|p| json!({
             "resident_bytes": p.resident_bytes,
@@ -56,13 +62,19 @@ pub fn run(args: Args) -> Result<(), String> {
                 .iter()
                 .map(|t| {
                     json!({"name": t.name, "type": t.ty.name(), "shape": t.shape(), "bytes": t.size,
-                           "offset": g.data_offset() + t.offset})
+                           "offset": shard_offset(&g, t), "shard": t.shard})
                 })
                 .collect();
         }
         outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
     } else {
         print_human(&s, open_ms);
+        if g.is_split() {
+            outln!("shards            {}", g.shards().len());
+            for (i, sh) in g.shards().iter().enumerate() {
+                outln!("  {:>5}  {}  {} tensors, {}", i + 1, sh.name, sh.tensor_count, human_bytes(sh.bytes));
+            }
+        }
         for (k, v) in &imatrix {
             outln!(
                 "{:<17} {}",
@@ -81,21 +93,36 @@ pub fn run(args: Args) -> Result<(), String> {
             );
         }
         if args.tensors {
-            outln!("\n{:<40} {:<8} {:<24} {:>14} {:>14}", "tensor", "type", "shape", "bytes", "offset");
+            // The offset is in the tensor's own file (its shard's, with a shard column).
+            let shard = |t: &pocket_core::gguf::TensorInfo| {
+                if g.is_split() {
+                    format!(" {:>5}", t.shard + 1)
+                } else {
+                    String::new()
+                }
+            };
+            let head = if g.is_split() { " shard" } else { "" };
+            outln!("\n{:<40} {:<8} {:<24} {:>14} {:>14}{head}", "tensor", "type", "shape", "bytes", "offset");
             for t in g.tensors() {
                 let shape = t.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
                 outln!(
-                    "{:<40} {:<8} {:<24} {:>14} {:>14}",
+                    "{:<40} {:<8} {:<24} {:>14} {:>14}{}",
                     t.name,
                     t.ty.name(),
                     shape,
                     t.size,
-                    g.data_offset() + t.offset
+                    shard_offset(&g, t),
+                    shard(t)
                 );
             }
         }
     }
     Ok(())
+}
+
+/// Where a tensor's bytes start in its own file (its shard, in a split model).
+fn shard_offset(g: &GgufFile, t: &pocket_core::gguf::TensorInfo) -> u64 {
+    g.shards()[t.shard].data_offset + t.offset
 }
 
 fn summary_json(s: &Summary) -> Value {

@@ -21,6 +21,7 @@ mod perplexity;
 mod pull;
 mod quantize;
 mod run;
+mod split;
 mod structure;
 mod template;
 mod tokenize;
@@ -62,6 +63,8 @@ enum Command {
     Imatrix(imatrix::Args),
     Quantize(quantize::Args),
     Pull(pull::Args),
+    Split(split::SplitArgs),
+    Merge(split::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -106,6 +109,8 @@ fn run(cli: Cli) -> Result<(), String> {
         Command::Imatrix(a) => imatrix::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::Split(a) => split::split(a),
+        Command::Merge(a) => split::merge(a),
     }
 }
 
