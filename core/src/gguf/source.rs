@@ -22,7 +22,8 @@ enum Bytes {
     Mapped(Mmap),
     /// Read into memory the model owns: only the ranges a budgeted model
     /// keeps resident; the rest is never touched (see [`Source::into_resident`]).
-    Resident(AlignedBuf),
+    /// With the bytes the kept ranges hold.
+    Resident(AlignedBuf, u64),
     /// Kept as u64 words so that the start is 8-byte aligned like a mapping.
     Owned {
         words: Vec<u64>,
@@ -99,7 +100,17 @@ impl Source {
     /// `keep` read as zero and are never touched, so they cost no memory.
     /// A buffer already in memory is returned as it is.
     pub fn into_resident(self, keep: &[std::ops::Range<usize>]) -> Result<Source> {
-        let Some(direct) = self.direct()? else { return Ok(self) };
+        match self.resident_copy(keep)? {
+            Some(resident) => Ok(resident),
+            None => Ok(self),
+        }
+    }
+
+    /// [`into_resident`](Self::into_resident) leaving this source as it is
+    /// (a model that takes a memory budget while it runs); `None` for a
+    /// buffer already in memory.
+    pub fn resident_copy(&self, keep: &[std::ops::Range<usize>]) -> Result<Option<Source>> {
+        let Some(direct) = self.direct()? else { return Ok(None) };
         let len = self.bytes().len();
         let mut buf = AlignedBuf::new(len)?;
         let mut bounce = AlignedBuf::new(8 << 20)?;
@@ -113,15 +124,45 @@ impl Source {
             }
             direct.read_into(r.start as u64, &mut buf.as_mut_slice()[r.clone()], bounce.as_mut_slice())?;
         }
-        let Source { origin, .. } = self;
-        Ok(Source { bytes: Bytes::Resident(buf), origin })
+        let origin = match &self.origin {
+            Some((file, base)) => Some((file.try_clone()?, *base)),
+            None => None,
+        };
+        let kept = keep.iter().map(|r| r.len() as u64).sum();
+        Ok(Some(Source { bytes: Bytes::Resident(buf, kept), origin }))
+    }
+
+    /// Let the OS take back the pages of the mapping this process has
+    /// touched (`MADV_DONTNEED` on a read-only file mapping: they stay in the
+    /// page cache, reclaimable, and are read again if touched). Nothing for
+    /// memory the source owns. Best effort.
+    pub fn release(&self) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(m) = &self.bytes {
+            if !m.is_empty() {
+                // SAFETY: a private read-only file mapping: dropping its pages
+                // loses nothing (they are the file's bytes, read back on the
+                // next touch), and no reference into it can observe a change.
+                let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+            }
+        }
+    }
+
+    /// Bytes of the source in memory now: of a mapping, its pages in the
+    /// page cache (`mincore`); memory the source owns, whole.
+    pub fn resident_bytes(&self) -> u64 {
+        match &self.bytes {
+            Bytes::Mapped(m) => mapped_resident(m),
+            Bytes::Resident(_, kept) => *kept,
+            Bytes::Owned { len, .. } => *len as u64,
+        }
     }
 
     /// All bytes of the file.
     pub fn bytes(&self) -> &[u8] {
         match &self.bytes {
             Bytes::Mapped(m) => m,
-            Bytes::Resident(b) => b.as_slice(),
+            Bytes::Resident(b, _) => b.as_slice(),
             // SAFETY: the first `len` bytes of `words` were initialised from the vector.
             Bytes::Owned { words, len } => unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, *len) },
         }
@@ -143,4 +184,37 @@ impl Source {
             }
         }
     }
+}
+
+/// Bytes of `m` whose pages are in memory (`mincore`, a GiB at a time).
+#[cfg(unix)]
+fn mapped_resident(m: &Mmap) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let base = m.as_ptr() as usize;
+    // The mapping starts on a page (the view may start inside it: see map_range).
+    let start = base / page * page;
+    let end = base + m.len();
+    let mut vec = Vec::new();
+    let mut resident = 0u64;
+    let mut at = start;
+    while at < end {
+        let len = (end - at).min(1 << 30);
+        let pages = len.div_ceil(page);
+        vec.resize(pages, 0u8);
+        // SAFETY: `at..at + len` lies inside the live mapping (rounded out
+        // to its pages); `vec` has one byte per page.
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr() as *mut _) };
+        if rc != 0 {
+            return m.len() as u64;
+        }
+        resident += vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64;
+        at += len;
+    }
+    resident.min(m.len() as u64)
+}
+
+#[cfg(not(unix))]
+fn mapped_resident(m: &Mmap) -> u64 {
+    m.len() as u64
 }
