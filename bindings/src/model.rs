@@ -135,6 +135,35 @@ impl From<pocket_core::model::MemoryPlan> for MemoryPlan {
     }
 }
 
+/// The memory a loaded model holds now (all in bytes): see
+/// `PocketModel.memoryUsage`.
+#[derive(Clone, Debug, PartialEq, Eq, uniffi::Record)]
+pub struct MemoryUsage {
+    /// Weights in memory. Under a budget: every weight but the routed
+    /// experts, in memory the model owns. Without one: the pages of the
+    /// mapped file in memory now (page cache the OS may take back), or the
+    /// whole file when it was read into memory (`useMmap = false`).
+    pub resident_weights_bytes: u64,
+    /// The expert cache's slots that hold or have held an expert (0 without
+    /// a budget).
+    pub expert_cache_bytes: u64,
+    /// KV caches and recurrent state of the model's open sessions.
+    pub kv_cache_bytes: u64,
+    /// Their forward passes' buffers and last logits.
+    pub scratch_bytes: u64,
+}
+
+impl From<pocket_core::model::MemoryUsage> for MemoryUsage {
+    fn from(u: pocket_core::model::MemoryUsage) -> Self {
+        MemoryUsage {
+            resident_weights_bytes: u.resident_weights_bytes,
+            expert_cache_bytes: u.expert_cache_bytes,
+            kv_cache_bytes: u.kv_cache_bytes,
+            scratch_bytes: u.scratch_bytes,
+        }
+    }
+}
+
 /// How `budget_bytes` would divide for the model at `path`, read from its
 /// header and tensor table without loading the weights (Swift and Kotlin:
 /// also `PocketModel.memoryPlan(path:budgetBytes:)`). Choose a budget at or
@@ -325,9 +354,33 @@ impl PocketModel {
         self.model.memory_plan(budget_bytes).into()
     }
 
-    /// The memory budget it was loaded with (0 = none).
+    /// The memory budget now (0 = none): the one it was loaded with, or
+    /// the last `setMemoryBudget`.
     pub fn memory_budget_bytes(&self) -> u64 {
         self.model.memory_budget()
+    }
+
+    /// Change the memory budget while the model runs, from any thread (an
+    /// OS memory warning's handler, say): every session's next token is
+    /// computed under it, and the answer is the same as it would have been.
+    /// A smaller budget drops the least recently used experts from the cache
+    /// and gives their memory back before this returns (it may wait for a
+    /// running token to finish the layer it computes); a larger one lets the
+    /// cache grow. A model loaded without a budget takes one (its resident
+    /// weights are read into memory first: a while for a large model, so
+    /// call this off the main thread), and `0` returns it to the mapped file.
+    /// Below the model's minimum (`memoryPlan(..).minimumBudgetBytes`) it is
+    /// `PocketError.InvalidArgument` stating the minimum, and nothing
+    /// changes; so it is for a model on the GPU backend. Open sessions keep
+    /// their context; `memoryUsage` shows the result.
+    pub fn set_memory_budget(&self, budget_bytes: u64) -> Result<(), PocketError> {
+        guard(|| Ok(self.model.set_memory_budget(budget_bytes)?))
+    }
+
+    /// The memory the model holds now: resident weights, expert cache, and
+    /// its sessions' KV caches and scratch.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        self.model.memory_usage().into()
     }
 
     /// A new session on this model (the same as the `PocketSession` constructor).

@@ -121,6 +121,65 @@ fun main() {
         expect(got.expertCacheMisses > 0uL && got.storageBytesRead > 0uL) { "$got" }
     }
 
+    test("setMemoryBudget mid-answer from another thread: the same text; memoryUsage follows") {
+        val plan = PocketModel.memoryPlan(moePath, 0uL)
+        val min = plan.minimumBudgetBytes
+        val opts = GenerateOptions(maxTokens = 16u, temperature = 0f)
+        val want = PocketSession(moe, SessionOptions()).generate("Once upon a time", opts, Collect())
+        val model = PocketModel.load(moePath, LoadOptions())
+        // Each piece, another thread sets the next budget while this one waits:
+        // from none, shrink, grow, to the mapping, from none again.
+        val budgets = listOf(min + plan.expertBytes / 2uL, min, min + plan.expertBytes, 0uL, min)
+        val seen = mutableListOf<Pair<ULong, MemoryUsage>>()
+        var pieces = 0
+        val listener = object : TokenListener {
+            override fun onToken(piece: String): Boolean {
+                if (pieces < budgets.size) {
+                    val b = budgets[pieces]
+                    val t = thread {
+                        model.setMemoryBudget(b)
+                        synchronized(seen) { seen += b to model.memoryUsage() }
+                    }
+                    t.join()
+                }
+                pieces++
+                return true
+            }
+        }
+        val got = PocketSession(model, SessionOptions()).generate("Once upon a time", opts, listener)
+        expect(got.text == want.text) { "${got.text} vs ${want.text}" }
+        expect(seen.size == minOf(budgets.size, pieces)) { "$seen" }
+        for ((b, usage) in seen) {
+            expect(usage.kvCacheBytes > 0uL && usage.scratchBytes > 0uL) { "$usage" }
+            if (b == 0uL) {
+                expect(usage.expertCacheBytes == 0uL) { "$usage" }
+            } else {
+                expect(usage.residentWeightsBytes == plan.residentBytes) { "$usage" }
+                expect(usage.expertCacheBytes <= model.memoryPlan(b).cacheBytes) { "$b: $usage" }
+            }
+        }
+        val refused = expectThrows<PocketException.InvalidArgument> { model.setMemoryBudget(min - 1uL) }
+        expect(refused.reason.contains(min.toString())) { refused.reason }
+        expect(model.memoryBudgetBytes() == seen.last().first) { "${model.memoryBudgetBytes()}" }
+    }
+
+    test("trim levels map to budgets between the minimum and the full budget") {
+        val (min, full) = 1000uL to 2000uL
+        expect(memoryBudgetForTrimLevel(0, full, min) == full) { "no pressure" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.RUNNING_MODERATE, full, min) == 1500uL) { "moderate" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.RUNNING_LOW, full, min) == 1250uL) { "low" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.RUNNING_CRITICAL, full, min) == min) { "critical" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.UI_HIDDEN, full, min) == 1500uL) { "hidden" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.BACKGROUND, full, min) == 1250uL) { "background" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.MODERATE, full, min) == min) { "moderate (LRU)" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.COMPLETE, full, min) == min) { "complete" }
+        expect(memoryBudgetForTrimLevel(TrimLevel.COMPLETE, 500uL, min) == min) { "full below the minimum" }
+        // availMem 3000 less threshold 1000, plus 400 held, less 600 reserved: 1800.
+        expect(memoryBudgetFromAvailable(400uL, 3000L, 1000L, 600uL, full, min) == 1800uL) { "available" }
+        expect(memoryBudgetFromAvailable(400uL, 9000L, 1000L, 600uL, full, min) == full) { "capped" }
+        expect(memoryBudgetFromAvailable(0uL, 500L, 1000L, 600uL, full, min) == min) { "floored" }
+    }
+
     test("info of a dense model") {
         val info = PocketModel.load(fixtureModel("gemma3-tiny-Q8_0.gguf"), LoadOptions()).info()
         expect(info.architecture == "gemma3" && info.expertCount == 0u) { "$info" }

@@ -397,6 +397,78 @@ def test_a_memory_budget_gives_the_same_text_and_counts_expert_reads(moe_path, m
     assert (want.expert_cache_hits, want.expert_cache_misses, want.storage_bytes_read) == (0, 0, 0)
 
 
+def test_set_memory_budget_mid_answer_from_another_thread_keeps_the_text(moe_path, moe):
+    plan = pocket.plan_memory(moe_path, 0)
+    minimum = plan.minimum_budget_bytes
+    half = minimum + plan.expert_bytes // 2
+    opts = pocket.GenerateOptions(max_tokens=32, **GREEDY)
+    reference = Collect()
+    want = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Once upon a time", opts, reference)
+    n = len(reference.pieces)
+    assert n >= 8, reference.pieces
+
+    model = pocket.PocketModel.load(moe_path, pocket.LoadOptions())
+    assert model.memory_budget_bytes() == 0
+    # After these pieces, the main thread sets these budgets while the
+    # generating thread waits: from none, shrink, to the mapping, from none.
+    changes = [(1, half), (n // 4, minimum), (n // 2, 0), (3 * n // 4, minimum + plan.expert_bytes)]
+    due = [threading.Event() for _ in changes]
+    applied = [threading.Event() for _ in changes]
+    pieces = []
+
+    def on_piece(piece):
+        pieces.append(piece)
+        for (k, _), d, a in zip(changes, due, applied):
+            if len(pieces) == k:
+                d.set()
+                assert a.wait(30)
+
+    result = {}
+
+    def generate():
+        session = pocket.PocketSession(model, pocket.SessionOptions())
+        result["stats"] = session.generate("Once upon a time", opts, Collect(on_piece=on_piece))
+
+    worker = threading.Thread(target=generate)
+    worker.start()
+    seen = []
+    for (k, budget), d, a in zip(changes, due, applied):
+        assert d.wait(30), f"the answer ended before piece {k}"
+        before = model.memory_usage()
+        model.set_memory_budget(budget)
+        seen.append((budget, before, model.memory_usage(), model.memory_budget_bytes()))
+        a.set()
+    worker.join(60)
+    assert not worker.is_alive()
+    got = result["stats"]
+    assert got.text == want.text and got.generated_tokens == want.generated_tokens
+    assert got.expert_cache_misses > 0  # some tokens ran under a budget
+
+    for budget, before, after, reported in seen:
+        assert reported == budget
+        assert after.kv_cache_bytes > 0 and after.scratch_bytes > 0
+        if budget == 0:
+            assert after.expert_cache_bytes == 0
+        else:
+            assert after.resident_weights_bytes == plan.resident_bytes
+            assert after.expert_cache_bytes <= model.memory_plan(budget).cache_bytes
+    # The shrink gave memory back at once.
+    assert seen[1][2].expert_cache_bytes < seen[1][1].expert_cache_bytes
+
+
+def test_set_memory_budget_below_the_minimum_is_refused_and_changes_nothing(moe_path):
+    plan = pocket.plan_memory(moe_path, 0)
+    model = pocket.PocketModel.load(moe_path, pocket.LoadOptions(memory_budget_bytes=plan.minimum_budget_bytes))
+    before = model.memory_usage()
+    with pytest.raises(pocket.PocketError.InvalidArgument) as e:
+        model.set_memory_budget(plan.minimum_budget_bytes - 1)
+    assert str(plan.minimum_budget_bytes) in e.value.reason
+    assert model.memory_budget_bytes() == plan.minimum_budget_bytes
+    assert model.memory_usage() == before
+    model.set_memory_budget(0)
+    assert model.memory_budget_bytes() == 0 and model.memory_usage().expert_cache_bytes == 0
+
+
 def test_greedy_is_deterministic_across_sessions(moe):
     opts = pocket.GenerateOptions(max_tokens=10, **GREEDY)
     a = pocket.PocketSession(moe, pocket.SessionOptions()).generate("Once upon a time", opts, Collect())

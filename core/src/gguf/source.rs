@@ -37,7 +37,8 @@ enum Bytes {
     Joined(Joined),
     /// Read into memory the model owns: only the ranges a budgeted model
     /// keeps resident; the rest is never touched (see [`Source::into_resident`]).
-    Resident(AlignedBuf),
+    /// With the bytes the kept ranges hold.
+    Resident(AlignedBuf, u64),
     /// Kept as u64 words so that the start is 8-byte aligned like a mapping.
     Owned {
         words: Vec<u64>,
@@ -156,7 +157,17 @@ impl Source {
     /// `keep` read as zero and are never touched, so they cost no memory.
     /// A buffer already in memory is returned as it is.
     pub fn into_resident(self, keep: &[std::ops::Range<usize>]) -> Result<Source> {
-        let Some(direct) = self.direct()? else { return Ok(self) };
+        match self.resident_copy(keep)? {
+            Some(resident) => Ok(resident),
+            None => Ok(self),
+        }
+    }
+
+    /// [`into_resident`](Self::into_resident) leaving this source as it is
+    /// (a model that takes a memory budget while it runs); `None` for a
+    /// buffer already in memory.
+    pub fn resident_copy(&self, keep: &[std::ops::Range<usize>]) -> Result<Option<Source>> {
+        let Some(direct) = self.direct()? else { return Ok(None) };
         let len = self.bytes().len();
         let mut buf = AlignedBuf::new(len)?;
         let mut bounce = AlignedBuf::new(8 << 20)?;
@@ -170,8 +181,43 @@ impl Source {
             }
             direct.read_into(r.start as u64, &mut buf.as_mut_slice()[r.clone()], bounce.as_mut_slice())?;
         }
-        let Source { origins, .. } = self;
-        Ok(Source { bytes: Bytes::Resident(buf), origins })
+        let origins = self
+            .origins
+            .iter()
+            .map(|o| Ok(Origin { file: o.file.try_clone()?, offset: o.offset, at: o.at, len: o.len }))
+            .collect::<Result<Vec<_>>>()?;
+        let kept = keep.iter().map(|r| r.len() as u64).sum();
+        Ok(Some(Source { bytes: Bytes::Resident(buf, kept), origins }))
+    }
+
+    /// Let the OS take back the pages of the mapping this process has
+    /// touched (`MADV_DONTNEED` on a read-only file mapping: they stay in the
+    /// page cache, reclaimable, and are read again if touched). Nothing for
+    /// memory the source owns. Best effort.
+    pub fn release(&self) {
+        #[cfg(unix)]
+        match &self.bytes {
+            Bytes::Mapped(m) if !m.is_empty() => {
+                // SAFETY: a private read-only file mapping: dropping its pages
+                // loses nothing (they are the file's bytes, read back on the
+                // next touch), and no reference into it can observe a change.
+                let _ = unsafe { m.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+            }
+            Bytes::Joined(j) => j.release(),
+            _ => {}
+        }
+    }
+
+    /// Bytes of the source in memory now: of a mapping, its pages in the
+    /// page cache (`mincore`); memory the source owns, whole.
+    pub fn resident_bytes(&self) -> u64 {
+        match &self.bytes {
+            Bytes::Mapped(m) => mapped_resident(m.as_ptr(), m.len()),
+            #[cfg(unix)]
+            Bytes::Joined(j) => mapped_resident(j.bytes().as_ptr(), j.bytes().len()),
+            Bytes::Resident(_, kept) => *kept,
+            Bytes::Owned { len, .. } => *len as u64,
+        }
     }
 
     /// All bytes of the file.
@@ -180,7 +226,7 @@ impl Source {
             Bytes::Mapped(m) => m,
             #[cfg(unix)]
             Bytes::Joined(j) => j.bytes(),
-            Bytes::Resident(b) => b.as_slice(),
+            Bytes::Resident(b, _) => b.as_slice(),
             // SAFETY: the first `len` bytes of `words` were initialised from the vector.
             Bytes::Owned { words, len } => unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, *len) },
         }
@@ -300,6 +346,13 @@ impl Joined {
         unsafe { std::slice::from_raw_parts(self.base.add(self.skip), self.len) }
     }
 
+    /// Drop the pages this process touched (see [`Source::release`]).
+    fn release(&self) {
+        // SAFETY: our own read-only file mappings over the whole reserved
+        // range: their pages are the files' bytes, read back on the next touch.
+        let _ = unsafe { libc::madvise(self.base as *mut libc::c_void, self.reserved, libc::MADV_DONTNEED) };
+    }
+
     fn will_need(&self, offset: usize, len: usize) {
         if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.len) {
             return;
@@ -319,4 +372,37 @@ impl Drop for Joined {
         // SAFETY: the range this value reserved, unmapped once.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.reserved) };
     }
+}
+
+/// Bytes of `m` whose pages are in memory (`mincore`, a GiB at a time).
+#[cfg(unix)]
+fn mapped_resident(ptr: *const u8, bytes: usize) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as usize;
+    let base = ptr as usize;
+    // The mapping starts on a page (the view may start inside it: see map_range).
+    let start = base / page * page;
+    let end = base + bytes;
+    let mut vec = Vec::new();
+    let mut resident = 0u64;
+    let mut at = start;
+    while at < end {
+        let len = (end - at).min(1 << 30);
+        let pages = len.div_ceil(page);
+        vec.resize(pages, 0u8);
+        // SAFETY: `at..at + len` lies inside the live mapping (rounded out
+        // to its pages); `vec` has one byte per page.
+        let rc = unsafe { libc::mincore(at as *mut libc::c_void, len, vec.as_mut_ptr() as *mut _) };
+        if rc != 0 {
+            return bytes as u64;
+        }
+        resident += vec.iter().filter(|&&b| b & 1 != 0).count() as u64 * page as u64;
+        at += len;
+    }
+    resident.min(bytes as u64)
+}
+
+#[cfg(not(unix))]
+fn mapped_resident(_ptr: *const u8, bytes: usize) -> u64 {
+    bytes as u64
 }

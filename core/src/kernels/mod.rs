@@ -134,6 +134,14 @@ impl QActs {
         QActs::default()
     }
 
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        fn cap<T>(v: &Vec<T>) -> usize {
+            v.capacity() * std::mem::size_of::<T>()
+        }
+        cap(&self.q8_0) + cap(&self.q8_1) + cap(&self.q8k) + cap(&self.f32)
+    }
+
     /// Quantise `n` rows of `k` f32 (`x.len() == n * k`) for weights of type
     /// `wty`: Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4), Q8_1 (Q4_1, Q5_1), Q8_K
     /// (K-quants, IQ4_XS, IQ3_XXS, IQ3_S) or a

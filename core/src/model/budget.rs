@@ -106,16 +106,45 @@ impl MemoryPlan {
         }
     }
 
-    /// The refusal of a budget below the minimum.
+    /// The refusal of a budget below the minimum at load.
     pub fn refuse(&self, budget: u64) -> Error {
-        Error::OutOfMemory(format!(
+        Error::OutOfMemory(self.below_minimum(budget))
+    }
+
+    /// Why `budget` is refused: it is below the minimum, stated with its parts.
+    pub fn below_minimum(&self, budget: u64) -> String {
+        format!(
             "a memory budget of {budget} bytes is below this model's minimum of {} bytes \
              ({} resident weights, {} for one token's experts, {} for one session)",
             self.minimum_budget_bytes,
             self.resident_bytes,
             self.minimum_budget_bytes - self.resident_bytes - self.session_bytes,
             self.session_bytes
-        ))
+        )
+    }
+}
+
+/// The memory a model holds now (all in bytes); see `Model::memory_usage`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Weights in memory: under a budget, every weight but the routed
+    /// experts (read into memory the model owns); without one, the pages of
+    /// the mapped file that are in memory (the page cache's, which the OS
+    /// may drop), or the whole file read into memory.
+    pub resident_weights_bytes: u64,
+    /// The expert cache's slots that hold or have held an expert (0 without
+    /// a budget: the experts are in the mapping).
+    pub expert_cache_bytes: u64,
+    /// The KV caches and recurrent state of the model's live sessions.
+    pub kv_cache_bytes: u64,
+    /// Their forward passes' buffers and last logits.
+    pub scratch_bytes: u64,
+}
+
+impl MemoryUsage {
+    /// Everything counted.
+    pub fn total(&self) -> u64 {
+        self.resident_weights_bytes + self.expert_cache_bytes + self.kv_cache_bytes + self.scratch_bytes
     }
 }
 

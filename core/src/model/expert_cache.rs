@@ -11,6 +11,12 @@
 //! ([`Lease::is_ready`]) while the others arrive, then [`Lease::wait`]s for
 //! them. [`prefetch`](ExpertCache::prefetch) starts reading experts a later
 //! layer is likely to route to, without pinning or waiting.
+//!
+//! Each slot has memory of its own, so that the cache can grow and shrink
+//! while passes run ([`resize`](ExpertCache::resize)): a slot given back
+//! takes no new expert and its memory returns to the OS as soon as no lease
+//! holds it and no read is filling it (within one layer of any running
+//! pass). A fetch takes as many experts as the cache holds at that moment.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -123,7 +129,7 @@ impl Batch {
 }
 
 /// One slot's bookkeeping.
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 struct Slot {
     /// `(layer << 32) | expert`, or `None` when empty.
     key: Option<u64>,
@@ -135,6 +141,14 @@ struct Slot {
     skip: [usize; 3],
     /// The reads filling it, until they are known to have arrived.
     filling: Option<Arc<Batch>>,
+    /// Its memory (`slot_bytes`, page-aligned); `None`: the place of a
+    /// slot given back, reused when the cache grows.
+    mem: Option<AlignedBuf>,
+    /// Given back by a shrink: takes no expert, and its memory is freed
+    /// once it is evictable.
+    retired: bool,
+    /// An expert has been read into it (its pages are in memory).
+    touched: bool,
 }
 
 impl std::fmt::Debug for Batch {
@@ -153,12 +167,51 @@ impl Slot {
     fn evictable(&self) -> bool {
         self.pins == 0 && self.ready()
     }
+
+    /// It has memory and has not been given back.
+    fn usable(&self) -> bool {
+        self.mem.is_some() && !self.retired
+    }
+
+    /// Its first byte.
+    fn addr(&self) -> usize {
+        self.mem.as_ref().map_or(0, |m| m.as_slice().as_ptr() as usize)
+    }
 }
 
 struct Inner {
     map: HashMap<u64, usize>,
     slots: Vec<Slot>,
     clock: u64,
+}
+
+impl Inner {
+    /// Usable slots that could take an expert now.
+    fn free(&self) -> usize {
+        self.slots.iter().filter(|s| s.usable() && s.evictable()).count()
+    }
+
+    /// The memory of the slots given back that nobody holds or fills any
+    /// more, taken out (to be dropped, i.e. unmapped, outside the lock).
+    fn reap(&mut self) -> Vec<AlignedBuf> {
+        let mut freed = Vec::new();
+        for s in &mut self.slots {
+            if s.retired && s.evictable() {
+                if let Some(m) = s.mem.take() {
+                    freed.push(m);
+                }
+                s.retired = false;
+                s.touched = false;
+                s.filling = None;
+            }
+        }
+        freed
+    }
+
+    /// Slots given back whose memory is still held.
+    fn retiring(&self) -> usize {
+        self.slots.iter().filter(|s| s.retired).count()
+    }
 }
 
 /// One slab to read into a slot.
@@ -200,6 +253,8 @@ impl Queue {
 /// What the cache and its read threads share.
 struct Shared {
     direct: DirectFile,
+    /// The slots and their memory: read threads write into slots that are
+    /// filling, so the memory lives as long as they do.
     inner: Mutex<Inner>,
     /// A lease ended or a batch arrived: slots may have become evictable.
     released: Condvar,
@@ -214,21 +269,19 @@ pub struct ExpertCache {
     /// slab of that projection over all layers), and of a whole slot.
     part: [usize; 3],
     slot_bytes: usize,
-    n_slots: usize,
-    /// `n_slots * slot_bytes`; `base` is its first byte. Written only by the
-    /// read threads, in slots that are filling; read only through leases,
-    /// of slots they pin that are ready.
-    mem: AlignedBuf,
-    base: usize,
+    /// Usable slots (what [`capacity`](Self::capacity) reports; changed
+    /// under the lock, read without it).
+    live: AtomicUsize,
+    /// One resize at a time.
+    resizing: Mutex<()>,
     readers: Vec<JoinHandle<()>>,
 }
 
-// SAFETY: the memory behind `base` is written only by reads of slots that
-// are filling (no lease reads such a slot before the batch is done, which
-// is an acquire of the readers' release) and never evicted while filling;
-// leases read only slots they pin, which are not written again while pinned.
-unsafe impl Sync for ExpertCache {}
-unsafe impl Send for ExpertCache {}
+// How the slots' memory is shared without a lock around it: a slot's
+// memory is written only by reads of slots that are filling (no lease reads
+// such a slot before the batch is done, which is an acquire of the readers'
+// release) and is neither evicted nor freed while filling or pinned; leases
+// read only slots they pin, which are not written again while pinned.
 
 impl ExpertCache {
     /// Bytes one slot takes for experts shaped like `tensors` (every
@@ -251,14 +304,11 @@ impl ExpertCache {
     pub fn new(direct: DirectFile, tensors: &[[&Experts; 3]], n_slots: usize) -> Result<ExpertCache> {
         let part = Self::parts(tensors);
         let slot_bytes: usize = part.iter().sum();
-        let total = slot_bytes
-            .checked_mul(n_slots)
-            .ok_or_else(|| Error::OutOfMemory(format!("{n_slots} expert slots of {slot_bytes} bytes")))?;
-        let mut mem = AlignedBuf::new(total)?;
-        let base = mem.as_mut_ptr() as usize;
+        let slots =
+            alloc_slots(n_slots, slot_bytes)?.into_iter().map(|m| Slot { mem: Some(m), ..Slot::default() }).collect();
         let shared = Arc::new(Shared {
             direct,
-            inner: Mutex::new(Inner { map: HashMap::new(), slots: vec![Slot::default(); n_slots], clock: 0 }),
+            inner: Mutex::new(Inner { map: HashMap::new(), slots, clock: 0 }),
             released: Condvar::new(),
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
@@ -277,23 +327,110 @@ impl ExpertCache {
                 }
             }
         }
-        Ok(ExpertCache { shared, part, slot_bytes, n_slots, mem, base, readers })
+        Ok(ExpertCache { shared, part, slot_bytes, live: AtomicUsize::new(n_slots), resizing: Mutex::new(()), readers })
     }
 
-    /// Experts the cache can hold at once.
+    /// Experts the cache can hold at once (it may change between two calls:
+    /// see [`resize`](Self::resize)).
     pub fn capacity(&self) -> usize {
-        self.n_slots
+        self.live.load(Ordering::Acquire)
     }
 
-    /// Make `experts` (at most [`capacity`](Self::capacity), distinct) of
-    /// `layer` resident and pin them; `tensors` are that layer's gate, up and
-    /// down stacks. Returns once the missing slabs' reads are queued (waiting
-    /// first, if need be, for other passes to release slots): see [`Lease`].
+    /// Bytes of one slot.
+    pub fn slot_size(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Memory the cache holds: its slots that have held an expert (a slot
+    /// never filled has touched none of its pages), those given back
+    /// included until their memory is freed.
+    pub fn bytes(&self) -> u64 {
+        let inner = self.lock();
+        let n = inner.slots.iter().filter(|s| s.mem.is_some() && s.touched).count();
+        (n * self.slot_bytes) as u64
+    }
+
+    /// Hold `n_slots` experts from now on (at least 1). Growing maps the new
+    /// slots' memory first (an allocation failure is
+    /// [`Error::OutOfMemory`] and changes nothing) and reuses the slots given
+    /// back whose memory is not freed yet. Shrinking gives back the least
+    /// recently used slots, empty ones first, at once (their experts are
+    /// forgotten; no fetch takes them again) and returns once their memory
+    /// is freed, which waits for the passes holding them to release them (a
+    /// pass holds a layer's experts while it computes that layer).
+    pub fn resize(&self, n_slots: usize) -> Result<()> {
+        let n_slots = n_slots.max(1);
+        let _one = lock(&self.resizing);
+        let live = self.capacity();
+        if n_slots > live {
+            let mut inner = self.lock();
+            // Slots given back whose memory is still there come back first.
+            let mut want = n_slots - live;
+            for s in inner.slots.iter_mut().filter(|s| s.retired && s.mem.is_some()) {
+                if want == 0 {
+                    break;
+                }
+                s.retired = false;
+                want -= 1;
+            }
+            if want > 0 {
+                drop(inner);
+                let mems = alloc_slots(want, self.slot_bytes)?;
+                inner = self.lock();
+                let mut mems = mems.into_iter();
+                for s in inner.slots.iter_mut().filter(|s| s.mem.is_none()) {
+                    match mems.next() {
+                        Some(m) => *s = Slot { mem: Some(m), ..Slot::default() },
+                        None => break,
+                    }
+                }
+                inner.slots.extend(mems.map(|m| Slot { mem: Some(m), ..Slot::default() }));
+            }
+            self.live.store(n_slots, Ordering::Release);
+            drop(inner);
+            self.shared.released.notify_all();
+            return Ok(());
+        }
+        if n_slots == live {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        // Empty slots first, then the evictable ones, least recently used first.
+        let mut order: Vec<usize> = (0..inner.slots.len()).filter(|&s| inner.slots[s].usable()).collect();
+        order.sort_by_key(|&s| {
+            let sl = &inner.slots[s];
+            (sl.key.is_some(), !sl.evictable(), sl.last)
+        });
+        for &s in order.iter().take(live - n_slots) {
+            let inner = &mut *inner;
+            let slot = &mut inner.slots[s];
+            slot.retired = true;
+            if let Some(k) = slot.key.take() {
+                inner.map.remove(&k);
+            }
+        }
+        self.live.store(n_slots, Ordering::Release);
+        let mut freed = inner.reap();
+        while inner.retiring() > 0 {
+            inner = self.shared.released.wait(inner).unwrap_or_else(|p| p.into_inner());
+            freed.extend(inner.reap());
+        }
+        drop(inner);
+        drop(freed);
+        Ok(())
+    }
+
+    /// Make the first of `experts` (distinct) of `layer` resident and pin
+    /// them: as many as the cache holds now ([`Lease::len`]); `tensors` are
+    /// that layer's gate, up and down stacks. Returns once the missing slabs'
+    /// reads are queued (waiting first, if need be, for other passes to
+    /// release slots): see [`Lease`].
     pub fn fetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> Result<Lease<'_>> {
-        assert!(experts.len() <= self.n_slots, "fetch of {} experts from {} slots", experts.len(), self.n_slots);
         let mut inner = self.lock();
         // Wait until the evictable slots, less those this fetch hits, can take its misses.
-        loop {
+        let experts = loop {
+            let take = experts.len().min(self.capacity());
+            let experts = &experts[..take];
             let (mut misses, mut free_hits) = (0, 0);
             for &e in experts {
                 match inner.map.get(&key(layer, e)) {
@@ -302,12 +439,11 @@ impl ExpertCache {
                     None => misses += 1,
                 }
             }
-            let free = inner.slots.iter().filter(|s| s.evictable()).count();
-            if misses <= free - free_hits {
-                break;
+            if misses + free_hits <= inner.free() {
+                break experts;
             }
             inner = self.shared.released.wait(inner).unwrap_or_else(|p| p.into_inner());
-        }
+        };
         inner.clock += 1;
         let clock = inner.clock;
         let mut entries = Vec::with_capacity(experts.len());
@@ -362,7 +498,7 @@ impl ExpertCache {
                 io.misses += 1;
             }
             inner.slots[slot].last = clock;
-            entries.push(Entry { expert: e, slot, ready });
+            entries.push(Entry { expert: e, slot, ready, addr: inner.slots[slot].addr() });
         }
         waits.extend(self.read(&mut inner, &loads, tensors, &mut io, false));
         let entries = entries.into_iter().map(|en| (en, inner.slots[en.slot].skip)).collect();
@@ -427,7 +563,9 @@ impl ExpertCache {
         let mut queue = lock(&self.shared.queue);
         for &(slot, e) in loads {
             let batch = Batch::new(3);
-            let mut dst = self.base + slot * self.slot_bytes;
+            let mut dst = inner.slots[slot].addr();
+            debug_assert!(dst != 0, "a read into a slot without memory");
+            inner.slots[slot].touched = true;
             for (p, x) in tensors.iter().enumerate() {
                 let r = x.slab_range(e);
                 let span = self.shared.direct.span(r.start as u64, r.len());
@@ -468,9 +606,20 @@ impl ExpertCache {
     }
 }
 
+/// `n` slots of `bytes` each, each its own mapping (so that a slot given
+/// back returns its memory to the OS on its own).
+fn alloc_slots(n: usize, bytes: usize) -> Result<Vec<AlignedBuf>> {
+    (0..n)
+        .map(|_| {
+            AlignedBuf::new(bytes)
+                .map_err(|e| Error::OutOfMemory(format!("{n} expert cache slots of {bytes} bytes: {e}")))
+        })
+        .collect()
+}
+
 impl Drop for ExpertCache {
     /// The read threads finish what is queued (into memory that is still
-    /// ours) and stop.
+    /// ours: the slots live as long as the readers) and stop.
     fn drop(&mut self) {
         lock(&self.shared.queue).closed = true;
         self.shared.work.notify_all();
@@ -491,7 +640,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The slot to fill next: an empty one, else the least recently used evictable one.
 fn victim(inner: &Inner) -> Option<usize> {
     (0..inner.slots.len())
-        .filter(|&s| inner.slots[s].evictable())
+        .filter(|&s| inner.slots[s].usable() && inner.slots[s].evictable())
         .min_by_key(|&s| (inner.slots[s].key.is_some(), inner.slots[s].last))
 }
 
@@ -516,8 +665,9 @@ fn reader(sh: &Shared) {
         let buf = unsafe { std::slice::from_raw_parts_mut(read.dst as *mut u8, read.len) };
         let res = sh.direct.read(read.span, buf);
         if read.batch.finish_one(res.err()) {
-            drop(lock(&sh.inner));
+            let freed = lock(&sh.inner).reap();
             sh.released.notify_all();
+            drop(freed);
         }
     }
 }
@@ -528,6 +678,8 @@ struct Entry {
     slot: usize,
     /// Its bytes were there at the fetch.
     ready: bool,
+    /// The slot's first byte (its memory stays while the lease pins it).
+    addr: usize,
 }
 
 /// Experts of one layer pinned in the cache. Those that were cached at the
@@ -543,6 +695,16 @@ pub struct Lease<'a> {
 }
 
 impl Lease<'_> {
+    /// Experts it holds: the first this many of those fetched.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether it holds no expert (a fetch of none).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Whether expert `e`'s slabs were all there at the fetch.
     pub fn is_ready(&self, e: usize) -> bool {
         self.entry(e).0.ready
@@ -573,11 +735,12 @@ impl Lease<'_> {
         let c = self.cache;
         let (en, skip) = self.entry(e);
         assert!(en.ready || self.waited.load(Ordering::Acquire), "expert {e} used before its read arrived");
-        let off = en.slot * c.slot_bytes + c.part[..p].iter().sum::<usize>() + skip[p];
-        // SAFETY: the slot is pinned by this lease and its reads are done
-        // (ready at the fetch, or waited for); nothing writes a pinned slot.
-        let mem = unsafe { std::slice::from_raw_parts((c.base + off) as *const u8, x.slab_bytes()) };
-        debug_assert!(off + x.slab_bytes() <= c.mem.as_slice().len());
+        let off = c.part[..p].iter().sum::<usize>() + skip[p];
+        debug_assert!(off + x.slab_bytes() <= c.slot_bytes);
+        // SAFETY: the slot is pinned by this lease (its memory is not freed
+        // while pinned) and its reads are done (ready at the fetch, or waited
+        // for); nothing writes a pinned slot.
+        let mem = unsafe { std::slice::from_raw_parts((en.addr + off) as *const u8, x.slab_bytes()) };
         QMatrix { ty: x.all.ty, data: mem, rows: x.rows, cols: x.all.cols }
     }
 }
@@ -588,7 +751,9 @@ impl Drop for Lease<'_> {
         for (en, _) in &self.entries {
             inner.slots[en.slot].pins -= 1;
         }
+        let freed = inner.reap();
         drop(inner);
         self.cache.shared.released.notify_all();
+        drop(freed);
     }
 }

@@ -25,7 +25,7 @@ mod weights;
 
 pub use blocks::deltanet::{DeltaState, SavedDelta};
 pub use blocks::moe::Routing;
-pub use budget::{default_context, MemoryPlan, DEFAULT_MAX_CONTEXT};
+pub use budget::{default_context, MemoryPlan, MemoryUsage, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};
 pub use expert_cache::ExpertIo;
 pub use gpu_backend::{BackendCounters, GpuBackend};

@@ -2,22 +2,22 @@
 //! runs one: the mapped file, the network, its tokenizer and chat template.
 
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::blocks::moe::Routing;
-use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan};
+use super::budget::{check_session, expert_stacks, resident_ranges, MemoryPlan, MemoryUsage};
 use super::cache::{KvType, Logits};
 use super::expert_cache::ExpertCache;
 use super::gpu_backend::{BackendCounters, GpuBackend};
 use super::identity::ModelIdentity;
 use super::pass::{Backend, Cpu, Observer, Pass};
 use super::scratch::take;
-use super::state::{LayerKind, LayerState, Scratch, State};
+use super::state::{LayerKind, LayerState, Metered, Meters, Scratch, State};
 use super::trunk::Trunk;
 use super::weights::Experts;
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
-use crate::gguf::{Arch, GgufFile, Summary};
+use crate::gguf::{Arch, GgufFile, Source, Summary};
 use crate::gpu::{AdapterInfo, Gpu, GpuOptions};
 use crate::structured::Grammars;
 use crate::threads::ThreadPool;
@@ -179,11 +179,35 @@ fn page_faults() -> u64 {
     0
 }
 
-/// A model under a memory budget: its plan and its expert cache.
+/// A model under a memory budget: its plan, the weights it keeps in memory
+/// and its expert cache. A pass holds the budget it started with; a new
+/// budget replaces it (sharing the weights and the cache, resized), and the
+/// memory of one dropped goes back when its last pass ends.
 struct Budget {
     bytes: u64,
     plan: MemoryPlan,
-    cache: Option<ExpertCache>,
+    /// Every weight but the routed experts, read into memory the model owns
+    /// (at the file's offsets; see [`Source::resident_copy`]).
+    resident: Arc<Source>,
+    cache: Option<Arc<ExpertCache>>,
+}
+
+impl Budget {
+    /// Read `file`'s resident weights and make the expert cache `plan` sizes.
+    fn build(file: &GgufFile, net: &dyn Network, bytes: u64, plan: MemoryPlan) -> Result<Budget> {
+        let needs_file =
+            || Error::InvalidArgument("a memory budget needs a model opened from a file, not a buffer".into());
+        // A budget reads from the file: a model already in memory has nothing to budget.
+        let direct = file.source().direct()?.ok_or_else(needs_file)?;
+        let resident = file.source().resident_copy(&resident_ranges(file, net))?.ok_or_else(needs_file)?;
+        let stacks = expert_stacks(net);
+        let cache = if stacks.is_empty() {
+            None
+        } else {
+            Some(Arc::new(ExpertCache::new(direct, &stacks, plan.cache_slots as usize)?))
+        };
+        Ok(Budget { bytes, plan, resident: Arc::new(resident), cache })
+    }
 }
 
 /// The error for a state made by another model (its layers do not match).
@@ -205,7 +229,12 @@ pub struct Model {
     /// The file's template (the architecture's turn format when it has
     /// none), or why it does not compile.
     template: std::result::Result<ChatTemplate, String>,
-    budget: Option<Budget>,
+    /// The memory budget now (`None`: the file's own bytes, mapped).
+    budget: Mutex<Option<Arc<Budget>>>,
+    /// One budget change at a time.
+    budget_change: Mutex<()>,
+    /// What the states this model made hold.
+    meters: Arc<Meters>,
     faults: FaultWatch,
     device: Device,
 }
@@ -228,8 +257,9 @@ impl Model {
     /// Build the model of an opened file. With a memory budget, the weights
     /// every token reads are read into owned memory and the routed experts
     /// get a cache sized to what the budget leaves (a budget below the
-    /// model's minimum is refused with [`Error::OutOfMemory`]).
-    pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
+    /// model's minimum is refused with [`Error::OutOfMemory`]); the file
+    /// stays mapped, untouched, for [`set_memory_budget`](Self::set_memory_budget)`(0)`.
+    pub fn from_gguf_with(file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
         let net = super::network_for(&file)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
@@ -245,18 +275,7 @@ impl Model {
                 if bytes < plan.minimum_budget_bytes {
                     return Err(plan.refuse(bytes));
                 }
-                // A budget reads from the file: a model already in memory has nothing to budget.
-                let direct = file.source().direct()?.ok_or_else(|| {
-                    Error::InvalidArgument("a memory budget needs a model opened from a file, not a buffer".into())
-                })?;
-                file.make_resident(&resident_ranges(&file, net.as_ref()))?;
-                let stacks = expert_stacks(net.as_ref());
-                let cache = if stacks.is_empty() {
-                    None
-                } else {
-                    Some(ExpertCache::new(direct, &stacks, plan.cache_slots as usize)?)
-                };
-                Some(Budget { bytes, plan, cache })
+                Some(Arc::new(Budget::build(&file, net.as_ref(), bytes, plan)?))
             }
         };
         let device = match opts.backend {
@@ -297,10 +316,89 @@ impl Model {
             tokenizer,
             grammars: OnceLock::new(),
             template,
-            budget,
+            budget: Mutex::new(budget),
+            budget_change: Mutex::new(()),
+            meters: Arc::default(),
             faults,
             device,
         })
+    }
+
+    /// The budget now.
+    fn current_budget(&self) -> Option<Arc<Budget>> {
+        lock(&self.budget).clone()
+    }
+
+    /// Change the memory budget while the model runs, from any thread: the
+    /// next pass of every session (so between two tokens of a running
+    /// generation) runs under it, and its outputs are the same as before.
+    ///
+    /// - From one budget to another, the expert cache shrinks (the least
+    ///   recently used experts are dropped and their memory goes back to the
+    ///   OS before this returns: it waits for a pass holding them to end the
+    ///   layer it computes) or grows (new slots, filled as passes need them).
+    /// - A model loaded without a budget takes one: its resident weights are
+    ///   read into owned memory (while passes go on over the mapping) and an
+    ///   expert cache made; the mapping's pages are let go.
+    /// - `0` returns to the mapping: the resident weights and the cache are
+    ///   freed when the last pass using them ends.
+    ///
+    /// A budget below the model's minimum ([`MemoryPlan::minimum_budget_bytes`])
+    /// is [`Error::InvalidArgument`] stating it, and nothing changes; so is a
+    /// budget for a model on the GPU backend, or read from a buffer. The
+    /// sessions already open keep their context even when the new budget is
+    /// smaller than they need (a new session is checked against it).
+    pub fn set_memory_budget(&self, bytes: u64) -> Result<()> {
+        let _one = lock(&self.budget_change);
+        let current = self.current_budget();
+        if bytes == 0 {
+            if current.is_some() {
+                *lock(&self.budget) = None;
+                // The mapping is cold again: advise it as at load.
+                self.faults.left.store(FaultWatch::PASSES, std::sync::atomic::Ordering::Relaxed);
+                log::info!("memory budget removed: the model runs from the mapped file");
+            }
+            return Ok(());
+        }
+        if let Device::Gpu(_) = self.device {
+            return Err(Error::InvalidArgument("the GPU backend does not run under a memory budget yet".into()));
+        }
+        let plan = self.memory_plan(bytes);
+        if bytes < plan.minimum_budget_bytes {
+            return Err(Error::InvalidArgument(plan.below_minimum(bytes)));
+        }
+        let next = match &current {
+            Some(b) => {
+                if let Some(cache) = &b.cache {
+                    cache.resize(plan.cache_slots as usize)?;
+                }
+                Budget { bytes, plan, resident: Arc::clone(&b.resident), cache: b.cache.clone() }
+            }
+            None => Budget::build(&self.file, self.net.as_ref(), bytes, plan)?,
+        };
+        *lock(&self.budget) = Some(Arc::new(next));
+        if current.is_none() {
+            // Passes from now on read owned memory: the mapping's pages can go.
+            self.file.source().release();
+        }
+        log::info!("memory budget {bytes} bytes: {} expert cache slots ({} bytes)", plan.cache_slots, plan.cache_bytes);
+        Ok(())
+    }
+
+    /// The memory the model holds now: resident weights, expert cache, and
+    /// the KV caches and scratch of the sessions it serves.
+    pub fn memory_usage(&self) -> MemoryUsage {
+        let (kv, scratch) = self.meters.read();
+        let (resident, cache) = match self.current_budget() {
+            Some(b) => (b.resident.resident_bytes(), b.cache.as_ref().map_or(0, |c| c.bytes())),
+            None => (self.file.source().resident_bytes(), 0),
+        };
+        MemoryUsage {
+            resident_weights_bytes: resident,
+            expert_cache_bytes: cache,
+            kv_cache_bytes: kv,
+            scratch_bytes: scratch,
+        }
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
@@ -338,9 +436,10 @@ impl Model {
         }
     }
 
-    /// The budget the model was loaded with (0 = none).
+    /// The memory budget now (0 = none): the one it was loaded with, or
+    /// the last [`set_memory_budget`](Self::set_memory_budget).
     pub fn memory_budget(&self) -> u64 {
-        self.budget.as_ref().map_or(0, |b| b.bytes)
+        self.current_budget().map_or(0, |b| b.bytes)
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -394,12 +493,15 @@ impl Model {
             return Err(Error::InvalidArgument("context length must be positive".into()));
         }
         let kinds = self.net.layer_kinds();
-        if let Some(b) = &self.budget {
+        if let Some(b) = self.current_budget() {
             let bytes: usize = kinds.iter().map(|k| k.state_bytes(n_ctx, kv)).sum();
             check_session(&b.plan, b.bytes, bytes as u64)?;
         }
         let layers = kinds.into_iter().map(|k| k.new_state(n_ctx, kv)).collect::<Result<_>>()?;
-        Ok(State::new(layers, n_ctx))
+        let mut state = State::new(layers, n_ctx);
+        state.meter = Some(Metered::new(Arc::clone(&self.meters)));
+        state.measure();
+        Ok(state)
     }
 
     /// Evaluate `tokens` after the state's current contents: embed them, run
@@ -435,8 +537,10 @@ impl Model {
         let (start, end) = (state.n_past, state.n_past + tokens.len());
         state.stamps[start..end].fill(state.clock);
 
-        let experts = self.budget.as_ref().and_then(|b| b.cache.as_ref());
-        let source = self.file.source();
+        // The budget this pass runs under, held to its end.
+        let budget = self.current_budget();
+        let experts = budget.as_ref().and_then(|b| b.cache.as_deref());
+        let source = budget.as_ref().map_or(self.file.source(), |b| &b.resident);
         let map = (source.is_mapped() && self.faults.advise()).then_some(source);
         let pass = Pass {
             file: source.bytes(),
@@ -452,15 +556,23 @@ impl Model {
             // One decoded token: one submission, when the network records.
             if g.decode(self.net.as_ref(), source.bytes(), state, *token, want)? {
                 state.n_past = end;
+                state.measure();
                 return Ok(());
             }
         }
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
         trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));
-        self.net.layers(&pass, &mut state.layers, s, state.trace.as_mut())?;
-        state.logit_rows = trunk.logits(&pass, s, want, &mut state.logits);
+        let run = self.net.layers(&pass, &mut state.layers, s, state.trace.as_mut());
+        state.measure();
+        run?;
+        state.logit_rows = trunk.logits(&pass, &mut state.scratch, want, &mut state.logits);
         state.n_past = end;
+        state.measure();
         Ok(())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -43,6 +43,18 @@ impl ActCache {
     }
 }
 
+impl ActCache {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        heap(&self.slots) + self.slots.iter().map(|(_, q)| q.heap_bytes()).sum::<usize>()
+    }
+}
+
+/// Bytes a vector has allocated.
+pub fn heap<T>(v: &Vec<T>) -> usize {
+    v.capacity() * std::mem::size_of::<T>()
+}
+
 /// Resize `v` to `n` (zero-filled when growing) and return it.
 #[inline]
 pub fn take(v: &mut Vec<f32>, n: usize) -> &mut [f32] {

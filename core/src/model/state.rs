@@ -2,6 +2,9 @@
 //! cache or recurrent state), the position, the last logits, checkpoints of
 //! the recurrent layers, and the scratch its forward passes reuse.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
 use super::blocks::attention::{AttnParams, AttnScratch};
 use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta};
 use super::blocks::ffn::FfnScratch;
@@ -62,6 +65,51 @@ pub struct State {
     /// Forward passes so far; `stamps[pos]` is the pass that wrote `pos`.
     pub(crate) clock: u64,
     pub(crate) stamps: Vec<u64>,
+    /// Its share of its model's [`Meters`] (states made by the model's
+    /// `new_state`).
+    pub(crate) meter: Option<Metered>,
+}
+
+/// The memory a model's states hold, summed over the live ones.
+#[derive(Debug, Default)]
+pub(crate) struct Meters {
+    kv: AtomicU64,
+    scratch: AtomicU64,
+}
+
+impl Meters {
+    /// Bytes of KV caches and recurrent state, and of scratch (a forward
+    /// pass's buffers and the last logits).
+    pub fn read(&self) -> (u64, u64) {
+        (self.kv.load(Ordering::Relaxed), self.scratch.load(Ordering::Relaxed))
+    }
+}
+
+/// What one state has added to its model's meters.
+#[derive(Debug)]
+pub(crate) struct Metered {
+    meters: Arc<Meters>,
+    kv: u64,
+    scratch: u64,
+}
+
+impl Metered {
+    pub fn new(meters: Arc<Meters>) -> Metered {
+        Metered { meters, kv: 0, scratch: 0 }
+    }
+
+    fn set(&mut self, kv: u64, scratch: u64) {
+        let m = &self.meters;
+        m.kv.fetch_add(kv.wrapping_sub(self.kv), Ordering::Relaxed);
+        m.scratch.fetch_add(scratch.wrapping_sub(self.scratch), Ordering::Relaxed);
+        (self.kv, self.scratch) = (kv, scratch);
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        self.set(0, 0);
+    }
 }
 
 /// Buffers a forward pass reuses from token to token (no allocation per
@@ -99,6 +147,20 @@ pub struct Rows<'a> {
 }
 
 impl Scratch {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::scratch::heap;
+        let b = &self.blocks;
+        heap(&self.x)
+            + heap(&self.xn)
+            + heap(&self.out)
+            + self.head.heap_bytes()
+            + b.attn.heap_bytes()
+            + b.delta.heap_bytes()
+            + b.ffn.heap_bytes()
+            + b.moe.heap_bytes()
+    }
+
     /// The rows for `n` tokens of `n_embd`.
     pub fn rows(&mut self, n: usize, n_embd: usize) -> Rows<'_> {
         Rows {
@@ -160,6 +222,22 @@ impl State {
             trace: None,
             clock: 0,
             stamps: vec![0; n_ctx],
+            meter: None,
+        }
+    }
+
+    /// Bring its share of its model's meters up to date (after a pass: the
+    /// KV cache and the scratch grow with what the passes need).
+    pub(crate) fn measure(&mut self) {
+        if self.meter.is_none() {
+            return;
+        }
+        let kv = self.cache_bytes() as u64;
+        let scratch = (self.scratch.heap_bytes()
+            + self.logits.capacity() * std::mem::size_of::<f32>()
+            + self.stamps.capacity() * std::mem::size_of::<u64>()) as u64;
+        if let Some(m) = &mut self.meter {
+            m.set(kv, scratch);
         }
     }
 

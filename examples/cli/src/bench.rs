@@ -136,7 +136,8 @@ pub fn run(args: Args) -> Result<(), String> {
         "draws": draws,
         "build": build,
         "load_ms": load_ms,
-        "memory_budget": args.budget.bytes,
+        "memory_budget": model.memory_budget(),
+        "memory_budget_given": args.budget.describe(),
         "backend": model.backend_name(),
         "adapter": model.adapter().map(|a| {
             json!({"name": a.name, "driver": a.driver, "driver_info": a.driver_info, "kernels": a.kernels.name()})
@@ -144,10 +145,12 @@ pub fn run(args: Args) -> Result<(), String> {
         "warmup": !args.no_warmup,
         "varied": args.varied,
     });
-    let budget = match args.budget.bytes {
-        0 => String::new(),
-        b => format!(" budget:{b}"),
+    let budget = match args.budget.size {
+        crate::memory::Size::Bytes(0) => String::new(),
+        crate::memory::Size::Bytes(b) => format!(" budget:{b}"),
+        crate::memory::Size::Auto => " budget:auto".into(),
     };
+    let mut follower = args.budget.follower(&model);
     // CPU runs keep the fingerprint they always had; a GPU run names its adapter.
     let device = model.adapter().map_or(String::new(), |a| format!(" gpu:{}", a.name.replace(' ', "_")));
     let fingerprint = format!(
@@ -188,6 +191,9 @@ pub fn run(args: Args) -> Result<(), String> {
             for i in 0..n_gen {
                 let t = gen_token(d as u64, i as u64 + 1);
                 model.forward(&pool, &mut state, &[t], Logits::Last).map_err(|e| e.to_string())?;
+                if let Some(f) = &mut follower {
+                    f.tick(&model);
+                }
             }
             tg = n_gen as f64 / t.elapsed().as_secs_f64();
         }

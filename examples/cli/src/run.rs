@@ -5,7 +5,7 @@ use std::io::{self, BufRead, Write};
 use std::sync::Arc;
 
 use pocket_core::chat::ChatMessage;
-use pocket_core::model::KvType;
+use pocket_core::model::{KvType, Model};
 use pocket_core::sampler::{check, SamplerConfig};
 use pocket_core::session::{
     CancelHandle, ContextPolicy, GenerateOptions, GenerationStats, Session, SessionOptions, DEFAULT_MAX_CONTEXT,
@@ -14,6 +14,7 @@ use pocket_core::session::{
 use pocket_core::structured::GenerationEvent;
 use serde_json::json;
 
+use crate::memory::Follower;
 use crate::structure::{call_json, parse_messages, Structure};
 
 /// Complete a prompt, streaming the text
@@ -145,9 +146,24 @@ fn sampler(
     move |s| s.parse::<f32>().map_err(|e| e.to_string()).and_then(check)
 }
 
+/// The memory budget followed between tokens (`--memory-budget auto`).
+struct Follow {
+    model: Arc<Model>,
+    follower: Option<Follower>,
+}
+
+impl Follow {
+    fn tick(&mut self) {
+        if let Some(f) = &mut self.follower {
+            f.tick(&self.model);
+        }
+    }
+}
+
 /// Load a model and open a session from the common options.
-fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String> {
-    let model = args.budget.load_with_template(path, args.structure.template_source()?)?;
+fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions, Follow), String> {
+    let model = Arc::new(args.budget.load_with_template(path, args.structure.template_source()?)?);
+    let follow = Follow { follower: args.budget.follower(&model), model: Arc::clone(&model) };
     let context_policy = if args.slide { ContextPolicy::Slide { sink: args.keep } } else { ContextPolicy::Error };
     let opts = SessionOptions {
         context_length: args.ctx,
@@ -156,7 +172,7 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String>
         context_policy,
         seed: args.seed,
     };
-    let session = Session::new(Arc::new(model), opts).map_err(|e| e.to_string())?;
+    let session = Session::new(model, opts).map_err(|e| e.to_string())?;
     let sampler = SamplerConfig {
         temperature: args.temperature,
         top_k: args.top_k,
@@ -180,12 +196,12 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions), String>
     args.structure.apply(&mut gen)?;
     // Refused before anything is evaluated, naming the flag's field.
     gen.validate().map_err(|e| e.to_string())?;
-    Ok((session, gen))
+    Ok((session, gen, follow))
 }
 
 pub fn run(args: RunArgs) -> Result<(), String> {
     let prompt = args.prompt;
-    let (mut session, gen) = open(&args.model, &args.common)?;
+    let (mut session, gen, mut follow) = open(&args.model, &args.common)?;
     let json_out = args.json;
     let mut stdout = io::stdout().lock();
     if !json_out && !args.no_echo {
@@ -196,6 +212,7 @@ pub fn run(args: RunArgs) -> Result<(), String> {
     let mut shown = Shown::default();
     let stats = session
         .generate_events(&prompt, &gen, &mut |event| {
+            follow.tick();
             if !json_out {
                 // A closed pipe (`| head`) stops generation quietly.
                 return shown.show(&mut stdout, event);
@@ -251,7 +268,7 @@ fn stats_line(s: &GenerationStats) -> String {
 }
 
 pub fn chat(args: ChatArgs) -> Result<(), String> {
-    let (mut session, gen) = open(&args.model, &args.common)?;
+    let (mut session, gen, mut follow) = open(&args.model, &args.common)?;
     let mut history: Vec<ChatMessage> = Vec::new();
     if let Some(sys) = &args.system {
         history.push(ChatMessage::new("system", sys));
@@ -263,7 +280,7 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         };
         let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("--messages: invalid JSON: {e}"))?;
         history.extend(parse_messages(&v)?);
-        return answer_once(&mut session, &history, &gen, args.json);
+        return answer_once(&mut session, &history, &gen, args.json, &mut follow);
     }
     let system_len = history.len();
     if let Some(path) = args.session.as_deref().filter(|p| p.exists()) {
@@ -343,7 +360,10 @@ pub fn chat(args: ChatArgs) -> Result<(), String> {
         history.push(ChatMessage::new("user", text));
         let mut out = io::stdout().lock();
         let mut shown = Shown { dim: true, ..Shown::default() };
-        let result = session.chat_events(&history, &gen, &mut |event| shown.show(&mut out, event));
+        let result = session.chat_events(&history, &gen, &mut |event| {
+            follow.tick();
+            shown.show(&mut out, event)
+        });
         shown.end_if_closed();
         let _ = writeln!(out);
         match result {
@@ -374,12 +394,16 @@ fn answer_once(
     history: &[ChatMessage],
     gen: &GenerateOptions,
     json_out: bool,
+    follow: &mut Follow,
 ) -> Result<(), String> {
     let _guard = interrupt::install(session.cancel_handle());
     let mut stdout = io::stdout().lock();
     let mut shown = Shown::default();
     let stats = session
-        .chat_events(history, gen, &mut |event| if json_out { true } else { shown.show(&mut stdout, event) })
+        .chat_events(history, gen, &mut |event| {
+            follow.tick();
+            json_out || shown.show(&mut stdout, event)
+        })
         .map_err(|e| e.to_string())?;
     shown.end_if_closed();
     if json_out {

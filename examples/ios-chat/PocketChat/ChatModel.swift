@@ -118,6 +118,9 @@ final class ChatModel {
     /// The loaded model's file, when it can be found again at the next launch
     /// (bundle or Documents; not a file picked elsewhere, whose access ends with the app).
     private var reopenableModel: URL?
+    /// Follows iOS's memory warnings and pressure with the model's memory
+    /// budget while it runs (see PocketMemoryGuard).
+    private var memoryGuard: PocketMemoryGuard?
 
     init() {
         refreshAvailable()
@@ -163,7 +166,7 @@ final class ChatModel {
                 let model = try PocketModel.load(url: url, options: ChatModel.loadOptions(for: url))
                 let session = try PocketSession(model: model, options: sessionOptions())
                 let info = model.info()
-                await self.loaded(url: url, accessing: accessing, session: session, info: info, turns: [])
+                await self.loaded(url: url, accessing: accessing, model: model, session: session, info: info, turns: [])
             } catch {
                 // Nothing keeps the file open: give the access back.
                 if accessing {
@@ -174,10 +177,20 @@ final class ChatModel {
         }
     }
 
-    private func loaded(url: URL, accessing: Bool, session: PocketSession, info: ModelInfo, turns: [Turn]) {
+    private func loaded(
+        url: URL, accessing: Bool, model: PocketModel, session: PocketSession, info: ModelInfo, turns: [Turn]
+    ) {
         scopedURL?.stopAccessingSecurityScopedResource()
         scopedURL = accessing ? url : nil
         reopenableModel = accessing ? nil : url
+        // The budget chosen at load is the most the model gets; a mapped model
+        // (a file smaller than the memory at load) takes a budget when a
+        // warning leaves less than all of it.
+        let plan = model.memoryPlan(budgetBytes: 0)
+        let budget = model.memoryBudgetBytes()
+        memoryGuard = PocketMemoryGuard(
+            model: model,
+            fullBudgetBytes: budget > 0 ? budget : plan.minimumBudgetBytes + plan.expertBytes)
         self.session = session
         modelName = url.deletingPathExtension().lastPathComponent
         self.turns = turns
@@ -282,6 +295,11 @@ final class ChatModel {
     }
 
     /// The stop button: cancelling the Task ends the stream, which cancels the session.
+    /// Back in the foreground: the model's budget follows the memory available now.
+    func becameActive() {
+        memoryGuard?.update()
+    }
+
     func stop() {
         generation?.cancel()
     }
@@ -353,7 +371,7 @@ final class ChatModel {
                     session = try PocketSession(model: model, options: sessionOptions())
                 }
                 let info = model.info()
-                await self.loaded(url: url, accessing: false, session: session, info: info, turns: turns)
+                await self.loaded(url: url, accessing: false, model: model, session: session, info: info, turns: turns)
             } catch {
                 await self.failed(error)
             }

@@ -11,9 +11,13 @@ struct PocketChatApp: App {
         }
         // In the background iOS may end the app at any moment: save the chat
         // now, and the next launch continues it (ChatModel restores it).
+        // Back in the foreground, the model's memory budget follows what is
+        // available again.
         .onChange(of: scenePhase) { _, phase in
             if phase == .background {
                 chat.saveForBackground()
+            } else if phase == .active {
+                chat.becameActive()
             }
         }
     }

@@ -938,7 +938,8 @@ public protocol PocketModelProtocol: AnyObject, Sendable {
     func info()  -> ModelInfo
     
     /**
-     * The memory budget it was loaded with (0 = none).
+     * The memory budget now (0 = none): the one it was loaded with, or
+     * the last `setMemoryBudget`.
      */
     func memoryBudgetBytes()  -> UInt64
     
@@ -948,9 +949,32 @@ public protocol PocketModelProtocol: AnyObject, Sendable {
     func memoryPlan(budgetBytes: UInt64)  -> MemoryPlan
     
     /**
+     * The memory the model holds now: resident weights, expert cache, and
+     * its sessions' KV caches and scratch.
+     */
+    func memoryUsage()  -> MemoryUsage
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
     func session(options: SessionOptions) throws  -> PocketSession
+    
+    /**
+     * Change the memory budget while the model runs, from any thread (an
+     * OS memory warning's handler, say): every session's next token is
+     * computed under it, and the answer is the same as it would have been.
+     * A smaller budget drops the least recently used experts from the cache
+     * and gives their memory back before this returns (it may wait for a
+     * running token to finish the layer it computes); a larger one lets the
+     * cache grow. A model loaded without a budget takes one (its resident
+     * weights are read into memory first: a while for a large model, so
+     * call this off the main thread), and `0` returns it to the mapped file.
+     * Below the model's minimum (`memoryPlan(..).minimumBudgetBytes`) it is
+     * `PocketError.InvalidArgument` stating the minimum, and nothing
+     * changes; so it is for a model on the GPU backend. Open sessions keep
+     * their context; `memoryUsage` shows the result.
+     */
+    func setMemoryBudget(budgetBytes: UInt64) throws 
     
 }
 /**
@@ -1084,7 +1108,8 @@ open func info() -> ModelInfo  {
 }
     
     /**
-     * The memory budget it was loaded with (0 = none).
+     * The memory budget now (0 = none): the one it was loaded with, or
+     * the last `setMemoryBudget`.
      */
 open func memoryBudgetBytes() -> UInt64  {
     return try!  FfiConverterUInt64.lift(try! rustCall() {
@@ -1105,6 +1130,17 @@ open func memoryPlan(budgetBytes: UInt64) -> MemoryPlan  {
 }
     
     /**
+     * The memory the model holds now: resident weights, expert cache, and
+     * its sessions' KV caches and scratch.
+     */
+open func memoryUsage() -> MemoryUsage  {
+    return try!  FfiConverterTypeMemoryUsage_lift(try! rustCall() {
+    uniffi_pocket_ffi_fn_method_pocketmodel_memory_usage(self.uniffiClonePointer(),$0
+    )
+})
+}
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
 open func session(options: SessionOptions)throws  -> PocketSession  {
@@ -1113,6 +1149,28 @@ open func session(options: SessionOptions)throws  -> PocketSession  {
         FfiConverterTypeSessionOptions_lower(options),$0
     )
 })
+}
+    
+    /**
+     * Change the memory budget while the model runs, from any thread (an
+     * OS memory warning's handler, say): every session's next token is
+     * computed under it, and the answer is the same as it would have been.
+     * A smaller budget drops the least recently used experts from the cache
+     * and gives their memory back before this returns (it may wait for a
+     * running token to finish the layer it computes); a larger one lets the
+     * cache grow. A model loaded without a budget takes one (its resident
+     * weights are read into memory first: a while for a large model, so
+     * call this off the main thread), and `0` returns it to the mapped file.
+     * Below the model's minimum (`memoryPlan(..).minimumBudgetBytes`) it is
+     * `PocketError.InvalidArgument` stating the minimum, and nothing
+     * changes; so it is for a model on the GPU backend. Open sessions keep
+     * their context; `memoryUsage` shows the result.
+     */
+open func setMemoryBudget(budgetBytes: UInt64)throws   {try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_method_pocketmodel_set_memory_budget(self.uniffiClonePointer(),
+        FfiConverterUInt64.lower(budgetBytes),$0
+    )
+}
 }
     
 
@@ -2723,6 +2781,128 @@ public func FfiConverterTypeMemoryPlan_lift(_ buf: RustBuffer) throws -> MemoryP
 #endif
 public func FfiConverterTypeMemoryPlan_lower(_ value: MemoryPlan) -> RustBuffer {
     return FfiConverterTypeMemoryPlan.lower(value)
+}
+
+
+/**
+ * The memory a loaded model holds now (all in bytes): see
+ * `PocketModel.memoryUsage`.
+ */
+public struct MemoryUsage {
+    /**
+     * Weights in memory. Under a budget: every weight but the routed
+     * experts, in memory the model owns. Without one: the pages of the
+     * mapped file in memory now (page cache the OS may take back), or the
+     * whole file when it was read into memory (`useMmap = false`).
+     */
+    public var residentWeightsBytes: UInt64
+    /**
+     * The expert cache's slots that hold or have held an expert (0 without
+     * a budget).
+     */
+    public var expertCacheBytes: UInt64
+    /**
+     * KV caches and recurrent state of the model's open sessions.
+     */
+    public var kvCacheBytes: UInt64
+    /**
+     * Their forward passes' buffers and last logits.
+     */
+    public var scratchBytes: UInt64
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * Weights in memory. Under a budget: every weight but the routed
+         * experts, in memory the model owns. Without one: the pages of the
+         * mapped file in memory now (page cache the OS may take back), or the
+         * whole file when it was read into memory (`useMmap = false`).
+         */residentWeightsBytes: UInt64, 
+        /**
+         * The expert cache's slots that hold or have held an expert (0 without
+         * a budget).
+         */expertCacheBytes: UInt64, 
+        /**
+         * KV caches and recurrent state of the model's open sessions.
+         */kvCacheBytes: UInt64, 
+        /**
+         * Their forward passes' buffers and last logits.
+         */scratchBytes: UInt64) {
+        self.residentWeightsBytes = residentWeightsBytes
+        self.expertCacheBytes = expertCacheBytes
+        self.kvCacheBytes = kvCacheBytes
+        self.scratchBytes = scratchBytes
+    }
+}
+
+#if compiler(>=6)
+extension MemoryUsage: Sendable {}
+#endif
+
+
+extension MemoryUsage: Equatable, Hashable {
+    public static func ==(lhs: MemoryUsage, rhs: MemoryUsage) -> Bool {
+        if lhs.residentWeightsBytes != rhs.residentWeightsBytes {
+            return false
+        }
+        if lhs.expertCacheBytes != rhs.expertCacheBytes {
+            return false
+        }
+        if lhs.kvCacheBytes != rhs.kvCacheBytes {
+            return false
+        }
+        if lhs.scratchBytes != rhs.scratchBytes {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(residentWeightsBytes)
+        hasher.combine(expertCacheBytes)
+        hasher.combine(kvCacheBytes)
+        hasher.combine(scratchBytes)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeMemoryUsage: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> MemoryUsage {
+        return
+            try MemoryUsage(
+                residentWeightsBytes: FfiConverterUInt64.read(from: &buf), 
+                expertCacheBytes: FfiConverterUInt64.read(from: &buf), 
+                kvCacheBytes: FfiConverterUInt64.read(from: &buf), 
+                scratchBytes: FfiConverterUInt64.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: MemoryUsage, into buf: inout [UInt8]) {
+        FfiConverterUInt64.write(value.residentWeightsBytes, into: &buf)
+        FfiConverterUInt64.write(value.expertCacheBytes, into: &buf)
+        FfiConverterUInt64.write(value.kvCacheBytes, into: &buf)
+        FfiConverterUInt64.write(value.scratchBytes, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeMemoryUsage_lift(_ buf: RustBuffer) throws -> MemoryUsage {
+    return try FfiConverterTypeMemoryUsage.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeMemoryUsage_lower(_ value: MemoryUsage) -> RustBuffer {
+    return FfiConverterTypeMemoryUsage.lower(value)
 }
 
 
@@ -4393,13 +4573,19 @@ private let initializationResult: InitializationResult = {
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 21169) {
         return InitializationResult.apiChecksumMismatch
     }
-    if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437) {
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 49821) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan() != 63042) {
         return InitializationResult.apiChecksumMismatch
     }
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_memory_usage() != 46929) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_pocketmodel_set_memory_budget() != 36813) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 18326) {

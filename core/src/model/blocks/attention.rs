@@ -103,6 +103,20 @@ pub struct AttnScratch {
     heads: QActs,
 }
 
+impl AttnScratch {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::super::scratch::heap;
+        heap(&self.q)
+            + heap(&self.k)
+            + heap(&self.v)
+            + heap(&self.att)
+            + heap(&self.scores)
+            + self.input.heap_bytes()
+            + self.heads.heap_bytes()
+    }
+}
+
 impl Attention {
     /// Load the standard tensors of layer `il`.
     pub fn load(ld: &Loader, il: usize, n_embd: usize, p: AttnParams, gated: bool) -> Result<Attention> {

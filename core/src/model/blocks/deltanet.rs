@@ -71,6 +71,21 @@ pub struct DeltaNet {
     pub out: Matrix,
 }
 
+impl DeltaScratch {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::super::scratch::heap;
+        heap(&self.qkv)
+            + heap(&self.conv)
+            + heap(&self.z)
+            + heap(&self.beta_g)
+            + heap(&self.o)
+            + heap(&self.rule)
+            + self.input.heap_bytes()
+            + self.heads.heap_bytes()
+    }
+}
+
 impl DeltaNet {
     /// Layer `il`'s tensors.
     pub fn load(ld: &Loader, il: usize, n_embd: usize, p: DeltaParams) -> Result<DeltaNet> {

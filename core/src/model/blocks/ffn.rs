@@ -44,6 +44,14 @@ pub struct FfnScratch {
     hidden: QActs,
 }
 
+impl FfnScratch {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::super::scratch::heap;
+        heap(&self.gate) + heap(&self.up) + self.input.heap_bytes() + self.hidden.heap_bytes()
+    }
+}
+
 impl Dense {
     /// Layer `il`'s `ffn_gate`/`ffn_up`/`ffn_down`.
     pub fn load(ld: &Loader, il: usize, n_embd: usize, n_ff: usize, act: Act) -> Result<Dense> {

@@ -197,6 +197,36 @@ pub struct Groups {
     iota: Vec<usize>,
 }
 
+impl MoeScratch {
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::super::scratch::heap;
+        let g = &self.groups;
+        let groups = heap(&g.members)
+            + g.members.iter().map(heap).sum::<usize>()
+            + heap(&g.active)
+            + heap(&g.sorted)
+            + heap(&g.pos)
+            + heap(&g.order)
+            + heap(&g.seg)
+            + heap(&g.rows)
+            + heap(&g.iota);
+        self.input.heap_bytes()
+            + heap(&self.probs)
+            + heap(&self.chosen)
+            + heap(&self.weights)
+            + groups
+            + heap(&self.gate)
+            + heap(&self.up)
+            + self.hidden.heap_bytes()
+            + self.shared_hidden.heap_bytes()
+            + heap(&self.down)
+            + heap(&self.sum)
+            + heap(&self.ahead)
+            + heap(&self.top)
+    }
+}
+
 impl Groups {
     /// Group `n` tokens' choices (`chosen`/`weights`: `[n][k]`) by expert.
     pub fn build(&mut self, chosen: &[u32], weights: &[f32], n: usize, n_expert: usize) {
@@ -363,15 +393,20 @@ impl Moe {
                 self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass.file))
             }
             Some(cache) => {
-                // Per group of experts that fits the cache: those already
-                // cached (and the shared expert) are computed while the
-                // others are read, then the others.
+                // Per group of experts that fits the cache (as many as it
+                // holds at each fetch: its size may change while the pass
+                // runs): those already cached (and the shared expert) are
+                // computed while the others are read, then the others.
                 let tensors = [&self.gate, &self.up, &self.down];
-                for first in (0..n_active).step_by(cache.capacity()) {
-                    let group = first..(first + cache.capacity()).min(n_active);
-                    let lease = cache.fetch(self.layer, &s.groups.active[group.clone()], tensors)?;
+                let mut first = 0;
+                while first < n_active {
+                    let lease = cache.fetch(self.layer, &s.groups.active[first..], tensors)?;
+                    if lease.is_empty() {
+                        return Err(Error::OutOfMemory("the expert cache holds no expert".into()));
+                    }
+                    let group = first..first + lease.len();
                     s.io += lease.io;
-                    if n_active <= cache.capacity() {
+                    if group == (0..n_active) {
                         self.read_ahead(pass, s, cache);
                     }
                     let split = s.groups.ready_first(group.clone(), |e| lease.is_ready(e));
@@ -379,6 +414,7 @@ impl Moe {
                     self.run_experts(pass, s, out, group.start..split, first == 0, &slabs)?;
                     lease.wait()?;
                     self.run_experts(pass, s, out, split..group.end, false, &slabs)?;
+                    first = group.end;
                 }
                 Ok(())
             }

@@ -851,7 +851,11 @@ fun uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan(
 ): Short
+fun uniffi_pocket_ffi_checksum_method_pocketmodel_memory_usage(
+): Short
 fun uniffi_pocket_ffi_checksum_method_pocketmodel_session(
+): Short
+fun uniffi_pocket_ffi_checksum_method_pocketmodel_set_memory_budget(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_pocketsession_cancel(
 ): Short
@@ -967,8 +971,12 @@ fun uniffi_pocket_ffi_fn_method_pocketmodel_memory_budget_bytes(`ptr`: Pointer,u
 ): Long
 fun uniffi_pocket_ffi_fn_method_pocketmodel_memory_plan(`ptr`: Pointer,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
+fun uniffi_pocket_ffi_fn_method_pocketmodel_memory_usage(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
 fun uniffi_pocket_ffi_fn_method_pocketmodel_session(`ptr`: Pointer,`options`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
+fun uniffi_pocket_ffi_fn_method_pocketmodel_set_memory_budget(`ptr`: Pointer,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
 fun uniffi_pocket_ffi_fn_clone_pocketsession(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_free_pocketsession(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
@@ -1139,13 +1147,19 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_info() != 21169.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
-    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 46437.toShort()) {
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_budget_bytes() != 49821.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_plan() != 63042.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_memory_usage() != 46929.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_session() != 14190.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_pocketmodel_set_memory_budget() != 36813.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_pocketsession_cancel() != 18326.toShort()) {
@@ -2249,7 +2263,8 @@ public interface PocketModelInterface {
     fun `info`(): ModelInfo
     
     /**
-     * The memory budget it was loaded with (0 = none).
+     * The memory budget now (0 = none): the one it was loaded with, or
+     * the last `setMemoryBudget`.
      */
     fun `memoryBudgetBytes`(): kotlin.ULong
     
@@ -2259,9 +2274,32 @@ public interface PocketModelInterface {
     fun `memoryPlan`(`budgetBytes`: kotlin.ULong): MemoryPlan
     
     /**
+     * The memory the model holds now: resident weights, expert cache, and
+     * its sessions' KV caches and scratch.
+     */
+    fun `memoryUsage`(): MemoryUsage
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
     fun `session`(`options`: SessionOptions): PocketSession
+    
+    /**
+     * Change the memory budget while the model runs, from any thread (an
+     * OS memory warning's handler, say): every session's next token is
+     * computed under it, and the answer is the same as it would have been.
+     * A smaller budget drops the least recently used experts from the cache
+     * and gives their memory back before this returns (it may wait for a
+     * running token to finish the layer it computes); a larger one lets the
+     * cache grow. A model loaded without a budget takes one (its resident
+     * weights are read into memory first: a while for a large model, so
+     * call this off the main thread), and `0` returns it to the mapped file.
+     * Below the model's minimum (`memoryPlan(..).minimumBudgetBytes`) it is
+     * `PocketError.InvalidArgument` stating the minimum, and nothing
+     * changes; so it is for a model on the GPU backend. Open sessions keep
+     * their context; `memoryUsage` shows the result.
+     */
+    fun `setMemoryBudget`(`budgetBytes`: kotlin.ULong)
     
     companion object
 }
@@ -2369,7 +2407,8 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
 
     
     /**
-     * The memory budget it was loaded with (0 = none).
+     * The memory budget now (0 = none): the one it was loaded with, or
+     * the last `setMemoryBudget`.
      */override fun `memoryBudgetBytes`(): kotlin.ULong {
             return FfiConverterULong.lift(
     callWithPointer {
@@ -2399,6 +2438,22 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
 
     
     /**
+     * The memory the model holds now: resident weights, expert cache, and
+     * its sessions' KV caches and scratch.
+     */override fun `memoryUsage`(): MemoryUsage {
+            return FfiConverterTypeMemoryUsage.lift(
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketmodel_memory_usage(
+        it, _status)
+}
+    }
+    )
+    }
+    
+
+    
+    /**
      * A new session on this model (the same as the `PocketSession` constructor).
      */
     @Throws(PocketException::class)override fun `session`(`options`: SessionOptions): PocketSession {
@@ -2411,6 +2466,33 @@ open class PocketModel: Disposable, AutoCloseable, PocketModelInterface
     }
     )
     }
+    
+
+    
+    /**
+     * Change the memory budget while the model runs, from any thread (an
+     * OS memory warning's handler, say): every session's next token is
+     * computed under it, and the answer is the same as it would have been.
+     * A smaller budget drops the least recently used experts from the cache
+     * and gives their memory back before this returns (it may wait for a
+     * running token to finish the layer it computes); a larger one lets the
+     * cache grow. A model loaded without a budget takes one (its resident
+     * weights are read into memory first: a while for a large model, so
+     * call this off the main thread), and `0` returns it to the mapped file.
+     * Below the model's minimum (`memoryPlan(..).minimumBudgetBytes`) it is
+     * `PocketError.InvalidArgument` stating the minimum, and nothing
+     * changes; so it is for a model on the GPU backend. Open sessions keep
+     * their context; `memoryUsage` shows the result.
+     */
+    @Throws(PocketException::class)override fun `setMemoryBudget`(`budgetBytes`: kotlin.ULong)
+        = 
+    callWithPointer {
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_pocketmodel_set_memory_budget(
+        it, FfiConverterULong.lower(`budgetBytes`),_status)
+}
+    }
+    
     
 
     
@@ -3792,6 +3874,66 @@ public object FfiConverterTypeMemoryPlan: FfiConverterRustBuffer<MemoryPlan> {
             FfiConverterULong.write(value.`minimumBudgetBytes`, buf)
             FfiConverterULong.write(value.`cacheBytes`, buf)
             FfiConverterULong.write(value.`sessionBytes`, buf)
+    }
+}
+
+
+
+/**
+ * The memory a loaded model holds now (all in bytes): see
+ * `PocketModel.memoryUsage`.
+ */
+data class MemoryUsage (
+    /**
+     * Weights in memory. Under a budget: every weight but the routed
+     * experts, in memory the model owns. Without one: the pages of the
+     * mapped file in memory now (page cache the OS may take back), or the
+     * whole file when it was read into memory (`useMmap = false`).
+     */
+    var `residentWeightsBytes`: kotlin.ULong, 
+    /**
+     * The expert cache's slots that hold or have held an expert (0 without
+     * a budget).
+     */
+    var `expertCacheBytes`: kotlin.ULong, 
+    /**
+     * KV caches and recurrent state of the model's open sessions.
+     */
+    var `kvCacheBytes`: kotlin.ULong, 
+    /**
+     * Their forward passes' buffers and last logits.
+     */
+    var `scratchBytes`: kotlin.ULong
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeMemoryUsage: FfiConverterRustBuffer<MemoryUsage> {
+    override fun read(buf: ByteBuffer): MemoryUsage {
+        return MemoryUsage(
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+            FfiConverterULong.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: MemoryUsage) = (
+            FfiConverterULong.allocationSize(value.`residentWeightsBytes`) +
+            FfiConverterULong.allocationSize(value.`expertCacheBytes`) +
+            FfiConverterULong.allocationSize(value.`kvCacheBytes`) +
+            FfiConverterULong.allocationSize(value.`scratchBytes`)
+    )
+
+    override fun write(value: MemoryUsage, buf: ByteBuffer) {
+            FfiConverterULong.write(value.`residentWeightsBytes`, buf)
+            FfiConverterULong.write(value.`expertCacheBytes`, buf)
+            FfiConverterULong.write(value.`kvCacheBytes`, buf)
+            FfiConverterULong.write(value.`scratchBytes`, buf)
     }
 }
 

@@ -26,6 +26,7 @@ import uniffi.pocket.GenerateOptions
 import uniffi.pocket.GenerationEvent
 import uniffi.pocket.LoadOptions
 import uniffi.pocket.PocketException
+import uniffi.pocket.PocketMemoryTrimmer
 import uniffi.pocket.PocketModel
 import uniffi.pocket.PocketSession
 import uniffi.pocket.SessionOptions
@@ -109,6 +110,8 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     val state: StateFlow<ChatState> = _state
 
     private var model: PocketModel? = null
+    /** Follows onTrimMemory with the model's memory budget (see PocketMemoryTrimmer). */
+    private var trimmer: PocketMemoryTrimmer? = null
     private var session: PocketSession? = null
     private var generation: Job? = null
     private var nextTurnId = 0L
@@ -180,9 +183,18 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     private fun loaded(name: String, asset: String?, newModel: PocketModel, newSession: PocketSession, turns: List<Turn>) {
+        trimmer?.close()
         session?.destroy()
         model?.destroy()
         model = newModel
+        // The budget chosen at load is the most the model gets; a mapped model (a file smaller
+        // than the memory at load) takes a budget when the system starts trimming.
+        val plan = newModel.memoryPlan(0uL)
+        val budget = newModel.memoryBudgetBytes()
+        trimmer = PocketMemoryTrimmer(
+            getApplication(), newModel,
+            fullBudgetBytes = if (budget > 0uL) budget else plan.minimumBudgetBytes + plan.expertBytes,
+        )
         session = newSession
         assetName = asset
         val info = newModel.info()
@@ -402,7 +414,13 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
 
     private fun describe(e: Throwable): String = e.message ?: e.javaClass.simpleName
 
+    /** Back in the foreground: the model's budget follows the memory available now. */
+    fun onForeground() {
+        trimmer?.restore()
+    }
+
     override fun onCleared() {
+        trimmer?.close()
         generation?.cancel()
         // UniFFI frees the Rust objects once in-flight calls have returned.
         session?.destroy()

@@ -21,6 +21,11 @@ class MainActivity : ComponentActivity() {
     }
 
     /** No longer visible: Android may end the process from here on without notice. */
+    override fun onStart() {
+        super.onStart()
+        chat.onForeground()
+    }
+
     override fun onStop() {
         super.onStop()
         chat.saveForBackground()
