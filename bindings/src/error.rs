@@ -76,6 +76,9 @@ impl PocketError {
             PocketError::Io { .. } => PocketError::Io { reason },
             PocketError::InvalidArgument { .. } => PocketError::InvalidArgument { reason },
             PocketError::Internal { .. } => PocketError::Internal { reason },
+            PocketError::Network { .. } => PocketError::Network { reason },
+            PocketError::Integrity { .. } => PocketError::Integrity { reason },
+            PocketError::Storage { .. } => PocketError::Storage { reason },
         }
     }
 }

@@ -39,6 +39,8 @@ fn cases(tmp: &std::path::Path, url: &str, sha256: &str) -> Vec<(&'static str, V
             v(&["imatrix", "--model", &m, "--file", &text, "--ctx", "32", "--chunks", "1", "-o", &out("m.imatrix")]),
         ),
         ("quantize", v(&["quantize", &f32, &out("q.gguf"), "Q8_0"])),
+        ("split", v(&["split", "--max-tensors", "10", &m, &out("shard")])),
+        ("merge", v(&["merge", &out("shard-00001-of-00003.gguf"), &out("merged.gguf")])),
         ("pull", v(&["pull", url, "--sha256", sha256, "-o", &out("pulled.bin"), "--json"])),
         ("help", v(&["--help"])),
     ]
@@ -80,11 +82,14 @@ fn a_closed_pipe_ends_every_command_quietly() {
     let served = data.clone();
     let http = server::Server::start(move |_| server::Reply::File(server::Served::new(served.clone())));
     for (name, args) in cases(&tmp, &http.url("/m.bin"), &sha256) {
+        // `merge` refuses to overwrite its output.
+        let _ = std::fs::remove_file(tmp.join("merged.gguf"));
         // Sanity: the case works and writes something when read to the end.
         let full = pocket().args(&args).output().expect("run pocket");
         assert!(full.status.success(), "pocket {name}: {}", String::from_utf8_lossy(&full.stderr));
         assert!(!full.stdout.is_empty(), "pocket {name} printed nothing");
 
+        let _ = std::fs::remove_file(tmp.join("merged.gguf"));
         // The reader closes at once, before the command has written anything.
         let mut child =
             pocket().args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn pocket");

@@ -552,6 +552,431 @@ fileprivate struct FfiConverterString: FfiConverter {
 
 
 /**
+ * A running download.
+ */
+public protocol DownloadHandleProtocol: AnyObject, Sendable {
+    
+    /**
+     * Stop the download (from any thread; returns at once): the listener
+     * then gets `onFailed(Cancelled)` within a fraction of a second, and the
+     * partial file is kept (synced) for a resume.
+     */
+    func cancel() 
+    
+    /**
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
+     */
+    func join() 
+    
+}
+/**
+ * A running download.
+ */
+open class DownloadHandle: DownloadHandleProtocol, @unchecked Sendable {
+    fileprivate let pointer: UnsafeMutableRawPointer!
+
+    /// Used to instantiate a [FFIObject] without an actual pointer, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoPointer {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromRawPointer pointer: UnsafeMutableRawPointer) {
+        self.pointer = pointer
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noPointer: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing [Pointer] the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noPointer: NoPointer) {
+        self.pointer = nil
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiClonePointer() -> UnsafeMutableRawPointer {
+        return try! rustCall { uniffi_pocket_ffi_fn_clone_downloadhandle(self.pointer, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        guard let pointer = pointer else {
+            return
+        }
+
+        try! rustCall { uniffi_pocket_ffi_fn_free_downloadhandle(pointer, $0) }
+    }
+
+    
+
+    
+    /**
+     * Stop the download (from any thread; returns at once): the listener
+     * then gets `onFailed(Cancelled)` within a fraction of a second, and the
+     * partial file is kept (synced) for a resume.
+     */
+open func cancel()  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadhandle_cancel(self.uniffiClonePointer(),$0
+    )
+}
+}
+    
+    /**
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
+     */
+open func join()  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadhandle_join(self.uniffiClonePointer(),$0
+    )
+}
+}
+    
+
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeDownloadHandle: FfiConverter {
+
+    typealias FfiType = UnsafeMutableRawPointer
+    typealias SwiftType = DownloadHandle
+
+    public static func lift(_ pointer: UnsafeMutableRawPointer) throws -> DownloadHandle {
+        return DownloadHandle(unsafeFromRawPointer: pointer)
+    }
+
+    public static func lower(_ value: DownloadHandle) -> UnsafeMutableRawPointer {
+        return value.uniffiClonePointer()
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> DownloadHandle {
+        let v: UInt64 = try readInt(&buf)
+        // The Rust code won't compile if a pointer won't fit in a UInt64.
+        // We have to go via `UInt` because that's the thing that's the size of a pointer.
+        let ptr = UnsafeMutableRawPointer(bitPattern: UInt(truncatingIfNeeded: v))
+        if (ptr == nil) {
+            throw UniffiInternalError.unexpectedNullPointer
+        }
+        return try lift(ptr!)
+    }
+
+    public static func write(_ value: DownloadHandle, into buf: inout [UInt8]) {
+        // This fiddling is because `Int` is the thing that's the same size as a pointer.
+        // The Rust code won't compile if a pointer won't fit in a `UInt64`.
+        writeInt(&buf, UInt64(bitPattern: Int64(Int(bitPattern: lower(value)))))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadHandle_lift(_ pointer: UnsafeMutableRawPointer) throws -> DownloadHandle {
+    return try FfiConverterTypeDownloadHandle.lift(pointer)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadHandle_lower(_ value: DownloadHandle) -> UnsafeMutableRawPointer {
+    return FfiConverterTypeDownloadHandle.lower(value)
+}
+
+
+
+
+
+
+/**
+ * Receives a download's progress and its end, on the download's thread.
+ */
+public protocol DownloadListener: AnyObject, Sendable {
+    
+    /**
+     * Bytes on disk of all parts, and their total (0 while unknown); a few
+     * times a second at most.
+     */
+    func onProgress(doneBytes: UInt64, totalBytes: UInt64) 
+    
+    /**
+     * Every part verified and in place; `path` is the file (of several
+     * parts, the first: what `PocketModel.load` takes).
+     */
+    func onFinished(path: String) 
+    
+    /**
+     * `Network`, `Integrity`, `Storage`, `Cancelled` (after `cancel()`) or `Internal`.
+     * Except after `Integrity`, the partial file stays: the same request resumes it.
+     */
+    func onFailed(error: PocketError) 
+    
+}
+/**
+ * Receives a download's progress and its end, on the download's thread.
+ */
+open class DownloadListenerImpl: DownloadListener, @unchecked Sendable {
+    fileprivate let pointer: UnsafeMutableRawPointer!
+
+    /// Used to instantiate a [FFIObject] without an actual pointer, for fakes in tests, mostly.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public struct NoPointer {
+        public init() {}
+    }
+
+    // TODO: We'd like this to be `private` but for Swifty reasons,
+    // we can't implement `FfiConverter` without making this `required` and we can't
+    // make it `required` without making it `public`.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    required public init(unsafeFromRawPointer pointer: UnsafeMutableRawPointer) {
+        self.pointer = pointer
+    }
+
+    // This constructor can be used to instantiate a fake object.
+    // - Parameter noPointer: Placeholder value so we can have a constructor separate from the default empty one that may be implemented for classes extending [FFIObject].
+    //
+    // - Warning:
+    //     Any object instantiated with this constructor cannot be passed to an actual Rust-backed object. Since there isn't a backing [Pointer] the FFI lower functions will crash.
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public init(noPointer: NoPointer) {
+        self.pointer = nil
+    }
+
+#if swift(>=5.8)
+    @_documentation(visibility: private)
+#endif
+    public func uniffiClonePointer() -> UnsafeMutableRawPointer {
+        return try! rustCall { uniffi_pocket_ffi_fn_clone_downloadlistener(self.pointer, $0) }
+    }
+    // No primary constructor declared for this class.
+
+    deinit {
+        guard let pointer = pointer else {
+            return
+        }
+
+        try! rustCall { uniffi_pocket_ffi_fn_free_downloadlistener(pointer, $0) }
+    }
+
+    
+
+    
+    /**
+     * Bytes on disk of all parts, and their total (0 while unknown); a few
+     * times a second at most.
+     */
+open func onProgress(doneBytes: UInt64, totalBytes: UInt64)  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadlistener_on_progress(self.uniffiClonePointer(),
+        FfiConverterUInt64.lower(doneBytes),
+        FfiConverterUInt64.lower(totalBytes),$0
+    )
+}
+}
+    
+    /**
+     * Every part verified and in place; `path` is the file (of several
+     * parts, the first: what `PocketModel.load` takes).
+     */
+open func onFinished(path: String)  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadlistener_on_finished(self.uniffiClonePointer(),
+        FfiConverterString.lower(path),$0
+    )
+}
+}
+    
+    /**
+     * `Network`, `Integrity`, `Storage`, `Cancelled` (after `cancel()`) or `Internal`.
+     * Except after `Integrity`, the partial file stays: the same request resumes it.
+     */
+open func onFailed(error: PocketError)  {try! rustCall() {
+    uniffi_pocket_ffi_fn_method_downloadlistener_on_failed(self.uniffiClonePointer(),
+        FfiConverterTypePocketError_lower(error),$0
+    )
+}
+}
+    
+
+}
+
+
+// Put the implementation in a struct so we don't pollute the top-level namespace
+fileprivate struct UniffiCallbackInterfaceDownloadListener {
+
+    // Create the VTable using a series of closures.
+    // Swift automatically converts these into C callback functions.
+    //
+    // This creates 1-element array, since this seems to be the only way to construct a const
+    // pointer that we can pass to the Rust code.
+    static let vtable: [UniffiVTableCallbackInterfaceDownloadListener] = [UniffiVTableCallbackInterfaceDownloadListener(
+        onProgress: { (
+            uniffiHandle: UInt64,
+            doneBytes: UInt64,
+            totalBytes: UInt64,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeDownloadListener.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return uniffiObj.onProgress(
+                     doneBytes: try FfiConverterUInt64.lift(doneBytes),
+                     totalBytes: try FfiConverterUInt64.lift(totalBytes)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCall(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn
+            )
+        },
+        onFinished: { (
+            uniffiHandle: UInt64,
+            path: RustBuffer,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeDownloadListener.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return uniffiObj.onFinished(
+                     path: try FfiConverterString.lift(path)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCall(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn
+            )
+        },
+        onFailed: { (
+            uniffiHandle: UInt64,
+            error: RustBuffer,
+            uniffiOutReturn: UnsafeMutableRawPointer,
+            uniffiCallStatus: UnsafeMutablePointer<RustCallStatus>
+        ) in
+            let makeCall = {
+                () throws -> () in
+                guard let uniffiObj = try? FfiConverterTypeDownloadListener.handleMap.get(handle: uniffiHandle) else {
+                    throw UniffiInternalError.unexpectedStaleHandle
+                }
+                return uniffiObj.onFailed(
+                     error: try FfiConverterTypePocketError_lift(error)
+                )
+            }
+
+            
+            let writeReturn = { () }
+            uniffiTraitInterfaceCall(
+                callStatus: uniffiCallStatus,
+                makeCall: makeCall,
+                writeReturn: writeReturn
+            )
+        },
+        uniffiFree: { (uniffiHandle: UInt64) -> () in
+            let result = try? FfiConverterTypeDownloadListener.handleMap.remove(handle: uniffiHandle)
+            if result == nil {
+                print("Uniffi callback interface DownloadListener: handle missing in uniffiFree")
+            }
+        }
+    )]
+}
+
+private func uniffiCallbackInitDownloadListener() {
+    uniffi_pocket_ffi_fn_init_callback_vtable_downloadlistener(UniffiCallbackInterfaceDownloadListener.vtable)
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeDownloadListener: FfiConverter {
+    fileprivate static let handleMap = UniffiHandleMap<DownloadListener>()
+
+    typealias FfiType = UnsafeMutableRawPointer
+    typealias SwiftType = DownloadListener
+
+    public static func lift(_ pointer: UnsafeMutableRawPointer) throws -> DownloadListener {
+        return DownloadListenerImpl(unsafeFromRawPointer: pointer)
+    }
+
+    public static func lower(_ value: DownloadListener) -> UnsafeMutableRawPointer {
+        guard let ptr = UnsafeMutableRawPointer(bitPattern: UInt(truncatingIfNeeded: handleMap.insert(obj: value))) else {
+            fatalError("Cast to UnsafeMutableRawPointer failed")
+        }
+        return ptr
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> DownloadListener {
+        let v: UInt64 = try readInt(&buf)
+        // The Rust code won't compile if a pointer won't fit in a UInt64.
+        // We have to go via `UInt` because that's the thing that's the size of a pointer.
+        let ptr = UnsafeMutableRawPointer(bitPattern: UInt(truncatingIfNeeded: v))
+        if (ptr == nil) {
+            throw UniffiInternalError.unexpectedNullPointer
+        }
+        return try lift(ptr!)
+    }
+
+    public static func write(_ value: DownloadListener, into buf: inout [UInt8]) {
+        // This fiddling is because `Int` is the thing that's the same size as a pointer.
+        // The Rust code won't compile if a pointer won't fit in a `UInt64`.
+        writeInt(&buf, UInt64(bitPattern: Int64(Int(bitPattern: lower(value)))))
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadListener_lift(_ pointer: UnsafeMutableRawPointer) throws -> DownloadListener {
+    return try FfiConverterTypeDownloadListener.lift(pointer)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadListener_lower(_ value: DownloadListener) -> UnsafeMutableRawPointer {
+    return FfiConverterTypeDownloadListener.lower(value)
+}
+
+
+
+
+
+
+/**
  * Receives a request's events, on the thread that called chatEvents/generateEvents.
  */
 public protocol EventListener: AnyObject, Sendable {
@@ -1813,6 +2238,133 @@ public func FfiConverterTypeChatMessage_lift(_ buf: RustBuffer) throws -> ChatMe
 #endif
 public func FfiConverterTypeChatMessage_lower(_ value: ChatMessage) -> RustBuffer {
     return FfiConverterTypeChatMessage.lower(value)
+}
+
+
+/**
+ * What to download and where.
+ */
+public struct DownloadRequest {
+    /**
+     * `https://…`, `http://…` or `hf://OWNER/REPO/FILE[@REVISION]` (the hub's
+     * resolve URL; `HF_ENDPOINT` and `HF_TOKEN` are honoured). Several URLs
+     * are the parts of one model (e.g. `llama-gguf-split` shards), fetched as
+     * one download with one progress.
+     */
+    public var urls: [String]
+    /**
+     * The expected SHA-256 of each URL's file, 64 hex digits, in the same
+     * order. Required unless `allowUnverified` (then it may be empty).
+     */
+    public var sha256: [String]
+    /**
+     * One URL: the file to write (an existing folder, or a path ending in
+     * '/', receives the URL's file name). Several: the folder that receives
+     * them under their URLs' file names. Bytes go to `DEST.part` beside it
+     * (with a small `DEST.part.meta`) and become `DEST` only once verified.
+     */
+    public var destination: String
+    /**
+     * Accept a file without an expected hash (nothing then checks its bytes).
+     */
+    public var allowUnverified: Bool
+
+    // Default memberwise initializers are never public by default, so we
+    // declare one manually.
+    public init(
+        /**
+         * `https://…`, `http://…` or `hf://OWNER/REPO/FILE[@REVISION]` (the hub's
+         * resolve URL; `HF_ENDPOINT` and `HF_TOKEN` are honoured). Several URLs
+         * are the parts of one model (e.g. `llama-gguf-split` shards), fetched as
+         * one download with one progress.
+         */urls: [String], 
+        /**
+         * The expected SHA-256 of each URL's file, 64 hex digits, in the same
+         * order. Required unless `allowUnverified` (then it may be empty).
+         */sha256: [String], 
+        /**
+         * One URL: the file to write (an existing folder, or a path ending in
+         * '/', receives the URL's file name). Several: the folder that receives
+         * them under their URLs' file names. Bytes go to `DEST.part` beside it
+         * (with a small `DEST.part.meta`) and become `DEST` only once verified.
+         */destination: String, 
+        /**
+         * Accept a file without an expected hash (nothing then checks its bytes).
+         */allowUnverified: Bool = false) {
+        self.urls = urls
+        self.sha256 = sha256
+        self.destination = destination
+        self.allowUnverified = allowUnverified
+    }
+}
+
+#if compiler(>=6)
+extension DownloadRequest: Sendable {}
+#endif
+
+
+extension DownloadRequest: Equatable, Hashable {
+    public static func ==(lhs: DownloadRequest, rhs: DownloadRequest) -> Bool {
+        if lhs.urls != rhs.urls {
+            return false
+        }
+        if lhs.sha256 != rhs.sha256 {
+            return false
+        }
+        if lhs.destination != rhs.destination {
+            return false
+        }
+        if lhs.allowUnverified != rhs.allowUnverified {
+            return false
+        }
+        return true
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(urls)
+        hasher.combine(sha256)
+        hasher.combine(destination)
+        hasher.combine(allowUnverified)
+    }
+}
+
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeDownloadRequest: FfiConverterRustBuffer {
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> DownloadRequest {
+        return
+            try DownloadRequest(
+                urls: FfiConverterSequenceString.read(from: &buf), 
+                sha256: FfiConverterSequenceString.read(from: &buf), 
+                destination: FfiConverterString.read(from: &buf), 
+                allowUnverified: FfiConverterBool.read(from: &buf)
+        )
+    }
+
+    public static func write(_ value: DownloadRequest, into buf: inout [UInt8]) {
+        FfiConverterSequenceString.write(value.urls, into: &buf)
+        FfiConverterSequenceString.write(value.sha256, into: &buf)
+        FfiConverterString.write(value.destination, into: &buf)
+        FfiConverterBool.write(value.allowUnverified, into: &buf)
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadRequest_lift(_ buf: RustBuffer) throws -> DownloadRequest {
+    return try FfiConverterTypeDownloadRequest.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeDownloadRequest_lower(_ value: DownloadRequest) -> RustBuffer {
+    return FfiConverterTypeDownloadRequest.lower(value)
 }
 
 
@@ -3723,6 +4275,25 @@ public enum PocketError: Swift.Error {
      */
     case Internal(reason: String
     )
+    /**
+     * A download could not fetch its file: unreachable, refused (4xx), still
+     * failing after the retries, or redirected from https to http. The
+     * partial file stays: the same request resumes it.
+     */
+    case Network(reason: String
+    )
+    /**
+     * A downloaded file is not the expected one (its SHA-256 or size
+     * differs); the partial file was deleted.
+     */
+    case Integrity(reason: String
+    )
+    /**
+     * A download's destination cannot hold it (not enough free space, a full
+     * disk, a failed write or rename); the partial file stays for a resume.
+     */
+    case Storage(reason: String
+    )
 }
 
 
@@ -3761,6 +4332,15 @@ public struct FfiConverterTypePocketError: FfiConverterRustBuffer {
             reason: try FfiConverterString.read(from: &buf)
             )
         case 8: return .Internal(
+            reason: try FfiConverterString.read(from: &buf)
+            )
+        case 9: return .Network(
+            reason: try FfiConverterString.read(from: &buf)
+            )
+        case 10: return .Integrity(
+            reason: try FfiConverterString.read(from: &buf)
+            )
+        case 11: return .Storage(
             reason: try FfiConverterString.read(from: &buf)
             )
 
@@ -3812,6 +4392,21 @@ public struct FfiConverterTypePocketError: FfiConverterRustBuffer {
         
         case let .Internal(reason):
             writeInt(&buf, Int32(8))
+            FfiConverterString.write(reason, into: &buf)
+            
+        
+        case let .Network(reason):
+            writeInt(&buf, Int32(9))
+            FfiConverterString.write(reason, into: &buf)
+            
+        
+        case let .Integrity(reason):
+            writeInt(&buf, Int32(10))
+            FfiConverterString.write(reason, into: &buf)
+            
+        
+        case let .Storage(reason):
+            writeInt(&buf, Int32(11))
             FfiConverterString.write(reason, into: &buf)
             
         }
@@ -4531,6 +5126,20 @@ public func FfiConverterTypeToolCallValue_lower(_ value: ToolCallValue) -> RustB
 }
 
 /**
+ * Start downloading `request` on a background thread. The request is
+ * checked first (a hash that is not 64 hex digits, a missing hash, no URL:
+ * `InvalidArgument`, thrown here); everything after arrives at `listener`.
+ * Dropping the handle does not stop the download: call `cancel()`.
+ */
+public func downloadModel(request: DownloadRequest, listener: DownloadListener)throws  -> DownloadHandle  {
+    return try  FfiConverterTypeDownloadHandle_lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_func_download_model(
+        FfiConverterTypeDownloadRequest_lower(request),
+        FfiConverterTypeDownloadListener_lower(listener),$0
+    )
+})
+}
+/**
  * How `budget_bytes` would divide for the model at `path`, read from its
  * header and tensor table without loading the weights (Swift and Kotlin:
  * also `PocketModel.memoryPlan(path:budgetBytes:)`). Choose a budget at or
@@ -4561,7 +5170,25 @@ private let initializationResult: InitializationResult = {
     if bindings_contract_version != scaffolding_contract_version {
         return InitializationResult.contractVersionMismatch
     }
+    if (uniffi_pocket_ffi_checksum_func_download_model() != 21853) {
+        return InitializationResult.apiChecksumMismatch
+    }
     if (uniffi_pocket_ffi_checksum_func_plan_memory() != 64788) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_downloadhandle_join() != 18765) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress() != 48255) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_downloadlistener_on_finished() != 58487) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_method_downloadlistener_on_failed() != 9060) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_eventlistener_on_event() != 58384) {
@@ -4631,6 +5258,7 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
 
+    uniffiCallbackInitDownloadListener()
     uniffiCallbackInitEventListener()
     uniffiCallbackInitLoadProgressListener()
     uniffiCallbackInitTokenListener()

@@ -654,6 +654,15 @@ internal open class UniffiForeignFutureStructVoid(
 internal interface UniffiForeignFutureCompleteVoid : com.sun.jna.Callback {
     fun callback(`callbackData`: Long,`result`: UniffiForeignFutureStructVoid.UniffiByValue,)
 }
+internal interface UniffiCallbackInterfaceDownloadListenerMethod0 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`doneBytes`: Long,`totalBytes`: Long,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+internal interface UniffiCallbackInterfaceDownloadListenerMethod1 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`path`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
+internal interface UniffiCallbackInterfaceDownloadListenerMethod2 : com.sun.jna.Callback {
+    fun callback(`uniffiHandle`: Long,`error`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,)
+}
 internal interface UniffiCallbackInterfaceEventListenerMethod0 : com.sun.jna.Callback {
     fun callback(`uniffiHandle`: Long,`event`: RustBuffer.ByValue,`uniffiOutReturn`: ByteByReference,uniffiCallStatus: UniffiRustCallStatus,)
 }
@@ -662,6 +671,28 @@ internal interface UniffiCallbackInterfaceLoadProgressListenerMethod0 : com.sun.
 }
 internal interface UniffiCallbackInterfaceTokenListenerMethod0 : com.sun.jna.Callback {
     fun callback(`uniffiHandle`: Long,`piece`: RustBuffer.ByValue,`uniffiOutReturn`: ByteByReference,uniffiCallStatus: UniffiRustCallStatus,)
+}
+@Structure.FieldOrder("onProgress", "onFinished", "onFailed", "uniffiFree")
+internal open class UniffiVTableCallbackInterfaceDownloadListener(
+    @JvmField internal var `onProgress`: UniffiCallbackInterfaceDownloadListenerMethod0? = null,
+    @JvmField internal var `onFinished`: UniffiCallbackInterfaceDownloadListenerMethod1? = null,
+    @JvmField internal var `onFailed`: UniffiCallbackInterfaceDownloadListenerMethod2? = null,
+    @JvmField internal var `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+) : Structure() {
+    class UniffiByValue(
+        `onProgress`: UniffiCallbackInterfaceDownloadListenerMethod0? = null,
+        `onFinished`: UniffiCallbackInterfaceDownloadListenerMethod1? = null,
+        `onFailed`: UniffiCallbackInterfaceDownloadListenerMethod2? = null,
+        `uniffiFree`: UniffiCallbackInterfaceFree? = null,
+    ): UniffiVTableCallbackInterfaceDownloadListener(`onProgress`,`onFinished`,`onFailed`,`uniffiFree`,), Structure.ByValue
+
+   internal fun uniffiSetValue(other: UniffiVTableCallbackInterfaceDownloadListener) {
+        `onProgress` = other.`onProgress`
+        `onFinished` = other.`onFinished`
+        `onFailed` = other.`onFailed`
+        `uniffiFree` = other.`uniffiFree`
+    }
+
 }
 @Structure.FieldOrder("onEvent", "uniffiFree")
 internal open class UniffiVTableCallbackInterfaceEventListener(
@@ -824,6 +855,27 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -839,7 +891,19 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 // when the library is loaded.
 internal interface IntegrityCheckingUniffiLib : Library {
     // Integrity check functions only
-    fun uniffi_pocket_ffi_checksum_func_plan_memory(
+    fun uniffi_pocket_ffi_checksum_func_download_model(
+): Short
+fun uniffi_pocket_ffi_checksum_func_plan_memory(
+): Short
+fun uniffi_pocket_ffi_checksum_method_downloadhandle_cancel(
+): Short
+fun uniffi_pocket_ffi_checksum_method_downloadhandle_join(
+): Short
+fun uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress(
+): Short
+fun uniffi_pocket_ffi_checksum_method_downloadlistener_on_finished(
+): Short
+fun uniffi_pocket_ffi_checksum_method_downloadlistener_on_failed(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_eventlistener_on_event(
 ): Short
@@ -923,6 +987,7 @@ internal interface UniffiLib : Library {
             val lib = loadIndirect<UniffiLib>(componentName)
             // No need to check the contract version and checksums, since 
             // we already did that with `IntegrityCheckingUniffiLib` above.
+            uniffiCallbackInterfaceDownloadListener.register(lib)
             uniffiCallbackInterfaceEventListener.register(lib)
             uniffiCallbackInterfaceLoadProgressListener.register(lib)
             uniffiCallbackInterfaceTokenListener.register(lib)
@@ -937,7 +1002,27 @@ internal interface UniffiLib : Library {
     }
 
     // FFI functions
-    fun uniffi_pocket_ffi_fn_clone_eventlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+    fun uniffi_pocket_ffi_fn_clone_downloadhandle(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
+fun uniffi_pocket_ffi_fn_free_downloadhandle(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_method_downloadhandle_cancel(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_method_downloadhandle_join(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_clone_downloadlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
+fun uniffi_pocket_ffi_fn_free_downloadlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_init_callback_vtable_downloadlistener(`vtable`: UniffiVTableCallbackInterfaceDownloadListener,
+): Unit
+fun uniffi_pocket_ffi_fn_method_downloadlistener_on_progress(`ptr`: Pointer,`doneBytes`: Long,`totalBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_method_downloadlistener_on_finished(`ptr`: Pointer,`path`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_method_downloadlistener_on_failed(`ptr`: Pointer,`error`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): Unit
+fun uniffi_pocket_ffi_fn_clone_eventlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Pointer
 fun uniffi_pocket_ffi_fn_free_eventlistener(`ptr`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
 ): Unit
@@ -1007,6 +1092,8 @@ fun uniffi_pocket_ffi_fn_init_callback_vtable_tokenlistener(`vtable`: UniffiVTab
 ): Unit
 fun uniffi_pocket_ffi_fn_method_tokenlistener_on_token(`ptr`: Pointer,`piece`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
 ): Byte
+fun uniffi_pocket_ffi_fn_func_download_model(`request`: RustBuffer.ByValue,`listener`: Pointer,uniffi_out_err: UniffiRustCallStatus, 
+): Pointer
 fun uniffi_pocket_ffi_fn_func_plan_memory(`path`: RustBuffer.ByValue,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
 fun ffi_pocket_ffi_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
@@ -1135,7 +1222,25 @@ private fun uniffiCheckContractApiVersion(lib: IntegrityCheckingUniffiLib) {
 }
 @Suppress("UNUSED_PARAMETER")
 private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
+    if (lib.uniffi_pocket_ffi_checksum_func_download_model() != 21853.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
     if (lib.uniffi_pocket_ffi_checksum_func_plan_memory() != 64788.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_join() != 18765.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadlistener_on_progress() != 48255.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadlistener_on_finished() != 58487.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_method_downloadlistener_on_failed() != 9060.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_eventlistener_on_event() != 58384.toShort()) {
@@ -1570,6 +1675,631 @@ public object FfiConverterString: FfiConverter<String, RustBuffer.ByValue> {
         val byteBuf = toUtf8(value)
         buf.putInt(byteBuf.limit())
         buf.put(byteBuf)
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a Pointer/Arc<T>
+// to the live Rust struct on the other side of the FFI.
+//
+// Each instance implements core operations for working with the Rust `Arc<T>` and the
+// Kotlin Pointer to work with the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque pointer to the underlying Rust struct.
+//     Method calls need to read this pointer from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its pointer should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the pointer, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the pointer, but is interrupted
+//      before it can pass the pointer over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read pointer value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * A running download.
+ */
+public interface DownloadHandleInterface {
+    
+    /**
+     * Stop the download (from any thread; returns at once): the listener
+     * then gets `onFailed(Cancelled)` within a fraction of a second, and the
+     * partial file is kept (synced) for a resume.
+     */
+    fun `cancel`()
+    
+    /**
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
+     */
+    fun `join`()
+    
+    companion object
+}
+
+/**
+ * A running download.
+ */
+open class DownloadHandle: Disposable, AutoCloseable, DownloadHandleInterface
+{
+
+    constructor(pointer: Pointer) {
+        this.pointer = pointer
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    /**
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noPointer: NoPointer) {
+        this.pointer = null
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    protected val pointer: Pointer?
+    protected val cleanable: UniffiCleaner.Cleanable
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithPointer(block: (ptr: Pointer) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the pointer being freed concurrently.
+        try {
+            return block(this.uniffiClonePointer())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val pointer: Pointer?) : Runnable {
+        override fun run() {
+            pointer?.let { ptr ->
+                uniffiRustCall { status ->
+                    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_free_downloadhandle(ptr, status)
+                }
+            }
+        }
+    }
+
+    fun uniffiClonePointer(): Pointer {
+        return uniffiRustCall() { status ->
+            UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_clone_downloadhandle(pointer!!, status)
+        }
+    }
+
+    
+    /**
+     * Stop the download (from any thread; returns at once): the listener
+     * then gets `onFailed(Cancelled)` within a fraction of a second, and the
+     * partial file is kept (synced) for a resume.
+     */override fun `cancel`()
+        = 
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadhandle_cancel(
+        it, _status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Block until the download has ended and its listener was told. (Not
+     * `wait`: Kotlin objects have one.)
+     */override fun `join`()
+        = 
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadhandle_join(
+        it, _status)
+}
+    }
+    
+    
+
+    
+
+    
+    
+    companion object
+    
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeDownloadHandle: FfiConverter<DownloadHandle, Pointer> {
+
+    override fun lower(value: DownloadHandle): Pointer {
+        return value.uniffiClonePointer()
+    }
+
+    override fun lift(value: Pointer): DownloadHandle {
+        return DownloadHandle(value)
+    }
+
+    override fun read(buf: ByteBuffer): DownloadHandle {
+        // The Rust code always writes pointers as 8 bytes, and will
+        // fail to compile if they don't fit.
+        return lift(Pointer(buf.getLong()))
+    }
+
+    override fun allocationSize(value: DownloadHandle) = 8UL
+
+    override fun write(value: DownloadHandle, buf: ByteBuffer) {
+        // The Rust code always expects pointers written as 8 bytes,
+        // and will fail to compile if they don't fit.
+        buf.putLong(Pointer.nativeValue(lower(value)))
+    }
+}
+
+
+// This template implements a class for working with a Rust struct via a Pointer/Arc<T>
+// to the live Rust struct on the other side of the FFI.
+//
+// Each instance implements core operations for working with the Rust `Arc<T>` and the
+// Kotlin Pointer to work with the live Rust struct on the other side of the FFI.
+//
+// There's some subtlety here, because we have to be careful not to operate on a Rust
+// struct after it has been dropped, and because we must expose a public API for freeing
+// theq Kotlin wrapper object in lieu of reliable finalizers. The core requirements are:
+//
+//   * Each instance holds an opaque pointer to the underlying Rust struct.
+//     Method calls need to read this pointer from the object's state and pass it in to
+//     the Rust FFI.
+//
+//   * When an instance is no longer needed, its pointer should be passed to a
+//     special destructor function provided by the Rust FFI, which will drop the
+//     underlying Rust struct.
+//
+//   * Given an instance, calling code is expected to call the special
+//     `destroy` method in order to free it after use, either by calling it explicitly
+//     or by using a higher-level helper like the `use` method. Failing to do so risks
+//     leaking the underlying Rust struct.
+//
+//   * We can't assume that calling code will do the right thing, and must be prepared
+//     to handle Kotlin method calls executing concurrently with or even after a call to
+//     `destroy`, and to handle multiple (possibly concurrent!) calls to `destroy`.
+//
+//   * We must never allow Rust code to operate on the underlying Rust struct after
+//     the destructor has been called, and must never call the destructor more than once.
+//     Doing so may trigger memory unsafety.
+//
+//   * To mitigate many of the risks of leaking memory and use-after-free unsafety, a `Cleaner`
+//     is implemented to call the destructor when the Kotlin object becomes unreachable.
+//     This is done in a background thread. This is not a panacea, and client code should be aware that
+//      1. the thread may starve if some there are objects that have poorly performing
+//     `drop` methods or do significant work in their `drop` methods.
+//      2. the thread is shared across the whole library. This can be tuned by using `android_cleaner = true`,
+//         or `android = true` in the [`kotlin` section of the `uniffi.toml` file](https://mozilla.github.io/uniffi-rs/kotlin/configuration.html).
+//
+// If we try to implement this with mutual exclusion on access to the pointer, there is the
+// possibility of a race between a method call and a concurrent call to `destroy`:
+//
+//    * Thread A starts a method call, reads the value of the pointer, but is interrupted
+//      before it can pass the pointer over the FFI to Rust.
+//    * Thread B calls `destroy` and frees the underlying Rust struct.
+//    * Thread A resumes, passing the already-read pointer value to Rust and triggering
+//      a use-after-free.
+//
+// One possible solution would be to use a `ReadWriteLock`, with each method call taking
+// a read lock (and thus allowed to run concurrently) and the special `destroy` method
+// taking a write lock (and thus blocking on live method calls). However, we aim not to
+// generate methods with any hidden blocking semantics, and a `destroy` method that might
+// block if called incorrectly seems to meet that bar.
+//
+// So, we achieve our goals by giving each instance an associated `AtomicLong` counter to track
+// the number of in-flight method calls, and an `AtomicBoolean` flag to indicate whether `destroy`
+// has been called. These are updated according to the following rules:
+//
+//    * The initial value of the counter is 1, indicating a live object with no in-flight calls.
+//      The initial value for the flag is false.
+//
+//    * At the start of each method call, we atomically check the counter.
+//      If it is 0 then the underlying Rust struct has already been destroyed and the call is aborted.
+//      If it is nonzero them we atomically increment it by 1 and proceed with the method call.
+//
+//    * At the end of each method call, we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+//    * When `destroy` is called, we atomically flip the flag from false to true.
+//      If the flag was already true we silently fail.
+//      Otherwise we atomically decrement and check the counter.
+//      If it has reached zero then we destroy the underlying Rust struct.
+//
+// Astute readers may observe that this all sounds very similar to the way that Rust's `Arc<T>` works,
+// and indeed it is, with the addition of a flag to guard against multiple calls to `destroy`.
+//
+// The overall effect is that the underlying Rust struct is destroyed only when `destroy` has been
+// called *and* all in-flight method calls have completed, avoiding violating any of the expectations
+// of the underlying Rust code.
+//
+// This makes a cleaner a better alternative to _not_ calling `destroy()` as
+// and when the object is finished with, but the abstraction is not perfect: if the Rust object's `drop`
+// method is slow, and/or there are many objects to cleanup, and it's on a low end Android device, then the cleaner
+// thread may be starved, and the app will leak memory.
+//
+// In this case, `destroy`ing manually may be a better solution.
+//
+// The cleaner can live side by side with the manual calling of `destroy`. In the order of responsiveness, uniffi objects
+// with Rust peers are reclaimed:
+//
+// 1. By calling the `destroy` method of the object, which calls `rustObject.free()`. If that doesn't happen:
+// 2. When the object becomes unreachable, AND the Cleaner thread gets to call `rustObject.free()`. If the thread is starved then:
+// 3. The memory is reclaimed when the process terminates.
+//
+// [1] https://stackoverflow.com/questions/24376768/can-java-finalize-an-object-when-it-is-still-in-scope/24380219
+//
+
+
+/**
+ * Receives a download's progress and its end, on the download's thread.
+ */
+public interface DownloadListener {
+    
+    /**
+     * Bytes on disk of all parts, and their total (0 while unknown); a few
+     * times a second at most.
+     */
+    fun `onProgress`(`doneBytes`: kotlin.ULong, `totalBytes`: kotlin.ULong)
+    
+    /**
+     * Every part verified and in place; `path` is the file (of several
+     * parts, the first: what `PocketModel.load` takes).
+     */
+    fun `onFinished`(`path`: kotlin.String)
+    
+    /**
+     * `Network`, `Integrity`, `Storage`, `Cancelled` (after `cancel()`) or `Internal`.
+     * Except after `Integrity`, the partial file stays: the same request resumes it.
+     */
+    fun `onFailed`(`error`: PocketException)
+    
+    companion object
+}
+
+/**
+ * Receives a download's progress and its end, on the download's thread.
+ */
+open class DownloadListenerImpl: Disposable, AutoCloseable, DownloadListener
+{
+
+    constructor(pointer: Pointer) {
+        this.pointer = pointer
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    /**
+     * This constructor can be used to instantiate a fake object. Only used for tests. Any
+     * attempt to actually use an object constructed this way will fail as there is no
+     * connected Rust object.
+     */
+    @Suppress("UNUSED_PARAMETER")
+    constructor(noPointer: NoPointer) {
+        this.pointer = null
+        this.cleanable = UniffiLib.CLEANER.register(this, UniffiCleanAction(pointer))
+    }
+
+    protected val pointer: Pointer?
+    protected val cleanable: UniffiCleaner.Cleanable
+
+    private val wasDestroyed = AtomicBoolean(false)
+    private val callCounter = AtomicLong(1)
+
+    override fun destroy() {
+        // Only allow a single call to this method.
+        // TODO: maybe we should log a warning if called more than once?
+        if (this.wasDestroyed.compareAndSet(false, true)) {
+            // This decrement always matches the initial count of 1 given at creation time.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    @Synchronized
+    override fun close() {
+        this.destroy()
+    }
+
+    internal inline fun <R> callWithPointer(block: (ptr: Pointer) -> R): R {
+        // Check and increment the call counter, to keep the object alive.
+        // This needs a compare-and-set retry loop in case of concurrent updates.
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException("${this.javaClass.simpleName} object has already been destroyed")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException("${this.javaClass.simpleName} call counter would overflow")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        // Now we can safely do the method call without the pointer being freed concurrently.
+        try {
+            return block(this.uniffiClonePointer())
+        } finally {
+            // This decrement always matches the increment we performed above.
+            if (this.callCounter.decrementAndGet() == 0L) {
+                cleanable.clean()
+            }
+        }
+    }
+
+    // Use a static inner class instead of a closure so as not to accidentally
+    // capture `this` as part of the cleanable's action.
+    private class UniffiCleanAction(private val pointer: Pointer?) : Runnable {
+        override fun run() {
+            pointer?.let { ptr ->
+                uniffiRustCall { status ->
+                    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_free_downloadlistener(ptr, status)
+                }
+            }
+        }
+    }
+
+    fun uniffiClonePointer(): Pointer {
+        return uniffiRustCall() { status ->
+            UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_clone_downloadlistener(pointer!!, status)
+        }
+    }
+
+    
+    /**
+     * Bytes on disk of all parts, and their total (0 while unknown); a few
+     * times a second at most.
+     */override fun `onProgress`(`doneBytes`: kotlin.ULong, `totalBytes`: kotlin.ULong)
+        = 
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadlistener_on_progress(
+        it, FfiConverterULong.lower(`doneBytes`),FfiConverterULong.lower(`totalBytes`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * Every part verified and in place; `path` is the file (of several
+     * parts, the first: what `PocketModel.load` takes).
+     */override fun `onFinished`(`path`: kotlin.String)
+        = 
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadlistener_on_finished(
+        it, FfiConverterString.lower(`path`),_status)
+}
+    }
+    
+    
+
+    
+    /**
+     * `Network`, `Integrity`, `Storage`, `Cancelled` (after `cancel()`) or `Internal`.
+     * Except after `Integrity`, the partial file stays: the same request resumes it.
+     */override fun `onFailed`(`error`: PocketException)
+        = 
+    callWithPointer {
+    uniffiRustCall() { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_method_downloadlistener_on_failed(
+        it, FfiConverterTypePocketError.lower(`error`),_status)
+}
+    }
+    
+    
+
+    
+
+    
+    
+    companion object
+    
+}
+
+
+// Put the implementation in an object so we don't pollute the top-level namespace
+internal object uniffiCallbackInterfaceDownloadListener {
+    internal object `onProgress`: UniffiCallbackInterfaceDownloadListenerMethod0 {
+        override fun callback(`uniffiHandle`: Long,`doneBytes`: Long,`totalBytes`: Long,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeDownloadListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onProgress`(
+                    FfiConverterULong.lift(`doneBytes`),
+                    FfiConverterULong.lift(`totalBytes`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCall(uniffiCallStatus, makeCall, writeReturn)
+        }
+    }
+    internal object `onFinished`: UniffiCallbackInterfaceDownloadListenerMethod1 {
+        override fun callback(`uniffiHandle`: Long,`path`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeDownloadListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onFinished`(
+                    FfiConverterString.lift(`path`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCall(uniffiCallStatus, makeCall, writeReturn)
+        }
+    }
+    internal object `onFailed`: UniffiCallbackInterfaceDownloadListenerMethod2 {
+        override fun callback(`uniffiHandle`: Long,`error`: RustBuffer.ByValue,`uniffiOutReturn`: Pointer,uniffiCallStatus: UniffiRustCallStatus,) {
+            val uniffiObj = FfiConverterTypeDownloadListener.handleMap.get(uniffiHandle)
+            val makeCall = { ->
+                uniffiObj.`onFailed`(
+                    FfiConverterTypePocketError.lift(`error`),
+                )
+            }
+            val writeReturn = { _: Unit -> Unit }
+            uniffiTraitInterfaceCall(uniffiCallStatus, makeCall, writeReturn)
+        }
+    }
+
+    internal object uniffiFree: UniffiCallbackInterfaceFree {
+        override fun callback(handle: Long) {
+            FfiConverterTypeDownloadListener.handleMap.remove(handle)
+        }
+    }
+
+    internal var vtable = UniffiVTableCallbackInterfaceDownloadListener.UniffiByValue(
+        `onProgress`,
+        `onFinished`,
+        `onFailed`,
+        uniffiFree,
+    )
+
+    // Registers the foreign callback with the Rust side.
+    // This method is generated for each callback interface.
+    internal fun register(lib: UniffiLib) {
+        lib.uniffi_pocket_ffi_fn_init_callback_vtable_downloadlistener(vtable)
+    }
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeDownloadListener: FfiConverter<DownloadListener, Pointer> {
+    internal val handleMap = UniffiHandleMap<DownloadListener>()
+
+    override fun lower(value: DownloadListener): Pointer {
+        return Pointer(handleMap.insert(value))
+    }
+
+    override fun lift(value: Pointer): DownloadListener {
+        return DownloadListenerImpl(value)
+    }
+
+    override fun read(buf: ByteBuffer): DownloadListener {
+        // The Rust code always writes pointers as 8 bytes, and will
+        // fail to compile if they don't fit.
+        return lift(Pointer(buf.getLong()))
+    }
+
+    override fun allocationSize(value: DownloadListener) = 8UL
+
+    override fun write(value: DownloadListener, buf: ByteBuffer) {
+        // The Rust code always expects pointers written as 8 bytes,
+        // and will fail to compile if they don't fit.
+        buf.putLong(Pointer.nativeValue(lower(value)))
     }
 }
 
@@ -3375,6 +4105,68 @@ public object FfiConverterTypeChatMessage: FfiConverterRustBuffer<ChatMessage> {
 
 
 /**
+ * What to download and where.
+ */
+data class DownloadRequest (
+    /**
+     * `https://…`, `http://…` or `hf://OWNER/REPO/FILE[@REVISION]` (the hub's
+     * resolve URL; `HF_ENDPOINT` and `HF_TOKEN` are honoured). Several URLs
+     * are the parts of one model (e.g. `llama-gguf-split` shards), fetched as
+     * one download with one progress.
+     */
+    var `urls`: List<kotlin.String>, 
+    /**
+     * The expected SHA-256 of each URL's file, 64 hex digits, in the same
+     * order. Required unless `allowUnverified` (then it may be empty).
+     */
+    var `sha256`: List<kotlin.String>, 
+    /**
+     * One URL: the file to write (an existing folder, or a path ending in
+     * '/', receives the URL's file name). Several: the folder that receives
+     * them under their URLs' file names. Bytes go to `DEST.part` beside it
+     * (with a small `DEST.part.meta`) and become `DEST` only once verified.
+     */
+    var `destination`: kotlin.String, 
+    /**
+     * Accept a file without an expected hash (nothing then checks its bytes).
+     */
+    var `allowUnverified`: kotlin.Boolean = false
+) {
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeDownloadRequest: FfiConverterRustBuffer<DownloadRequest> {
+    override fun read(buf: ByteBuffer): DownloadRequest {
+        return DownloadRequest(
+            FfiConverterSequenceString.read(buf),
+            FfiConverterSequenceString.read(buf),
+            FfiConverterString.read(buf),
+            FfiConverterBoolean.read(buf),
+        )
+    }
+
+    override fun allocationSize(value: DownloadRequest) = (
+            FfiConverterSequenceString.allocationSize(value.`urls`) +
+            FfiConverterSequenceString.allocationSize(value.`sha256`) +
+            FfiConverterString.allocationSize(value.`destination`) +
+            FfiConverterBoolean.allocationSize(value.`allowUnverified`)
+    )
+
+    override fun write(value: DownloadRequest, buf: ByteBuffer) {
+            FfiConverterSequenceString.write(value.`urls`, buf)
+            FfiConverterSequenceString.write(value.`sha256`, buf)
+            FfiConverterString.write(value.`destination`, buf)
+            FfiConverterBoolean.write(value.`allowUnverified`, buf)
+    }
+}
+
+
+
+/**
  * One file of a split model given as a descriptor range (`PocketModel.loadPartsFromFds`).
  */
 data class FilePart (
@@ -4465,6 +5257,43 @@ sealed class PocketException: kotlin.Exception() {
             get() = "reason=${ `reason` }"
     }
     
+    /**
+     * A download could not fetch its file: unreachable, refused (4xx), still
+     * failing after the retries, or redirected from https to http. The
+     * partial file stays: the same request resumes it.
+     */
+    class Network(
+        
+        val `reason`: kotlin.String
+        ) : PocketException() {
+        override val message
+            get() = "reason=${ `reason` }"
+    }
+    
+    /**
+     * A downloaded file is not the expected one (its SHA-256 or size
+     * differs); the partial file was deleted.
+     */
+    class Integrity(
+        
+        val `reason`: kotlin.String
+        ) : PocketException() {
+        override val message
+            get() = "reason=${ `reason` }"
+    }
+    
+    /**
+     * A download's destination cannot hold it (not enough free space, a full
+     * disk, a failed write or rename); the partial file stays for a resume.
+     */
+    class Storage(
+        
+        val `reason`: kotlin.String
+        ) : PocketException() {
+        override val message
+            get() = "reason=${ `reason` }"
+    }
+    
 
     companion object ErrorHandler : UniffiRustCallStatusErrorHandler<PocketException> {
         override fun lift(error_buf: RustBuffer.ByValue): PocketException = FfiConverterTypePocketError.lift(error_buf)
@@ -4503,6 +5332,15 @@ public object FfiConverterTypePocketError : FfiConverterRustBuffer<PocketExcepti
                 FfiConverterString.read(buf),
                 )
             8 -> PocketException.Internal(
+                FfiConverterString.read(buf),
+                )
+            9 -> PocketException.Network(
+                FfiConverterString.read(buf),
+                )
+            10 -> PocketException.Integrity(
+                FfiConverterString.read(buf),
+                )
+            11 -> PocketException.Storage(
                 FfiConverterString.read(buf),
                 )
             else -> throw RuntimeException("invalid error enum value, something is very wrong!!")
@@ -4551,6 +5389,21 @@ public object FfiConverterTypePocketError : FfiConverterRustBuffer<PocketExcepti
                 4UL
                 + FfiConverterString.allocationSize(value.`reason`)
             )
+            is PocketException.Network -> (
+                // Add the size for the Int that specifies the variant plus the size needed for all fields
+                4UL
+                + FfiConverterString.allocationSize(value.`reason`)
+            )
+            is PocketException.Integrity -> (
+                // Add the size for the Int that specifies the variant plus the size needed for all fields
+                4UL
+                + FfiConverterString.allocationSize(value.`reason`)
+            )
+            is PocketException.Storage -> (
+                // Add the size for the Int that specifies the variant plus the size needed for all fields
+                4UL
+                + FfiConverterString.allocationSize(value.`reason`)
+            )
         }
     }
 
@@ -4593,6 +5446,21 @@ public object FfiConverterTypePocketError : FfiConverterRustBuffer<PocketExcepti
             }
             is PocketException.Internal -> {
                 buf.putInt(8)
+                FfiConverterString.write(value.`reason`, buf)
+                Unit
+            }
+            is PocketException.Network -> {
+                buf.putInt(9)
+                FfiConverterString.write(value.`reason`, buf)
+                Unit
+            }
+            is PocketException.Integrity -> {
+                buf.putInt(10)
+                FfiConverterString.write(value.`reason`, buf)
+                Unit
+            }
+            is PocketException.Storage -> {
+                buf.putInt(11)
                 FfiConverterString.write(value.`reason`, buf)
                 Unit
             }
@@ -5274,6 +6142,22 @@ public object FfiConverterSequenceTypeToolSpec: FfiConverterRustBuffer<List<Tool
  */
 public typealias ToolCallValue = ToolCall
 public typealias FfiConverterTypeToolCallValue = FfiConverterTypeToolCall
+        /**
+         * Start downloading `request` on a background thread. The request is
+         * checked first (a hash that is not 64 hex digits, a missing hash, no URL:
+         * `InvalidArgument`, thrown here); everything after arrives at `listener`.
+         * Dropping the handle does not stop the download: call `cancel()`.
+         */
+    @Throws(PocketException::class) fun `downloadModel`(`request`: DownloadRequest, `listener`: DownloadListener): DownloadHandle {
+            return FfiConverterTypeDownloadHandle.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_func_download_model(
+        FfiConverterTypeDownloadRequest.lower(`request`),FfiConverterTypeDownloadListener.lower(`listener`),_status)
+}
+    )
+    }
+    
+
         /**
          * How `budget_bytes` would divide for the model at `path`, read from its
          * header and tensor table without loading the weights (Swift and Kotlin:
