@@ -76,17 +76,29 @@ cargo test --workspace
 # The workspace run above took the GPU kernels' tests through every form
 # (shader-f16 and subgroups on and off) and the fixture models through the
 # adapter's form (f16+subgroups on lavapipe); this takes them through the
-# portable form. `--workspace` keeps the workspace's features: `-p pocket-core`
-# alone would rebuild everything (~5 minutes on 2 cores).
+# portable form: the same test binary run again (cargo selecting one target
+# resolves other features and rebuilds everything, ~5 minutes on 2 cores).
 step "GPU-backend logits on lavapipe, portable kernels"
-POCKET_GPU_KERNELS=portable cargo test --workspace --test gpu_backend
+built() { # the test executable of target $1 from the workspace build above
+    cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
+        print(m["executable"])' "$1"
+}
+gpu_backend=$(built gpu_backend)
+[ -x "$gpu_backend" ] || { echo "FAIL: no gpu_backend test executable" >&2; exit 1; }
+(cd core && POCKET_GPU_KERNELS=portable "$gpu_backend")
 
 # Constrained output through the CLI on the real models (the base Gemma 3
 # 270M and the instruct SmolLM2), sampled, every answer validated by
 # Python's jsonschema and re; bad constraints refused by name.
 step "structured output through the CLI on real models (scripts/structured-check.py)"
 python3 -c "import jsonschema" 2>/dev/null || python3 -m pip install -q jsonschema || python3 -m pip install -q --break-system-packages jsonschema
-cargo build --workspace --bins
+# The CLI the workspace's tests built (a separate `cargo build` resolves
+# features without dev-dependencies and rebuilds everything).
+[ -x target/debug/pocket ] || cargo build -p pocket-cli
 python3 scripts/structured-check.py target/debug/pocket "$POCKET_SMOLLM2" "$POCKET_GEMMA"
 # Tool calls on the fixture tool suite (BFCL cases), in the file's generic form
 # and in Qwen3.5's and Llama 3.2's syntax: names among the tools, arguments valid.
