@@ -4,6 +4,7 @@
 
     cargo build --release -p pocket-download --example fetch
     python3 scripts/download-bench.py [--gb 4] [--rounds 2] [--dir /tmp/pocket-dl-bench]
+    python3 scripts/download-bench.py --file MODEL.gguf   # serve an existing file instead
 
 The server sends the file with os.sendfile (one thread per connection, HEAD
 and Range supported), so that it is not what limits either client. Each
@@ -68,12 +69,13 @@ def main():
     ap.add_argument("--gb", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dir", default="/tmp/pocket-dl-bench")
+    ap.add_argument("--file", help="serve this file (e.g. synth-model's 12.9 GB Q2_K) instead of writing one")
     ap.add_argument("--fetch", default=os.path.join(ROOT, "target/release/examples/fetch"))
     a = ap.parse_args()
     os.makedirs(a.dir, exist_ok=True)
-    src = os.path.join(a.dir, "model.bin")
-    size = int(a.gb * 1e9) // (1 << 20) * (1 << 20)
-    if not os.path.exists(src) or os.path.getsize(src) != size:
+    src = a.file or os.path.join(a.dir, "model.bin")
+    size = os.path.getsize(src) if a.file else int(a.gb * 1e9) // (1 << 20) * (1 << 20)
+    if not a.file and (not os.path.exists(src) or os.path.getsize(src) != size):
         print(f"writing {size / 1e9:.2f} GB of synthetic data to {src}")
         block = os.urandom(1 << 20)
         with open(src, "wb") as f:

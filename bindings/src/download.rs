@@ -1,10 +1,9 @@
 //! `downloadModel`: a model file (or the shards of one) fetched on a
 //! background thread, resumable and verified (pocket-download).
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use pocket_download::{Cancel, Error as DownloadError, Options, Part, Request};
+use pocket_download::{Cancel, Error as DownloadError, Options, Request};
 
 use crate::error::{guard, PocketError};
 
@@ -101,32 +100,17 @@ pub fn download_model(
     })
 }
 
+/// The URL a download of `url` fetches: `hf://OWNER/REPO/FILE[@REVISION]` as
+/// the hub's `resolve` URL (its endpoint from `HF_ENDPOINT` when set), any
+/// other URL unchanged. For handing a download to the platform (a background
+/// `URLSession`, WorkManager) and verifying the file with `downloadModel` after.
+#[uniffi::export]
+pub fn resolve_download_url(url: String) -> Result<String, PocketError> {
+    guard(|| pocket_download::hub::resolve(&url).map_err(PocketError::invalid_argument))
+}
+
 fn core_request(r: &DownloadRequest) -> Result<Request, PocketError> {
-    if !r.sha256.is_empty() && r.sha256.len() != r.urls.len() {
-        return Err(PocketError::invalid_argument(format!(
-            "{} URLs and {} SHA-256 hashes: give one hash per URL",
-            r.urls.len(),
-            r.sha256.len()
-        )));
-    }
-    let parts = r
-        .urls
-        .iter()
-        .enumerate()
-        .map(|(i, url)| Part::new(url.clone(), r.sha256.get(i).map(String::as_str)))
-        .collect::<Result<Vec<_>, _>>()?;
-    if parts.is_empty() {
-        return Err(PocketError::invalid_argument("no URL to download"));
-    }
-    if !r.allow_unverified {
-        if let Some(p) = parts.iter().find(|p| p.sha256.is_none()) {
-            return Err(PocketError::invalid_argument(format!(
-                "{}: no expected SHA-256 (give one, or set allowUnverified)",
-                p.url
-            )));
-        }
-    }
-    Ok(Request { parts, destination: PathBuf::from(&r.destination), allow_unverified: r.allow_unverified })
+    Ok(Request::from_lists(&r.urls, &r.sha256, &r.destination, r.allow_unverified, "set allowUnverified")?)
 }
 
 impl From<DownloadError> for PocketError {

@@ -12,9 +12,7 @@ use pocket_core::Error;
 const MOE_FILES: &[&str] =
     &["qwen3moe-tiny-Q4_K_M", "qwen3moe-tiny-Q2_K", "qwen35moe-tiny-Q2_K", "qwen35moe-tiny-F32", "mixtral-tiny-Q8_0"];
 
-fn path(name: &str) -> std::path::PathBuf {
-    common::fixtures().join(format!("models/{name}.gguf"))
-}
+use common::model_file as path;
 
 /// Logits of the 16-token prompt as one batch, then of 8 more tokens one at a time.
 fn run(model: &Model, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {

@@ -18,9 +18,7 @@ use pocket_core::Error;
 
 const MOE_FILES: &[&str] = &["qwen35moe-tiny-Q2_K", "qwen3moe-tiny-Q4_K_M", "mixtral-tiny-Q8_0"];
 
-fn path(name: &str) -> std::path::PathBuf {
-    common::fixtures().join(format!("models/{name}.gguf"))
-}
+use common::model_file as path;
 
 fn load(name: &str, budget: u64) -> Arc<Model> {
     Arc::new(Model::load_with(path(name), &LoadOptions { memory_budget: budget, ..Default::default() }).unwrap())

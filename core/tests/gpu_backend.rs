@@ -18,9 +18,7 @@ use pocket_core::session::{GenerateOptions, Session, SessionOptions};
 use pocket_core::threads::ThreadPool;
 use pocket_core::Error;
 
-fn path(name: &str) -> std::path::PathBuf {
-    common::fixtures().join(format!("models/{name}.gguf"))
-}
+use common::model_file as path;
 
 fn load_gpu(name: &str) -> Option<Model> {
     load_gpu_file(&path(name))

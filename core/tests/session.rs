@@ -13,7 +13,7 @@ use pocket_core::session::{ContextPolicy, GenerateOptions, Session, SessionOptio
 use pocket_core::Error;
 
 fn tiny(name: &str) -> Arc<Model> {
-    Arc::new(Model::load(common::fixtures().join(format!("models/{name}.gguf"))).unwrap())
+    Arc::new(Model::load(common::model_file(name)).unwrap())
 }
 
 fn session(model: &Arc<Model>, ctx: usize) -> Session {

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 const CHILD_CASES: &str = "POCKET_SNAPSHOT_CHILD_CASES";
 
 fn tiny(name: &str) -> Arc<Model> {
-    Arc::new(Model::load(common::fixtures().join(format!("models/{name}.gguf"))).unwrap())
+    Arc::new(Model::load(common::model_file(name)).unwrap())
 }
 
 fn scratch(name: &str) -> PathBuf {

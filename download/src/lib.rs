@@ -28,6 +28,7 @@
 
 mod http;
 pub mod hub;
+mod lock;
 mod partial;
 pub mod sha256;
 mod space;
@@ -77,6 +78,43 @@ pub struct Request {
     pub destination: PathBuf,
     /// Accept parts without an expected hash (their SHA-256 is still computed and reported).
     pub allow_unverified: bool,
+}
+
+impl Request {
+    /// A request from the lists an API or a command line takes: one URL per
+    /// part and, for each, its expected SHA-256 as hex (`sha256` empty: none
+    /// given). A hash count other than the URLs' is refused, and so is a part
+    /// without a hash unless `allow_unverified`; `opt_out` names the caller's
+    /// switch for that in the error ("--no-verify", "allowUnverified").
+    pub fn from_lists(
+        urls: &[String],
+        sha256: &[String],
+        destination: impl Into<PathBuf>,
+        allow_unverified: bool,
+        opt_out: &str,
+    ) -> Result<Request, Error> {
+        if urls.is_empty() {
+            return Err(Error::InvalidArgument("no URL to download".into()));
+        }
+        if !sha256.is_empty() && sha256.len() != urls.len() {
+            return Err(Error::InvalidArgument(format!(
+                "{} URL(s) and {} SHA-256 hash(es): give one hash per URL",
+                urls.len(),
+                sha256.len()
+            )));
+        }
+        let parts = urls
+            .iter()
+            .enumerate()
+            .map(|(i, url)| Part::new(url.clone(), sha256.get(i).map(String::as_str)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if !allow_unverified {
+            if let Some(p) = parts.iter().find(|p| p.sha256.is_none()) {
+                return Err(Error::InvalidArgument(format!("{}: no expected SHA-256 (give one, or {opt_out})", p.url)));
+            }
+        }
+        Ok(Request { parts, destination: destination.into(), allow_unverified })
+    }
 }
 
 /// How a download behaves; the defaults suit a phone's network.
@@ -299,6 +337,9 @@ pub fn download(
     let folder = jobs[0].dest.parent().map(Path::to_path_buf).unwrap_or_default();
     let folder = if folder.as_os_str().is_empty() { PathBuf::from(".") } else { folder };
     std::fs::create_dir_all(&folder).map_err(|e| Error::Storage(format!("{}: {e}", folder.display())))?;
+    // Held until this call returns (a waiting download then finds what this one left).
+    let lock_path = with_suffix(&jobs[0].partial, ".lock");
+    let _lock = lock::exclusive(&lock_path, jobs.iter().map(|j| j.partial.clone()).collect(), cancel)?;
 
     let auth = if request.parts.iter().any(|p| p.url.starts_with("hf://")) { hub::auth() } else { None };
     let client = Arc::new(Client::new(options, auth).map_err(Error::Network)?);
@@ -1004,6 +1045,32 @@ impl<'a> Meter<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_from_lists_hold_the_hash_rules() {
+        let urls = |n: usize| (0..n).map(|i| format!("http://h/m-{i}.gguf")).collect::<Vec<_>>();
+        let hash = "ab".repeat(32);
+        let refused = |r: Result<Request, Error>| match r {
+            Err(Error::InvalidArgument(reason)) => reason,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        };
+        // One hash per URL: the parts carry them.
+        let r = Request::from_lists(&urls(2), &[hash.clone(), hash.clone()], "/tmp/d/", false, "--no-verify").unwrap();
+        assert_eq!(r.parts.len(), 2);
+        assert!(r.parts.iter().all(|p| p.sha256 == Some([0xab; 32])));
+        // A count other than the URLs' is refused, with or without the opt-out.
+        for allow in [false, true] {
+            let reason = refused(Request::from_lists(&urls(2), std::slice::from_ref(&hash), "/tmp/d/", allow, "x"));
+            assert!(reason.contains("2 URL(s) and 1 SHA-256"), "{reason}");
+        }
+        // No hash: refused naming the caller's opt-out, accepted with it.
+        let reason = refused(Request::from_lists(&urls(1), &[], "/tmp/m", false, "set allowUnverified"));
+        assert!(reason.contains("http://h/m-0.gguf") && reason.contains("set allowUnverified"), "{reason}");
+        assert!(Request::from_lists(&urls(1), &[], "/tmp/m", true, "x").unwrap().parts[0].sha256.is_none());
+        // No URL, and a hash that is not 64 hex digits.
+        assert!(refused(Request::from_lists(&[], &[], "/tmp/m", true, "x")).contains("no URL"));
+        assert!(refused(Request::from_lists(&urls(1), &["xyz".into()], "/tmp/m", false, "x")).contains("64 hex"));
+    }
 
     #[test]
     fn destinations_follow_the_urls() {

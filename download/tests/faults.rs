@@ -48,7 +48,7 @@ fn fetch(req: &Request, opts: &Options) -> Result<Outcome, Error> {
 }
 
 fn no_leftovers(dest: &Path) {
-    for suffix in [".part", ".part.meta", ".part.meta.tmp"] {
+    for suffix in [".part", ".part.meta", ".part.meta.tmp", ".part.lock"] {
         let p = PathBuf::from(format!("{}{suffix}", dest.display()));
         assert!(!p.exists(), "{} left behind", p.display());
     }
@@ -370,6 +370,51 @@ fn a_cancelled_download_resumes_from_its_partial_file() {
     assert_eq!(std::fs::read(&dest).unwrap(), *data);
     assert_eq!(out.resumed_bytes, had);
     assert!(out.reread_bytes < had / 10, "re-read {} of {had}", out.reread_bytes);
+    no_leftovers(&dest);
+}
+
+#[test]
+fn a_download_restarted_while_the_cancelled_one_winds_down_waits_for_it() {
+    let data = bytes(6_000_000, 33);
+    let d2 = data.clone();
+    let server = Server::start(move |_| Reply::File(Served { rate: Some(8_000_000), ..Served::new(d2.clone()) }));
+    let dir = temp_dir("restart");
+    let dest = dir.join("m.gguf");
+    let req = request(&[server.url("/m")], &[&sha256_hex(&data)], &dest);
+    let cancel = Cancel::new();
+    let (c2, r2) = (cancel.clone(), req.clone());
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let first = std::thread::spawn(move || {
+        download(&r2, &fast(), &c2, &mut |p| {
+            if p.done > 1_000_000 {
+                let _ = started_tx.send(());
+            }
+        })
+    });
+    started_rx.recv().unwrap();
+    // Cancel and start again at once, as a Cancel-then-Resume tap does: the
+    // first thread may still be writing its partial file.
+    cancel.cancel();
+    let second = std::thread::spawn({
+        let req = req.clone();
+        move || download(&req, &fast(), &Cancel::new(), &mut |_| {})
+    });
+    assert_eq!(first.join().unwrap().unwrap_err(), Error::Cancelled);
+    let out = second.join().unwrap().unwrap();
+    assert_eq!(std::fs::read(&dest).unwrap(), *data);
+    assert!(out.resumed_bytes > 0, "the second download resumes the first one's partial file");
+    no_leftovers(&dest);
+    // Two at once: the second waits, then finds the verified file in place.
+    std::fs::remove_file(&dest).unwrap();
+    let both: Vec<_> = (0..2)
+        .map(|_| {
+            let req = req.clone();
+            std::thread::spawn(move || download(&req, &fast(), &Cancel::new(), &mut |_| {}))
+        })
+        .collect();
+    let outs: Vec<Outcome> = both.into_iter().map(|t| t.join().unwrap().unwrap()).collect();
+    assert_eq!(outs.iter().map(|o| o.received_bytes).sum::<u64>(), 6_000_000, "the file is fetched once");
+    assert_eq!(std::fs::read(&dest).unwrap(), *data);
     no_leftovers(&dest);
 }
 

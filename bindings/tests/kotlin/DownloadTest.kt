@@ -59,4 +59,11 @@ internal fun downloadTests() {
             runBlocking { downloadModelFlow(DownloadRequest(listOf("$base/m.gguf"), listOf("abc"), File(dir, "x").path)).toList() }
         }
     }
+
+    test("resolveDownloadUrl: hf:// as the hub's resolve URL, other URLs unchanged, a malformed one InvalidArgument") {
+        val hub = resolveDownloadUrl("hf://org/repo/model-Q4_K_M.gguf@v1.0")
+        expect(hub.endsWith("/org/repo/resolve/v1.0/model-Q4_K_M.gguf")) { hub }
+        expect(resolveDownloadUrl("$base/m.gguf") == "$base/m.gguf") { "plain URL changed" }
+        expectThrows<PocketException.InvalidArgument> { resolveDownloadUrl("hf://only-owner") }
+    }
 }

@@ -28,6 +28,11 @@ pub fn manifest() -> serde_json::Value {
     serde_json::from_str(&text).expect("parse manifest.json")
 }
 
+/// A fixture model by name: `models/NAME.gguf` in the store.
+pub fn model_file(name: &str) -> PathBuf {
+    fixtures().join(format!("models/{name}.gguf"))
+}
+
 /// The real Gemma 3 270M file: `$POCKET_GEMMA` or the cache the README's
 /// commands fill (`~/.cache/pocket/gemma-3-270m-q4_k_m.gguf`). `None` when absent.
 pub fn gemma_270m() -> Option<PathBuf> {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use pocket_download::sha256::to_hex;
-use pocket_download::{Cancel, Options, Part, Progress, Request};
+use pocket_download::{Cancel, Options, Progress, Request};
 use serde_json::json;
 
 /// Download a model file (or the shards of one), resumable and verified by SHA-256
@@ -50,22 +50,8 @@ pub fn run(a: Args) -> Result<(), String> {
 }
 
 fn pull(a: Args) -> Result<(), (&'static str, String)> {
-    let invalid = |r: String| ("invalid-argument", r);
-    if !a.no_verify && a.sha256.len() != a.urls.len() {
-        return Err(invalid(format!(
-            "{} URL(s) and {} --sha256: give one hash per URL, or --no-verify",
-            a.urls.len(),
-            a.sha256.len()
-        )));
-    }
-    let parts = a
-        .urls
-        .iter()
-        .enumerate()
-        .map(|(i, u)| Part::new(u.clone(), a.sha256.get(i).map(String::as_str)))
-        .collect::<Result<Vec<_>, _>>()
+    let request = Request::from_lists(&a.urls, &a.sha256, a.output.clone(), a.no_verify, "--no-verify")
         .map_err(|e| (e.kind(), e.reason()))?;
-    let request = Request { parts, destination: a.output.clone(), allow_unverified: a.no_verify };
     let options = Options { retries: a.retries, ..Options::default() };
     let bar = !a.json && std::io::stderr().is_terminal();
     let start = Instant::now();
