@@ -29,6 +29,7 @@ import threading
 import time
 
 GIB = 1 << 30
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def size(s):
@@ -95,13 +96,15 @@ def drop_caches():
 
 
 def child(args):
+    # The bindings' folder (pocket.py beside libpocket_ffi.so), as the usage line says.
+    sys.path.insert(0, os.path.abspath(os.environ.get("POCKET_PY_BINDINGS", os.path.join(ROOT, "target/bindings/python-release"))))
     import pocket
 
     cg = Cgroup(args.cgroup) if args.cgroup else None
     t0 = time.monotonic()
     model = pocket.PocketModel.load(args.model, pocket.LoadOptions(threads=args.threads, memory_budget_bytes=args.budget))
     load_s = time.monotonic() - t0
-    session = pocket.PocketSession(model, pocket.SessionOptions(context_length=args.tokens + 64, threads=args.threads))
+    session = pocket.PocketSession(model, pocket.SessionOptions(context_length=args.tokens + 512, threads=args.threads))
     stamps = []
     pieces = []
     events = []
