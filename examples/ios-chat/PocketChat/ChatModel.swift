@@ -63,9 +63,9 @@ private let summarySchema = #"""
 
 /// What the app keeps across launches beside the session snapshot: which
 /// model (a file in the bundle, Documents or Application Support/Models,
-/// found again by name) and the
-/// turns as shown. The snapshot holds the evaluated state; if it is missing
-/// or refused, the turns are still shown and evaluated again on the next send.
+/// found again by name) and the turns as shown. The snapshot holds the
+/// evaluated state; if it is missing or refused, the turns are still shown
+/// and evaluated again on the next send.
 private struct SavedChat: Codable {
     struct SavedCall: Codable {
         let id: String
