@@ -62,9 +62,10 @@ private let summarySchema = #"""
     """#
 
 /// What the app keeps across launches beside the session snapshot: which
-/// model (a file in the bundle or Documents, found again by name) and the
-/// turns as shown. The snapshot holds the evaluated state; if it is missing
-/// or refused, the turns are still shown and evaluated again on the next send.
+/// model (a file in the bundle, Documents or Application Support/Models,
+/// found again by name) and the turns as shown. The snapshot holds the
+/// evaluated state; if it is missing or refused, the turns are still shown
+/// and evaluated again on the next send.
 private struct SavedChat: Codable {
     struct SavedCall: Codable {
         let id: String
@@ -102,8 +103,11 @@ private let transcriptURL = saveFolder.appendingPathComponent("chat.json")
 @MainActor
 @Observable
 final class ChatModel {
-    /// .gguf files in the app bundle and in its Documents folder (filled through Finder / the Files app).
+    /// .gguf files in the app bundle, in its Documents folder (filled through
+    /// Finder / the Files app) and in Application Support/Models (downloaded).
     private(set) var available: [URL] = []
+    /// The catalog's models not downloaded yet: offered as Download buttons.
+    private(set) var downloadable: [CatalogModel] = []
     private(set) var modelName: String?
     private(set) var turns: [Turn] = []
     private(set) var isGenerating = false
@@ -116,11 +120,30 @@ final class ChatModel {
     /// A file picked outside the sandbox stays accessible while its model is loaded.
     private var scopedURL: URL?
     /// The loaded model's file, when it can be found again at the next launch
-    /// (bundle or Documents; not a file picked elsewhere, whose access ends with the app).
+    /// (bundle, Documents or Models; not a file picked elsewhere, whose access ends with the app).
     private var reopenableModel: URL?
     /// Follows iOS's memory warnings and pressure with the model's memory
     /// budget while it runs (see PocketMemoryGuard).
     private var memoryGuard: PocketMemoryGuard?
+
+    /// A catalog model being downloaded, or stopped with its partial file kept.
+    struct Download: Equatable {
+        let model: CatalogModel
+        var doneBytes: UInt64 = 0
+        /// 0 until the server gave the size.
+        var totalBytes: UInt64 = 0
+        /// False once cancelled, failed or stopped by the background: starting
+        /// the same download again continues from the partial file.
+        var isRunning = true
+    }
+    /// Shown as a progress bar with Cancel (running) or Resume (stopped).
+    private(set) var download: Download?
+    /// Reads the download's stream; nil once it has ended (only one at a time:
+    /// two writers to the same partial file would spoil it).
+    private var downloadTask: Task<Void, Never>?
+    /// The download the background stopped, started again once the app is active.
+    private var resumeWhenActive: CatalogModel?
+    private var isActive = true
 
     init() {
         refreshAvailable()
@@ -129,11 +152,15 @@ final class ChatModel {
 
     func refreshAvailable() {
         var urls = Bundle.main.urls(forResourcesWithExtension: "gguf", subdirectory: nil) ?? []
-        if let docs = FileManager.default.urls(for: .documentDirectory, in: .userDomainMask).first,
-           let files = try? FileManager.default.contentsOfDirectory(at: docs, includingPropertiesForKeys: nil) {
-            urls += files.filter { $0.pathExtension == "gguf" }
+        let docs = FileManager.default.urls(for: .documentDirectory, in: .userDomainMask).first
+        for folder in [docs, modelsFolder].compactMap({ $0 }) {
+            // By extension: a download's FILE.gguf.part and .part.meta are not listed.
+            if let files = try? FileManager.default.contentsOfDirectory(at: folder, includingPropertiesForKeys: nil) {
+                urls += files.filter { $0.pathExtension == "gguf" }
+            }
         }
         available = urls.sorted { $0.lastPathComponent < $1.lastPathComponent }
+        downloadable = modelCatalog.filter { !$0.isDownloaded }
     }
 
     /// A memory budget when the file is larger than what this process may
@@ -203,6 +230,102 @@ final class ChatModel {
         isLoading = false
         status = "Pick a model"
         errorText = "\(error)"
+    }
+
+    // MARK: Downloading a catalog model
+
+    /// Downloads a catalog model into Application Support/Models and loads it
+    /// (a new chat). The stream is read in a Task on the main actor, so each
+    /// update changes the state directly; the bytes move on the SDK's own
+    /// thread. Cancelling the Task cancels the download and keeps the partial
+    /// file: calling this again with the same model resumes it.
+    func startDownload(_ model: CatalogModel) {
+        guard downloadTask == nil else { return }
+        errorText = nil
+        do {
+            try prepareModelsFolder()
+        } catch {
+            errorText = "Cannot prepare \(modelsFolder.path): \(error)"
+            return
+        }
+        // A resumed download shows its earlier progress until the SDK's first report.
+        if download?.model != model {
+            download = Download(model: model)
+        }
+        download?.isRunning = true
+        status = "Downloading \(model.name)…"
+        downloadTask = Task {
+            await runDownload(model)
+            downloadTask = nil
+            // Back in the foreground before this download had wound down: start it again now.
+            if isActive, let again = resumeWhenActive {
+                resumeWhenActive = nil
+                startDownload(again)
+            }
+        }
+    }
+
+    private func runDownload(_ model: CatalogModel) async {
+        do {
+            for try await update in downloadModel(request: model.request) {
+                switch update {
+                case .progress(let done, let total):
+                    download?.doneBytes = done
+                    download?.totalBytes = total
+                    let of = total > 0 ? " of \(megabytes(total))" : ""
+                    status = "Downloading \(model.name): \(megabytes(done))\(of)"
+                case .finished(let path):
+                    download = nil
+                    refreshAvailable()
+                    load(URL(fileURLWithPath: path))
+                    return
+                }
+            }
+            // The stream ended without a file: its Task was cancelled (Cancel, the background).
+            downloadStopped(model)
+        } catch {
+            if Task.isCancelled {
+                downloadStopped(model)
+            } else {
+                download?.isRunning = false
+                if case PocketError.Integrity(_) = error {
+                    download?.doneBytes = 0 // the SDK deleted the partial file
+                }
+                status = "\(model.name) not downloaded"
+                errorText = describeDownloadFailure(error, of: model)
+            }
+        }
+    }
+
+    private func downloadStopped(_ model: CatalogModel) {
+        download?.isRunning = false
+        // A file completed just as it was stopped is listed all the same.
+        refreshAvailable()
+        status = resumeWhenActive == nil
+            ? "\(model.name): download stopped; Resume continues it"
+            : "\(model.name): download paused in the background; it resumes when the app is active"
+    }
+
+    /// The Cancel button: the partial file stays, and Resume continues it.
+    func cancelDownload() {
+        resumeWhenActive = nil
+        downloadTask?.cancel()
+    }
+
+    /// The app goes to the background. iOS suspends it within seconds and a
+    /// suspended download would only time out: stop it now (the SDK syncs
+    /// the partial file within a fraction of a second, and a resume reads
+    /// back at most a small part of it) and start it again in `becameActive`.
+    /// A download that must go on while the app is suspended belongs to a
+    /// background URLSession: ios/README.md ("Downloading the model, also in
+    /// the background") shows how to hand it the rest of the partial file and
+    /// give the file back to Pocket to verify; this sample keeps to the
+    /// foreground.
+    func pauseDownloadForBackground() {
+        isActive = false
+        guard let task = downloadTask, let model = download?.model else { return }
+        resumeWhenActive = model
+        task.cancel()
     }
 
     func send(_ text: String) {
@@ -294,12 +417,19 @@ final class ChatModel {
         }
     }
 
-    /// The stop button: cancelling the Task ends the stream, which cancels the session.
-    /// Back in the foreground: the model's budget follows the memory available now.
+    /// Back in the foreground: the model's budget follows the memory available
+    /// now, and a download the background stopped starts again (if its Task
+    /// is still winding down, it restarts when that Task ends).
     func becameActive() {
+        isActive = true
         memoryGuard?.update()
+        if downloadTask == nil, let model = resumeWhenActive {
+            resumeWhenActive = nil
+            startDownload(model)
+        }
     }
 
+    /// The stop button: cancelling the Task ends the stream, which cancels the session.
     func stop() {
         generation?.cancel()
     }

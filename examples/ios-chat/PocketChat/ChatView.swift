@@ -18,6 +18,11 @@ struct ChatView: View {
                     .frame(maxWidth: .infinity, alignment: .leading)
                     .padding(.horizontal)
                     .padding(.vertical, 4)
+                if let download = chat.download {
+                    DownloadRow(download: download, cancel: { chat.cancelDownload() }) {
+                        chat.startDownload(download.model)
+                    }
+                }
                 ScrollViewReader { proxy in
                     ScrollView {
                         LazyVStack(spacing: 8) {
@@ -29,6 +34,12 @@ struct ChatView: View {
                     }
                     .onChange(of: chat.turns.last?.text) {
                         if let last = chat.turns.last { proxy.scrollTo(last.id, anchor: .bottom) }
+                    }
+                    .overlay {
+                        // First launch: nothing to chat with yet.
+                        if chat.modelName == nil && !chat.isLoading && chat.download == nil && chat.turns.isEmpty {
+                            NoModel(chat: chat)
+                        }
                     }
                 }
                 HStack {
@@ -59,6 +70,10 @@ struct ChatView: View {
                         ForEach(chat.available, id: \.self) { url in
                             Button(url.lastPathComponent) { chat.load(url) }
                         }
+                        ForEach(chat.downloadable) { model in
+                            Button("Download \(model.label)") { chat.startDownload(model) }
+                                .disabled(chat.download?.isRunning == true)
+                        }
                         Button("Import from Files…") { importing = true }
                         Button("Refresh list") { chat.refreshAvailable() }
                         Button("Summarize (structured)") { chat.summarize() }
@@ -74,6 +89,63 @@ struct ChatView: View {
                 }
             }
         }
+    }
+}
+
+/// The empty chat before any model: the catalog's downloads, prominent,
+/// and the other ways in.
+private struct NoModel: View {
+    let chat: ChatModel
+
+    var body: some View {
+        VStack(spacing: 12) {
+            ForEach(chat.downloadable) { model in
+                Button("Download \(model.label)") { chat.startDownload(model) }
+                    .buttonStyle(.borderedProminent)
+                    .controlSize(.large)
+            }
+            Text(chat.available.isEmpty
+                 ? "Or import a .gguf file: Model → Import from Files…"
+                 : "Or pick a model in the Model menu")
+                .font(.footnote)
+                .foregroundStyle(.secondary)
+        }
+        .padding()
+    }
+}
+
+/// A download's progress (MB done of the total) with Cancel while it runs,
+/// Resume once it stopped (the partial file is kept).
+private struct DownloadRow: View {
+    let download: ChatModel.Download
+    let cancel: () -> Void
+    let resume: () -> Void
+
+    /// 0 until the server gave the size.
+    private var fraction: Double {
+        download.totalBytes > 0 ? min(Double(download.doneBytes) / Double(download.totalBytes), 1) : 0
+    }
+
+    var body: some View {
+        VStack(alignment: .leading, spacing: 4) {
+            HStack {
+                Text(download.model.name).font(.subheadline.weight(.semibold))
+                Spacer()
+                if download.isRunning {
+                    Button("Cancel", role: .cancel, action: cancel)
+                } else {
+                    Button(download.doneBytes > 0 ? "Resume" : "Try again", action: resume)
+                }
+            }
+            ProgressView(value: fraction)
+            Text(download.totalBytes > 0
+                 ? "\(megabytes(download.doneBytes)) of \(megabytes(download.totalBytes))"
+                 : "\(megabytes(download.doneBytes))")
+                .font(.caption)
+                .foregroundStyle(.secondary)
+        }
+        .padding(.horizontal)
+        .padding(.vertical, 6)
     }
 }
 

@@ -7,6 +7,7 @@ import androidx.compose.foundation.layout.Arrangement
 import androidx.compose.foundation.layout.Box
 import androidx.compose.foundation.layout.Column
 import androidx.compose.foundation.layout.Row
+import androidx.compose.foundation.layout.Spacer
 import androidx.compose.foundation.layout.fillMaxSize
 import androidx.compose.foundation.layout.fillMaxWidth
 import androidx.compose.foundation.layout.imePadding
@@ -22,6 +23,7 @@ import androidx.compose.material3.DropdownMenuItem
 import androidx.compose.material3.ExperimentalMaterial3Api
 import androidx.compose.material3.LinearProgressIndicator
 import androidx.compose.material3.MaterialTheme
+import androidx.compose.material3.OutlinedButton
 import androidx.compose.material3.OutlinedTextField
 import androidx.compose.material3.Scaffold
 import androidx.compose.material3.Text
@@ -66,6 +68,22 @@ fun ChatScreen(chat: ChatViewModel) {
                                 chat.loadAsset(name)
                             })
                         }
+                        state.downloadedModels.forEach { name ->
+                            DropdownMenuItem(text = { Text("$name (downloaded)") }, onClick = {
+                                menuOpen = false
+                                chat.loadDownloaded(name)
+                            })
+                        }
+                        state.downloadable.forEach { model ->
+                            DropdownMenuItem(
+                                text = { Text("Download ${model.label}") },
+                                enabled = state.download?.running != true,
+                                onClick = {
+                                    menuOpen = false
+                                    chat.startDownload(model)
+                                },
+                            )
+                        }
                         DropdownMenuItem(text = { Text("Open a .gguf file…") }, onClick = {
                             menuOpen = false
                             pickFile.launch(arrayOf("*/*"))
@@ -95,12 +113,20 @@ fun ChatScreen(chat: ChatViewModel) {
                 style = MaterialTheme.typography.labelMedium,
                 modifier = Modifier.padding(horizontal = 16.dp, vertical = 4.dp),
             )
-            LazyColumn(
-                state = listState,
-                modifier = Modifier.weight(1f).fillMaxWidth(),
-                verticalArrangement = Arrangement.spacedBy(8.dp),
-            ) {
-                items(state.turns, key = { it.id }) { turn -> Bubble(turn) }
+            state.download?.let { download ->
+                DownloadRow(download, cancel = chat::cancelDownload, resume = { chat.startDownload(download.model) })
+            }
+            if (state.modelName == null && !state.loading && state.download == null && state.turns.isEmpty()) {
+                // First launch: nothing to chat with yet.
+                NoModel(state, download = chat::startDownload, modifier = Modifier.weight(1f).fillMaxWidth())
+            } else {
+                LazyColumn(
+                    state = listState,
+                    modifier = Modifier.weight(1f).fillMaxWidth(),
+                    verticalArrangement = Arrangement.spacedBy(8.dp),
+                ) {
+                    items(state.turns, key = { it.id }) { turn -> Bubble(turn) }
+                }
             }
             Row(Modifier.fillMaxWidth().padding(8.dp), verticalAlignment = Alignment.CenterVertically) {
                 OutlinedTextField(
@@ -126,6 +152,58 @@ fun ChatScreen(chat: ChatViewModel) {
                 }
             }
         }
+    }
+}
+
+/** The empty chat before any model: the catalog's downloads, prominent, and the other ways in. */
+@Composable
+private fun NoModel(state: ChatState, download: (CatalogModel) -> Unit, modifier: Modifier = Modifier) {
+    Column(
+        modifier.padding(16.dp),
+        verticalArrangement = Arrangement.spacedBy(12.dp, Alignment.CenterVertically),
+        horizontalAlignment = Alignment.CenterHorizontally,
+    ) {
+        state.downloadable.forEach { model ->
+            Button(onClick = { download(model) }) { Text("Download ${model.label}") }
+        }
+        Text(
+            if (state.assetModels.isEmpty() && state.downloadedModels.isEmpty()) {
+                "Or open a .gguf file: Model → Open a .gguf file…"
+            } else {
+                "Or pick a model in the Model menu"
+            },
+            style = MaterialTheme.typography.bodySmall,
+            color = MaterialTheme.colorScheme.onSurfaceVariant,
+        )
+    }
+}
+
+/**
+ * A download's progress (MB done of the total) with Cancel while it runs,
+ * Resume once it stopped (the partial file is kept).
+ */
+@Composable
+private fun DownloadRow(download: DownloadState, cancel: () -> Unit, resume: () -> Unit) {
+    Column(Modifier.fillMaxWidth().padding(horizontal = 16.dp, vertical = 4.dp)) {
+        Row(verticalAlignment = Alignment.CenterVertically) {
+            Text(download.model.name, style = MaterialTheme.typography.titleSmall)
+            Spacer(Modifier.weight(1f))
+            if (download.running) {
+                OutlinedButton(onClick = cancel) { Text("Cancel") }
+            } else {
+                OutlinedButton(onClick = resume) { Text(if (download.doneBytes > 0) "Resume" else "Try again") }
+            }
+        }
+        LinearProgressIndicator(progress = { download.fraction }, modifier = Modifier.fillMaxWidth())
+        Text(
+            if (download.totalBytes > 0) {
+                "${megabytes(download.doneBytes)} of ${megabytes(download.totalBytes)}"
+            } else {
+                megabytes(download.doneBytes)
+            },
+            style = MaterialTheme.typography.labelSmall,
+            color = MaterialTheme.colorScheme.onSurfaceVariant,
+        )
     }
 }
 

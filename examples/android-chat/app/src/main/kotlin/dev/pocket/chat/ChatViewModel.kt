@@ -16,12 +16,14 @@ import kotlinx.coroutines.Job
 import kotlinx.coroutines.NonCancellable
 import kotlinx.coroutines.flow.MutableStateFlow
 import kotlinx.coroutines.flow.StateFlow
+import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.update
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.withContext
 import org.json.JSONArray
 import org.json.JSONObject
 import uniffi.pocket.ChatMessage
+import uniffi.pocket.DownloadUpdate
 import uniffi.pocket.GenerateOptions
 import uniffi.pocket.GenerationEvent
 import uniffi.pocket.LoadOptions
@@ -33,7 +35,9 @@ import uniffi.pocket.SessionOptions
 import uniffi.pocket.ToolCall
 import uniffi.pocket.ToolSpec
 import uniffi.pocket.chatEventsFlow
+import uniffi.pocket.downloadModelFlow
 import uniffi.pocket.loadAsset
+import uniffi.pocket.loadFile
 import uniffi.pocket.loadUri
 import uniffi.pocket.respond
 
@@ -87,8 +91,30 @@ private const val SUMMARY_SCHEMA = """{"type":"object","properties":{
     "followUps":{"type":"array","items":{"type":"string","maxLength":80},"maxItems":3}},
   "required":["topic","mood","followUps"],"additionalProperties":false}"""
 
+/** A catalog model being downloaded, or stopped with its partial file kept. */
+data class DownloadState(
+    val model: CatalogModel,
+    val doneBytes: Long = 0,
+    /** 0 until the server gave the size. */
+    val totalBytes: Long = 0,
+    /**
+     * False once cancelled or failed: starting the same download again
+     * continues from the partial file.
+     */
+    val running: Boolean = true,
+) {
+    /** 0.0 to 1.0 (0.0 while the total is unknown). */
+    val fraction: Float get() = if (totalBytes > 0) (doneBytes.toFloat() / totalBytes).coerceIn(0f, 1f) else 0f
+}
+
 data class ChatState(
     val assetModels: List<String> = emptyList(),
+    /** .gguf files downloaded into filesDir/models. */
+    val downloadedModels: List<String> = emptyList(),
+    /** The catalog's models not downloaded yet: offered as Download buttons. */
+    val downloadable: List<CatalogModel> = emptyList(),
+    /** Shown as a progress bar with Cancel (running) or Resume (stopped). */
+    val download: DownloadState? = null,
     val modelName: String? = null,
     val turns: List<Turn> = emptyList(),
     val generating: Boolean = false,
@@ -104,6 +130,12 @@ data class ChatState(
  */
 private fun sessionOptions() = SessionOptions(contextLength = 4096u, slidingWindow = true)
 
+/**
+ * A model file the next launch can open again: an APK asset, or a download in
+ * filesDir/models (a picked URI is not: its permission ends with the process).
+ */
+private data class SavedModel(val name: String, val downloaded: Boolean)
+
 /** Holds the model and the session; streams answers into [state]. */
 class ChatViewModel(app: Application) : AndroidViewModel(app) {
     private val _state = MutableStateFlow(ChatState(assetModels = listAssetModels()))
@@ -115,27 +147,55 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     private var session: PocketSession? = null
     private var generation: Job? = null
     private var nextTurnId = 0L
-    /** The loaded model's asset name: found again at the next launch (a picked URI is not). */
-    private var assetName: String? = null
+    /** The loaded model, when the next launch can open it again. */
+    private var reopenable: SavedModel? = null
+    /** Collects the catalog download; one at a time (two writers would spoil its partial file). */
+    private var downloadJob: Job? = null
 
     /** The session snapshot and the transcript (which model, the turns as shown). */
     private val snapshotFile get() = File(getApplication<Application>().filesDir, "chat.snapshot")
     private val transcriptFile get() = File(getApplication<Application>().filesDir, "chat.json")
+    /** Downloaded models: app-private, not backed up (the manifest's allowBackup is false). */
+    private val modelsDir get() = File(getApplication<Application>().filesDir, "models")
 
     init {
+        refreshDownloaded()
         restoreLastChat()
     }
 
     private fun listAssetModels(): List<String> =
         getApplication<Application>().assets.list("")?.filter { it.endsWith(".gguf") }?.sorted() ?: emptyList()
 
-    /** A model shipped uncompressed in the APK's assets, mapped in place. */
-    fun loadAsset(name: String) = load(name, asset = true) {
-        PocketModel.loadAsset(getApplication<Application>(), name, loadOptions(assetBytes(name)))
+    /**
+     * Lists filesDir/models (by extension: a download's FILE.gguf.part and
+     * .part.meta are not listed) and what the catalog still offers.
+     */
+    private fun refreshDownloaded() {
+        val files = modelsDir.list()?.filter { it.endsWith(".gguf") }?.sorted() ?: emptyList()
+        _state.update { st ->
+            st.copy(downloadedModels = files, downloadable = modelCatalog.filter { it.fileName !in files })
+        }
     }
 
+    /** A model shipped uncompressed in the APK's assets, mapped in place. */
+    fun loadAsset(name: String) = loadSaved(SavedModel(name, downloaded = false))
+
+    /** A model downloaded into filesDir/models, mapped in place. */
+    fun loadDownloaded(name: String) = loadSaved(SavedModel(name, downloaded = true))
+
+    private fun loadSaved(model: SavedModel) = load(model.name, model) { openModel(model) }
+
+    /** An asset or a downloaded file, with a memory budget if it needs one. */
+    private fun openModel(model: SavedModel): PocketModel =
+        if (model.downloaded) {
+            val file = File(modelsDir, model.name)
+            PocketModel.loadFile(file.path, loadOptions(file.length()))
+        } else {
+            PocketModel.loadAsset(getApplication<Application>(), model.name, loadOptions(assetBytes(model.name)))
+        }
+
     /** A model the user picked in the system file picker. */
-    fun loadUri(uri: Uri) = load(uri.lastPathSegment?.substringAfterLast('/') ?: "model", asset = false) {
+    fun loadUri(uri: Uri) = load(uri.lastPathSegment?.substringAfterLast('/') ?: "model", reopen = null) {
         val bytes = getApplication<Application>().contentResolver.openFileDescriptor(uri, "r")?.use { it.statSize } ?: -1L
         PocketModel.loadUri(getApplication<Application>(), uri, loadOptions(bytes))
     }
@@ -162,7 +222,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
      * first (the old session goes away), and Send stays disabled until the
      * load ends, so no answer runs on the old model while the turns are cleared.
      */
-    private fun load(name: String, asset: Boolean, open: () -> PocketModel) {
+    private fun load(name: String, reopen: SavedModel?, open: () -> PocketModel) {
         stop()
         _state.update { it.copy(loading = true, status = "Loading $name…", error = null) }
         viewModelScope.launch {
@@ -171,7 +231,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
                     val m = open()
                     m to PocketSession(m, sessionOptions())
                 }
-                loaded(name, if (asset) name else null, newModel, newSession, emptyList())
+                loaded(name, reopen, newModel, newSession, emptyList())
             } catch (e: CancellationException) {
                 throw e
             } catch (e: Throwable) {
@@ -182,7 +242,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         }
     }
 
-    private fun loaded(name: String, asset: String?, newModel: PocketModel, newSession: PocketSession, turns: List<Turn>) {
+    private fun loaded(name: String, reopen: SavedModel?, newModel: PocketModel, newSession: PocketSession, turns: List<Turn>) {
         trimmer?.close()
         session?.destroy()
         model?.destroy()
@@ -196,7 +256,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
             fullBudgetBytes = if (budget > 0uL) budget else plan.minimumBudgetBytes + plan.expertBytes,
         )
         session = newSession
-        assetName = asset
+        reopenable = reopen
         val info = newModel.info()
         val experts = if (info.expertCount > 0u) " · ${info.expertUsedCount}/${info.expertCount} experts" else ""
         _state.update {
@@ -210,6 +270,76 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     /**
+     * Downloads a catalog model into filesDir/models and loads it (a new
+     * chat). The flow is collected on viewModelScope (the main thread: each
+     * update is a state change); its start (the request's checks, the partial
+     * file) runs on Dispatchers.IO and the bytes move on the SDK's own thread.
+     * The ViewModel keeps it going across rotations and while the process
+     * lives. Cancelling the collector cancels the download and keeps the
+     * partial file, so calling this again resumes it, also after process death
+     * (the user taps Download again). A download that must go on in the
+     * background, across process death, belongs to WorkManager:
+     * android/README.md ("Downloading the model, also in the background")
+     * shows the worker.
+     */
+    fun startDownload(model: CatalogModel) {
+        // Not while the previous collector still winds down.
+        if (downloadJob?.isCompleted == false) return
+        // A resumed download shows its earlier progress until the SDK's first report.
+        val resumed = _state.value.download?.takeIf { it.model == model } ?: DownloadState(model)
+        _state.update { it.copy(download = resumed.copy(running = true), error = null, status = "Downloading ${model.name}…") }
+        downloadJob = viewModelScope.launch {
+            try {
+                downloadModelFlow(model.request(modelsDir))
+                    .flowOn(Dispatchers.IO)
+                    .collect { u ->
+                        when (u) {
+                            is DownloadUpdate.Progress -> {
+                                val done = u.doneBytes.toLong()
+                                val total = u.totalBytes.toLong()
+                                val of = if (total > 0) " of ${megabytes(total)}" else ""
+                                _state.update {
+                                    it.copy(
+                                        download = it.download?.copy(doneBytes = done, totalBytes = total),
+                                        status = "Downloading ${model.name}: ${megabytes(done)}$of",
+                                    )
+                                }
+                            }
+                            is DownloadUpdate.Finished -> {
+                                _state.update { it.copy(download = null) }
+                                refreshDownloaded()
+                                loadDownloaded(File(u.path).name)
+                            }
+                        }
+                    }
+            } catch (e: CancellationException) {
+                // Cancel (or the ViewModel cleared): the SDK keeps the partial file.
+                _state.update {
+                    it.copy(
+                        download = it.download?.copy(running = false),
+                        status = "${model.name}: download stopped; Resume continues it",
+                    )
+                }
+                throw e
+            } catch (e: Throwable) {
+                _state.update {
+                    val kept = if (e is PocketException.Integrity) 0L else it.download?.doneBytes ?: 0L
+                    it.copy(
+                        download = it.download?.copy(running = false, doneBytes = kept),
+                        status = "${model.name} not downloaded",
+                        error = describeDownloadFailure(e, model),
+                    )
+                }
+            }
+        }
+    }
+
+    /** The Cancel button: the partial file stays, and Resume continues it. */
+    fun cancelDownload() {
+        downloadJob?.cancel()
+    }
+
+    /**
      * The activity is no longer visible (onStop), after which Android may end
      * the process without notice: stop the answer being written and save the
      * session (the evaluated conversation, so the next launch need not
@@ -220,11 +350,12 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
      */
     fun saveForBackground() {
         val session = session ?: return
-        val asset = assetName ?: return
+        val saved = reopenable ?: return
         if (_state.value.loading) return
         stop()
         val transcript = JSONObject()
-            .put("model", asset)
+            .put("model", saved.name)
+            .put("source", if (saved.downloaded) "download" else "asset")
             .put(
                 "turns",
                 JSONArray(
@@ -257,8 +388,8 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
     }
 
     /**
-     * At launch: reopen the last chat's asset model and continue its session
-     * from the snapshot. A snapshot that is missing or refused (another model
+     * At launch: reopen the last chat's model (an asset or a download) and
+     * continue its session from the snapshot. A snapshot that is missing or refused (another model
      * file, damaged) costs only speed: a new session evaluates the turns on the
      * next send.
      */
@@ -268,7 +399,10 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         } catch (e: Exception) {
             return // no saved chat (or an unreadable one): start empty
         }
-        val asset = saved.optString("model").takeIf { it in _state.value.assetModels } ?: return
+        // Transcripts saved before downloads have no "source": their model is an asset.
+        val model = SavedModel(saved.optString("model"), downloaded = saved.optString("source") == "download")
+        val present = if (model.downloaded) _state.value.downloadedModels else _state.value.assetModels
+        if (model.name !in present) return
         val array = saved.optJSONArray("turns") ?: JSONArray()
         val turns = (0 until array.length()).map {
             val t = array.getJSONObject(it)
@@ -289,7 +423,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
         viewModelScope.launch {
             try {
                 val (newModel, newSession) = withContext(Dispatchers.IO) {
-                    val m = PocketModel.loadAsset(getApplication<Application>(), asset, loadOptions(assetBytes(asset)))
+                    val m = openModel(model)
                     val s = try {
                         PocketSession.restore(m, snapshotFile.path, sessionOptions())
                     } catch (e: PocketException) {
@@ -298,7 +432,7 @@ class ChatViewModel(app: Application) : AndroidViewModel(app) {
                     }
                     m to s
                 }
-                loaded(asset, asset, newModel, newSession, turns)
+                loaded(model.name, model, newModel, newSession, turns)
             } catch (e: CancellationException) {
                 throw e
             } catch (e: Throwable) {
