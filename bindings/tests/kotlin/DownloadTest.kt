@@ -37,7 +37,7 @@ internal fun downloadTests() {
 
     test("downloadModelFlow: progress, then the verified file's path") {
         val dest = File(dir, "m.gguf")
-        val updates = runBlocking { downloadModelFlow(DownloadRequest(listOf("$base/m.gguf"), listOf(sha), dest.path)).toList() }
+        val updates = runBlocking { downloadModelFlow(DownloadRequest("$base/m.gguf", sha, dest)).toList() }
         val last = updates.last()
         expect(last == DownloadUpdate.Finished(dest.path)) { "$updates" }
         val progress = updates.filterIsInstance<DownloadUpdate.Progress>()

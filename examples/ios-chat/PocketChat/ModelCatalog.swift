@@ -36,7 +36,7 @@ struct CatalogModel: Identifiable, Hashable, Sendable {
         if urls.count == 1 {
             return DownloadRequest(url: urls[0], sha256: sha256[0], destination: file)
         }
-        return DownloadRequest(urls: urls, sha256: sha256, destination: modelsFolder.path + "/")
+        return DownloadRequest(urls: urls, sha256: sha256, folder: modelsFolder)
     }
 }
 

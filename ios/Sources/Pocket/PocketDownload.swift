@@ -17,6 +17,12 @@ extension DownloadRequest {
     public init(url: String, sha256: String, destination: URL) {
         self.init(urls: [url], sha256: [sha256], destination: destination.path, allowUnverified: false)
     }
+
+    /// The shards of one model (one URL and one SHA-256 each), saved under
+    /// their URLs' file names in `folder`; load the first.
+    public init(urls: [String], sha256: [String], folder: URL) {
+        self.init(urls: urls, sha256: sha256, destination: folder.path + "/", allowUnverified: false)
+    }
 }
 
 /// Downloads `request` (resumable, verified) and streams its progress,

@@ -5,6 +5,7 @@
 
 package uniffi.pocket
 
+import java.io.File
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
@@ -22,6 +23,17 @@ sealed class DownloadUpdate {
     /** Every part verified and in place: the file to load (of several parts, the first). */
     data class Finished(val path: String) : DownloadUpdate()
 }
+
+/** One file with its expected SHA-256 (64 hex digits), saved at [destination]. */
+fun DownloadRequest(url: String, sha256: String, destination: File): DownloadRequest =
+    DownloadRequest(urls = listOf(url), sha256 = listOf(sha256), destination = destination.path)
+
+/**
+ * The shards of one model (one URL and one SHA-256 each), saved under their
+ * URLs' file names in [folder]; load the first.
+ */
+fun DownloadRequest(urls: List<String>, sha256: List<String>, folder: File): DownloadRequest =
+    DownloadRequest(urls = urls, sha256 = sha256, destination = folder.path + File.separator)
 
 /**
  * Downloads [request] (resumable, verified) as a cold flow of

@@ -37,9 +37,9 @@ data class CatalogModel(
      */
     fun request(modelsDir: File): DownloadRequest =
         if (urls.size == 1) {
-            DownloadRequest(urls = urls, sha256 = sha256, destination = File(modelsDir, fileName).path)
+            DownloadRequest(urls.single(), sha256.single(), File(modelsDir, fileName))
         } else {
-            DownloadRequest(urls = urls, sha256 = sha256, destination = modelsDir.path + "/")
+            DownloadRequest(urls, sha256, folder = modelsDir)
         }
 }
 
