@@ -149,6 +149,7 @@ pub fn read_bandwidth(pool: &ThreadPool, data: &[u64], min_time: Duration) -> f6
     let pass = || {
         let t = Instant::now();
         pool.run(&|ith, nth| {
+            crate::threads::piece();
             let per = data.len().div_ceil(nth);
             let part = &data[(ith * per).min(data.len())..((ith + 1) * per).min(data.len())];
             black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b)));

@@ -225,6 +225,7 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
         // Items dealt round-robin: a causal prompt's later tokens see more
         // keys, so contiguous ranges would leave the first thread idle.
         for item in (ith..n * p.n_kv_head * slices).step_by(nth) {
+            crate::threads::piece();
             let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
             let pos = pos0 + t;
@@ -293,6 +294,7 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
         let mut ranges = [(0usize, 0usize); ops::ATTEND_ROWS];
         // Round-robin: later blocks of a causal prompt see more keys.
         for item in (ith..blocks * p.n_kv_head * slices).step_by(nth) {
+            crate::threads::piece();
             let (blk, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * heads);
             let (t0, t1) = (blk * tokens, (blk * tokens + tokens).min(n));

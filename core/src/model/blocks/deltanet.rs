@@ -294,6 +294,7 @@ pub(crate) fn delta_rule_cpu(pass: &Pass, d: &DeltaRule<'_>, ssm: &mut [f32], o:
         let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
         let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
         for h in h0..h1 {
+            crate::threads::piece();
             let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
             let kh = h % p.n_k_heads;
             let row = |t: usize| &conv_out[t * cd..(t + 1) * cd];
