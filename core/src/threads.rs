@@ -1,4 +1,5 @@
-//! A persistent pool of worker threads for data-parallel kernels.
+//! A persistent pool of worker threads for data-parallel kernels, and
+//! ([`topology`]) how many threads a session uses by default.
 //!
 //! One decoded token runs some 500 parallel operations of ~50 us each, so a
 //! dispatch must cost far less than that: `run` publishes a borrowed closure
@@ -19,6 +20,10 @@
 //! tests) makes the pool's last worker spin that many microseconds before each
 //! piece it takes: a simulated slow core. Unset, a piece costs one branch on a
 //! thread-local.
+
+pub mod topology;
+
+pub use topology::{default_threads, resolve, ThreadCount, ThreadSource};
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
