@@ -16,6 +16,11 @@
 //! exactly once. A worker that wakes late sees the slots gone (or a newer
 //! epoch) and never touches the old job.
 //!
+//! Inside a job, the work is claimed in pieces too ([`Pieces`], or the
+//! matmul's tile counter): a thread takes the next piece when it is done with
+//! its last, so a slow core (a phone's little core, a busy one) holds a pass
+//! up by at most the piece it is running.
+//!
 //! `POCKET_SLOW_WORKER=us` (read when a pool is made; for benchmarks and
 //! tests) makes the pool's last worker spin that many microseconds before each
 //! piece it takes: a simulated slow core. Unset, a piece costs one branch on a
@@ -68,6 +73,39 @@ fn spin_for(d: Duration) {
     let start = Instant::now();
     while start.elapsed() < d {
         std::hint::spin_loop();
+    }
+}
+
+/// Pieces `0..n` of one parallel section's work, claimed one at a time from
+/// a shared counter by whichever thread is free: a thread's share follows its
+/// speed. Make one per section (before [`ThreadPool::run`]); each thread then
+/// loops over [`iter`](Self::iter). What a piece computes must not depend on
+/// the thread that runs it (per-thread scratch is fine, per-thread partial
+/// sums are not), so results do not depend on who took what.
+pub struct Pieces {
+    next: AtomicUsize,
+    n: usize,
+}
+
+impl Pieces {
+    pub fn new(n: usize) -> Pieces {
+        Pieces { next: AtomicUsize::new(0), n }
+    }
+
+    /// The next unclaimed piece (each goes to one thread, once), or `None`
+    /// when all are taken.
+    #[inline]
+    pub fn claim(&self) -> Option<usize> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        (i < self.n).then(|| {
+            piece();
+            i
+        })
+    }
+
+    /// The pieces this thread claims, until none is left.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::from_fn(|| self.claim())
     }
 }
 
@@ -386,6 +424,28 @@ mod tests {
         // Nothing slowed without the setting, nor in a pool without workers.
         for pool in [ThreadPool::with_slow_worker(3, 0), ThreadPool::with_slow_worker(1, 7)] {
             pool.run(&|_, _| assert_eq!(SLOW_SPIN_US.with(Cell::get), 0));
+        }
+    }
+
+    #[test]
+    fn every_piece_is_claimed_once_and_a_slow_worker_takes_fewer() {
+        for (n_threads, spin_us) in [(1, 0), (2, 0), (3, 0), (3, 200)] {
+            let pool = ThreadPool::with_slow_worker(n_threads, spin_us);
+            for n in [0, 1, 2, 7, 500] {
+                let pieces = Pieces::new(n);
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                let by_slot: Vec<AtomicUsize> = (0..n_threads).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(&|ith, _| {
+                    for i in pieces.iter() {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                        by_slot[ith].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{n_threads} threads, {n} pieces");
+                let total: usize = by_slot.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+                assert_eq!(total, n);
+                assert_eq!(pieces.claim(), None);
+            }
         }
     }
 
