@@ -428,7 +428,7 @@ mod tests {
     }
 
     #[test]
-    fn every_piece_is_claimed_once_and_a_slow_worker_takes_fewer() {
+    fn every_piece_is_claimed_exactly_once_even_with_a_slow_worker() {
         for (n_threads, spin_us) in [(1, 0), (2, 0), (3, 0), (3, 200)] {
             let pool = ThreadPool::with_slow_worker(n_threads, spin_us);
             for n in [0, 1, 2, 7, 500] {
