@@ -12,7 +12,7 @@ use crate::session::{PocketSession, SessionOptions};
 /// How a model is loaded. Every field has a default.
 #[derive(uniffi::Record)]
 pub struct LoadOptions {
-    /// Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = every core.
+    /// Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = the performance cores (else every core).
     #[uniffi(default = 0)]
     pub threads: u32,
     /// Map the file (the default: loads in milliseconds, weights stay in the

@@ -40,7 +40,7 @@ pub struct SessionOptions {
     /// half and go on, instead of failing with `PocketError.ContextFull`.
     #[uniffi(default = false)]
     pub sliding_window: bool,
-    /// Worker threads; 0 = the model's `LoadOptions.threads` (0 there = every core).
+    /// Worker threads; 0 = the model's `LoadOptions.threads` (0 there = the performance cores, else every core).
     #[uniffi(default = 0)]
     pub threads: u32,
     /// Sampler seed of requests that do not set their own.

@@ -1,4 +1,5 @@
-//! A persistent pool of worker threads for data-parallel kernels.
+//! A persistent pool of worker threads for data-parallel kernels, and
+//! ([`topology`]) how many threads a session uses by default.
 //!
 //! One decoded token runs some 500 parallel operations of ~50 us each, so a
 //! dispatch must cost far less than that: `run` publishes a borrowed closure
@@ -14,9 +15,23 @@
 //! core asleep) never holds the caller up, and every `f(ith, nth)` still runs
 //! exactly once. A worker that wakes late sees the slots gone (or a newer
 //! epoch) and never touches the old job.
+//!
+//! Inside a job, the work is claimed in pieces too ([`Pieces`], or the
+//! matmul's tile counter): a thread takes the next piece when it is done with
+//! its last, so a slow core (a phone's little core, a busy one) holds a pass
+//! up by at most the piece it is running.
+//!
+//! `POCKET_SLOW_WORKER=us` (read when a pool is made; for benchmarks and
+//! tests) makes the pool's last worker spin that many microseconds before each
+//! piece it takes: a simulated slow core. Unset, a piece costs one branch on a
+//! thread-local.
+
+pub mod topology;
+
+pub use topology::{default_threads, resolve, ThreadCount, ThreadSource};
 
 use std::any::Any;
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +48,71 @@ const SLOT_BITS: u32 = 16;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 
 type Job = dyn Fn(usize, usize) + Sync;
+
+/// The variable that slows the pool's last worker (microseconds per piece).
+pub const SLOW_WORKER_ENV: &str = "POCKET_SLOW_WORKER";
+
+thread_local! {
+    /// Microseconds this thread spins before each piece of work (0: none).
+    static SLOW_SPIN_US: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Called by a parallel section as this thread starts a piece of its work:
+/// nothing, unless this thread is the worker slowed by
+/// [`SLOW_WORKER_ENV`], which then spins for its set time.
+#[inline]
+pub fn piece() {
+    let us = SLOW_SPIN_US.with(Cell::get);
+    if us != 0 {
+        spin_for(Duration::from_micros(u64::from(us)));
+    }
+}
+
+#[cold]
+fn spin_for(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Pieces `0..n` of one parallel section's work, claimed one at a time from
+/// a shared counter by whichever thread is free: a thread's share follows its
+/// speed. Make one per section (before [`ThreadPool::run`]); each thread then
+/// loops over [`iter`](Self::iter). What a piece computes must not depend on
+/// the thread that runs it (per-thread scratch is fine, per-thread partial
+/// sums are not), so results do not depend on who took what.
+pub struct Pieces {
+    next: AtomicUsize,
+    n: usize,
+}
+
+impl Pieces {
+    pub fn new(n: usize) -> Pieces {
+        Pieces { next: AtomicUsize::new(0), n }
+    }
+
+    /// The next unclaimed piece (each goes to one thread, once), or `None`
+    /// when all are taken.
+    #[inline]
+    pub fn claim(&self) -> Option<usize> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        (i < self.n).then(|| {
+            piece();
+            i
+        })
+    }
+
+    /// The pieces this thread claims, until none is left.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::from_fn(|| self.claim())
+    }
+}
+
+/// `POCKET_SLOW_WORKER` as microseconds; unset or not a number: 0.
+fn slow_worker_from_env() -> u32 {
+    std::env::var(SLOW_WORKER_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
 
 struct Shared {
     n_threads: usize,
@@ -70,6 +150,14 @@ impl ThreadPool {
     /// A pool of `n_threads` (at least 1): `n_threads - 1` workers plus the
     /// thread that calls [`run`](Self::run).
     pub fn new(n_threads: usize) -> ThreadPool {
+        Self::with_slow_worker(n_threads, slow_worker_from_env())
+    }
+
+    /// [`new`](Self::new) whose last worker spins `spin_us` microseconds
+    /// before each piece it takes (a simulated slow core; 0 = none, and a
+    /// pool of one thread has no worker to slow). `new` takes it from
+    /// [`SLOW_WORKER_ENV`].
+    pub fn with_slow_worker(n_threads: usize, spin_us: u32) -> ThreadPool {
         let n_threads = n_threads.clamp(1, SLOT_MASK as usize);
         let shared = Arc::new(Shared {
             n_threads,
@@ -86,7 +174,12 @@ impl ThreadPool {
                 let shared = Arc::clone(&shared);
                 thread::Builder::new()
                     .name(format!("pocket-worker-{i}"))
-                    .spawn(move || worker_loop(&shared))
+                    .spawn(move || {
+                        if i == n_threads - 1 {
+                            SLOW_SPIN_US.with(|c| c.set(spin_us));
+                        }
+                        worker_loop(&shared)
+                    })
                     .expect("spawn a worker thread")
             })
             .collect();
@@ -305,6 +398,55 @@ mod tests {
             }
         });
         assert_eq!(count.load(Ordering::Relaxed), 3 * 300 * 2);
+    }
+
+    #[test]
+    fn only_the_last_worker_is_slowed() {
+        let pool = ThreadPool::with_slow_worker(3, 7);
+        let seen = Mutex::new(Vec::new());
+        // Slots that last a while, so that workers get some (the caller takes
+        // every slot nobody has claimed yet).
+        for _ in 0..2000 {
+            pool.run(&|_, _| {
+                let name = thread::current().name().unwrap_or_default().to_string();
+                seen.lock().unwrap().push((name, SLOW_SPIN_US.with(Cell::get)));
+                spin_for(Duration::from_micros(50));
+            });
+            if seen.lock().unwrap().iter().any(|(name, _)| name == "pocket-worker-2") {
+                break;
+            }
+        }
+        let seen = seen.into_inner().unwrap();
+        assert!(seen.iter().any(|(name, _)| name == "pocket-worker-2"), "the last worker never ran a slot");
+        for (name, us) in &seen {
+            assert_eq!(*us, if name == "pocket-worker-2" { 7 } else { 0 }, "{name}");
+        }
+        // Nothing slowed without the setting, nor in a pool without workers.
+        for pool in [ThreadPool::with_slow_worker(3, 0), ThreadPool::with_slow_worker(1, 7)] {
+            pool.run(&|_, _| assert_eq!(SLOW_SPIN_US.with(Cell::get), 0));
+        }
+    }
+
+    #[test]
+    fn every_piece_is_claimed_exactly_once_even_with_a_slow_worker() {
+        for (n_threads, spin_us) in [(1, 0), (2, 0), (3, 0), (3, 200)] {
+            let pool = ThreadPool::with_slow_worker(n_threads, spin_us);
+            for n in [0, 1, 2, 7, 500] {
+                let pieces = Pieces::new(n);
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                let by_slot: Vec<AtomicUsize> = (0..n_threads).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(&|ith, _| {
+                    for i in pieces.iter() {
+                        hits[i].fetch_add(1, Ordering::Relaxed);
+                        by_slot[ith].fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "{n_threads} threads, {n} pieces");
+                let total: usize = by_slot.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+                assert_eq!(total, n);
+                assert_eq!(pieces.claim(), None);
+            }
+        }
     }
 
     #[test]

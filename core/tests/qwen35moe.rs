@@ -93,3 +93,34 @@ fn pure_attention_models_checkpoint_for_free() {
     assert_eq!(st.n_past(), 1);
     assert!(st.restore(&cp).is_ok(), "nothing was rewritten yet");
 }
+
+/// Every parallel section claims its pieces from a counter, so which thread
+/// runs a piece changes with timing; what a piece computes must not. A
+/// worker slowed before each piece it takes (a phone's little core) leaves
+/// its pieces to the others: the logits are the same, bit for bit, as the
+/// same pool's without it (prompt: chunked delta rule, attention over every
+/// token, tiled over an f16 cache; then decode).
+#[test]
+fn a_slow_worker_changes_no_bit() {
+    let tokens = long_prompt(80);
+    let logits = |m: &Model, pool: &ThreadPool, kv: KvType| {
+        let mut st = m.new_state(128, kv).unwrap();
+        m.forward(pool, &mut st, &tokens, Logits::All).unwrap();
+        let mut all: Vec<u32> = st.logits().iter().map(|x| x.to_bits()).collect();
+        for t in [5, 77, 901] {
+            m.forward(pool, &mut st, &[t], Logits::Last).unwrap();
+            all.extend(st.logits().iter().map(|x| x.to_bits()));
+        }
+        all
+    };
+    for kind in ["F32", "Q4_K_M"] {
+        let m = model(kind);
+        for kv in [KvType::F32, KvType::F16] {
+            let want = logits(&m, &ThreadPool::with_slow_worker(3, 0), kv);
+            for spin_us in [20, 300] {
+                let got = logits(&m, &ThreadPool::with_slow_worker(3, spin_us), kv);
+                assert!(got == want, "{kind}, {kv:?} cache, worker slowed by {spin_us} us");
+            }
+        }
+    }
+}

@@ -11,7 +11,7 @@
 use super::testing::Rng;
 use super::{Isa, Kernels, QActs, QMatrix};
 use crate::quant::GgmlType;
-use crate::threads::ThreadPool;
+use crate::threads::{Pieces, ThreadPool};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -143,15 +143,20 @@ impl Pool {
     }
 }
 
-/// Read bandwidth of `data` with the pool's threads: each sums its share of
-/// 64-bit words; best of a few passes, GB/s.
+/// 64-bit words per piece of a bandwidth pass (1 MiB).
+const READ_PIECE: usize = 1 << 17;
+
+/// Read bandwidth of `data` with the pool's threads: each sums the 1 MiB
+/// pieces it claims; best of a few passes, GB/s.
 pub fn read_bandwidth(pool: &ThreadPool, data: &[u64], min_time: Duration) -> f64 {
     let pass = || {
         let t = Instant::now();
-        pool.run(&|ith, nth| {
-            let per = data.len().div_ceil(nth);
-            let part = &data[(ith * per).min(data.len())..((ith + 1) * per).min(data.len())];
-            black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
+        let pieces = Pieces::new(data.len().div_ceil(READ_PIECE));
+        pool.run(&|_, _| {
+            for i in pieces.iter() {
+                let part = &data[i * READ_PIECE..((i + 1) * READ_PIECE).min(data.len())];
+                black_box(part.iter().fold(0u64, |a, &b| a.wrapping_add(b)));
+            }
         });
         t.elapsed().as_secs_f64()
     };

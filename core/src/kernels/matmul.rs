@@ -152,6 +152,7 @@ fn drive(pool: &ThreadPool, runners: &[Box<dyn Runner + '_>], work_bytes: usize)
                 }
                 _ => &[],
             };
+            crate::threads::piece();
             runners[job].tile(t - base, ahead_weights);
             t = ahead.unwrap_or_else(claim);
         }

@@ -92,11 +92,3 @@ impl SharedMut {
         std::slice::from_raw_parts_mut(self.ptr.add(start), len)
     }
 }
-
-/// The share `[start, end)` of `n` items that thread `ith` of `nth` handles.
-#[inline]
-pub fn split(n: usize, ith: usize, nth: usize) -> (usize, usize) {
-    let per = n.div_ceil(nth);
-    let start = (ith * per).min(n);
-    (start, (start + per).min(n))
-}

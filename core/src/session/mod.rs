@@ -146,10 +146,8 @@ impl Session {
 
     /// A session of resolved `opts` over `conversation`.
     fn assemble(model: Arc<Model>, opts: SessionOptions, conversation: snapshot::Conversation) -> Session {
-        let threads =
-            if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
         Session {
-            pool: ThreadPool::new(threads),
+            pool: ThreadPool::new(crate::threads::resolve(opts.threads).threads),
             model,
             opts,
             state: conversation.state,

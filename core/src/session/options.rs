@@ -31,7 +31,8 @@ pub struct SessionOptions {
     /// Context length in tokens; 0 = the model's training context, at most 4096.
     pub context_length: usize,
     pub kv_type: KvType,
-    /// Worker threads; 0 = every core.
+    /// Worker threads; 0 = the performance cores where the OS tells them
+    /// apart, else every core ([`crate::threads::default_threads`]).
     pub threads: usize,
     pub context_policy: ContextPolicy,
     /// Seed of the sampler when a request does not set one.

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use pocket_core::gguf::Summary;
 use pocket_core::model::{BackendCounters, ExpertIo, KvType, Logits};
-use pocket_core::threads::ThreadPool;
+use pocket_core::threads::{ThreadPool, ThreadSource};
 use serde_json::json;
 
 use crate::fingerprint;
@@ -33,7 +33,7 @@ pub struct Args {
     /// Counted draws, each on a fresh state
     #[arg(long, value_name = "N", default_value_t = 5, allow_negative_numbers = true)]
     draws: usize,
-    /// Worker threads [default: every core]
+    /// Worker threads [default: the performance cores, else every core]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     threads: Option<usize>,
     /// KV cache type: f32, f16 or q8_0
@@ -103,7 +103,12 @@ pub fn run(args: Args) -> Result<(), String> {
     let path = &args.model;
     let (n_prompt, n_gen, kv) = (args.n_prompt, args.n_gen, args.kv);
     let draws = args.draws.max(1);
-    let threads = args.threads.unwrap_or_else(crate::default_threads).max(1);
+    let chosen = pocket_core::threads::resolve(args.threads.unwrap_or(0));
+    let threads = chosen.threads;
+    let threads_source = match chosen.source {
+        ThreadSource::Given => "--threads".to_string(),
+        other => other.to_string(),
+    };
     if n_prompt == 0 && n_gen == 0 {
         return Err("nothing to measure: -p and -n are both 0".into());
     }
@@ -130,6 +135,7 @@ pub fn run(args: Args) -> Result<(), String> {
         "n_prompt": n_prompt,
         "n_gen": n_gen,
         "threads": threads,
+        "threads_source": threads_source,
         "isa": isa,
         "kv_type": kv.name(),
         "context": n_ctx,

@@ -36,7 +36,7 @@ pub struct Args {
     /// Where to write the matrix (GGUF)
     #[arg(long, short = 'o', value_name = "OUT")]
     out: String,
-    /// Worker threads [default: every core]
+    /// Worker threads [default: the performance cores, else every core]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Print one JSON object instead

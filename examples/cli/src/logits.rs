@@ -33,7 +33,7 @@ pub struct Args {
     /// KV cache type: f32, f16 or q8_0
     #[arg(long, value_name = "TYPE", default_value = KvType::F32.name())]
     kv: KvType,
-    /// Worker threads [default: every core]
+    /// Worker threads [default: the performance cores, else every core]
     #[arg(long, value_name = "N")]
     threads: Option<usize>,
 }

@@ -135,9 +135,10 @@ fn one_line(rendered: &str) -> String {
     first.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
-/// Threads to use when the user does not say: every core the OS offers.
+/// Threads to use when the user does not say: the performance cores where
+/// the OS tells them apart, else every core (core's rule, as sessions use).
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    pocket_core::threads::default_threads().threads
 }
 
 #[cfg(test)]

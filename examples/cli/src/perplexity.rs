@@ -32,7 +32,7 @@ pub struct Args {
     /// Score at most N chunks [default: all the text holds]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     chunks: Option<usize>,
-    /// Worker threads [default: every core]
+    /// Worker threads [default: the performance cores, else every core]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     threads: Option<usize>,
     /// KV cache type: f32, f16 or q8_0

@@ -109,7 +109,7 @@ struct Common {
     /// Seed of the sampler
     #[arg(long, value_name = "S", default_value_t = DEFAULT_SEED, allow_negative_numbers = true)]
     seed: u64,
-    /// Worker threads; 0 = every core
+    /// Worker threads; 0 = the performance cores, else every core
     #[arg(long, value_name = "N", default_value_t = SessionOptions::default().threads)]
     #[arg(allow_negative_numbers = true)]
     threads: usize,

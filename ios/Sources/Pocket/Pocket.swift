@@ -3063,7 +3063,7 @@ public func FfiConverterTypeGpuAdapter_lower(_ value: GpuAdapter) -> RustBuffer 
  */
 public struct LoadOptions {
     /**
-     * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = every core.
+     * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = the performance cores (else every core).
      */
     public var threads: UInt32
     /**
@@ -3106,7 +3106,7 @@ public struct LoadOptions {
     // declare one manually.
     public init(
         /**
-         * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = every core.
+         * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = the performance cores (else every core).
          */threads: UInt32 = UInt32(0), 
         /**
          * Map the file (the default: loads in milliseconds, weights stay in the
@@ -3669,7 +3669,7 @@ public struct SessionOptions {
      */
     public var slidingWindow: Bool
     /**
-     * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = every core).
+     * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = the performance cores, else every core).
      */
     public var threads: UInt32
     /**
@@ -3691,7 +3691,7 @@ public struct SessionOptions {
          * half and go on, instead of failing with `PocketError.ContextFull`.
          */slidingWindow: Bool = false, 
         /**
-         * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = every core).
+         * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = the performance cores, else every core).
          */threads: UInt32 = UInt32(0), 
         /**
          * Sampler seed of requests that do not set their own.

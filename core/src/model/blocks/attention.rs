@@ -9,6 +9,7 @@ use super::super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::{Key, TensorKind};
 use crate::kernels::{ops, MatJob, QActs};
+use crate::threads::Pieces;
 
 /// How positions rotate queries and keys.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -201,7 +202,8 @@ impl Attention {
 /// [`crate::model::pass::Backend::attend`] on the CPU. The query heads that
 /// share a KV head run together: the score and mix kernels read each key and
 /// value row once for all of them; work items are (token, KV head, slice of
-/// its query heads), dealt round-robin over threads. Each thread's stripe of `scratch`
+/// its query heads), claimed one at a time ([`Pieces`]), the latest tokens
+/// (the most keys) first. Each thread's stripe of `scratch`
 /// holds the item's scores and its queries, gathered into consecutive rows
 /// and rounded to the cache's precision.
 pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<f32>) {
@@ -219,12 +221,14 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
     let scratch = take(scratch, pool.n_threads() * stripe);
     let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
     let slices = group / per_item;
-    pool.run(&|ith, nth| {
+    let items = n * p.n_kv_head * slices;
+    let pieces = Pieces::new(items);
+    pool.run(&|ith, _| {
         // SAFETY: each thread owns its stripe of the scratch.
         let (sc_all, qs) = unsafe { scratch.slice(ith * stripe, stripe) }.split_at_mut(per_item * cap);
-        // Items dealt round-robin: a causal prompt's later tokens see more
-        // keys, so contiguous ranges would leave the first thread idle.
-        for item in (ith..n * p.n_kv_head * slices).step_by(nth) {
+        // Claimed one at a time, last first: a causal prompt's later tokens
+        // see more keys, and a slow core takes fewer items.
+        for item in pieces.iter().map(|i| items - 1 - i) {
             let (t, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * per_item);
             let pos = pos0 + t;
@@ -285,14 +289,17 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
     let scratch = take(scratch, pool.n_threads() * stripe);
     let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));
     let lo_of = |pos: usize| p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    pool.run(&|ith, nth| {
+    let items = blocks * p.n_kv_head * slices;
+    let pieces = Pieces::new(items);
+    pool.run(&|ith, _| {
         // SAFETY: each thread owns its stripe of the scratch.
         let stripe = unsafe { scratch.slice(ith * stripe, stripe) };
         let (qs, rest) = stripe.split_at_mut(rows_max * hd);
         let (os, work) = rest.split_at_mut(rows_max * hdv);
         let mut ranges = [(0usize, 0usize); ops::ATTEND_ROWS];
-        // Round-robin: later blocks of a causal prompt see more keys.
-        for item in (ith..blocks * p.n_kv_head * slices).step_by(nth) {
+        // Claimed one at a time, last first: later blocks of a causal prompt
+        // see more keys.
+        for item in pieces.iter().map(|i| items - 1 - i) {
             let (blk, rest) = (item / (p.n_kv_head * slices), item % (p.n_kv_head * slices));
             let (kvh, h0) = (rest / slices, (rest / slices) * group + (rest % slices) * heads);
             let (t0, t1) = (blk * tokens, (blk * tokens + tokens).min(n));

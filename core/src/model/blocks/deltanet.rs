@@ -16,12 +16,13 @@
 //! and the output is RMSNorm(o) * SiLU(z) per head, projected back to n_embd.
 
 use super::super::pass::{DeltaRule, Pass};
-use super::super::scratch::{split, take, ActCache, SharedMut};
+use super::super::scratch::{take, ActCache, SharedMut};
 use super::super::ssm::Ssm;
 use super::super::weights::{Loader, Matrix};
 use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
+use crate::threads::Pieces;
 
 /// Shape of a DeltaNet layer.
 #[derive(Clone, Copy, Debug)]
@@ -278,7 +279,8 @@ impl DeltaNet {
 }
 
 /// [`crate::model::pass::Backend::delta_rule`] on the CPU: value heads are
-/// independent, so they are split over threads; each head runs token by
+/// independent, so threads claim them one at a time ([`Pieces`]: a slow core
+/// takes fewer); each head runs token by
 /// token, or in chunks (see [`ChunkScratch`]) for long prompts.
 pub(crate) fn delta_rule_cpu(pass: &Pass, d: &DeltaRule<'_>, ssm: &mut [f32], o: &mut [f32], scratch: &mut Vec<f32>) {
     let (p, conv_out, beta, g, n, pool) = (d.p, d.qkv, d.beta, d.g, pass.n, pass.pool);
@@ -288,12 +290,12 @@ pub(crate) fn delta_rule_cpu(pass: &Pass, d: &DeltaRule<'_>, ssm: &mut [f32], o:
     let tmp = take(scratch, pool.n_threads() * per_thread);
     let (o_out, ssm, tmp) = (SharedMut::new(o), SharedMut::new(ssm), SharedMut::new(tmp));
     let q_scale = 1.0 / (p.d_k as f32).sqrt();
-    pool.run(&|ith, nth| {
-        let (h0, h1) = split(hv, ith, nth);
-        // SAFETY: each thread owns its stripe of `tmp`, and heads h0..h1 of the state and outputs.
+    let heads = Pieces::new(hv);
+    pool.run(&|ith, _| {
+        // SAFETY: each thread owns its stripe of `tmp`, and the heads it claims of the state and outputs.
         let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
         let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
-        for h in h0..h1 {
+        for h in heads.iter() {
             let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
             let kh = h % p.n_k_heads;
             let row = |t: usize| &conv_out[t * cd..(t + 1) * cd];

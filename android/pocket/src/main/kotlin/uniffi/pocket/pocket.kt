@@ -4510,7 +4510,7 @@ public object FfiConverterTypeGpuAdapter: FfiConverterRustBuffer<GpuAdapter> {
  */
 data class LoadOptions (
     /**
-     * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = every core.
+     * Worker threads of sessions whose `SessionOptions.threads` is 0; 0 = the performance cores (else every core).
      */
     var `threads`: kotlin.UInt = 0u, 
     /**
@@ -4844,7 +4844,7 @@ data class SessionOptions (
      */
     var `slidingWindow`: kotlin.Boolean = false, 
     /**
-     * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = every core).
+     * Worker threads; 0 = the model's `LoadOptions.threads` (0 there = the performance cores, else every core).
      */
     var `threads`: kotlin.UInt = 0u, 
     /**
