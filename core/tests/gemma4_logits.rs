@@ -214,7 +214,10 @@ fn unused_tensors_are_ignored() {
     let n = g.tensors().len();
     let bytes = w.to_bytes(|i, out| out.copy_from_slice(g.tensor_data(if i < n { &g.tensors()[i] } else { extra })));
     let a = Model::load(common::fixtures().join(src)).unwrap();
+    assert!(a.summary().ignored_tensors.is_empty(), "{:?}", a.summary().ignored_tensors);
     let b = Model::from_gguf(GgufFile::from_bytes(bytes).unwrap()).unwrap();
+    // `pocket inspect` lists them.
+    assert_eq!(b.summary().ignored_tensors, ["mtp.blk.0.proj.weight", "v.blk.0.attn_q.weight"]);
     let tokens = [2u32, 916, 1635, 1654];
     let (la, _) = common::batch_and_decode_logits(&a, &pool(), &tokens);
     let (lb, _) = common::batch_and_decode_logits(&b, &pool(), &tokens);
