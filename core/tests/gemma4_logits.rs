@@ -255,3 +255,15 @@ fn per_layer_table_is_not_resident() {
     eprintln!("budgeted: resident weights {used} B");
     assert!(used <= g.file_bytes() - table, "resident {used} B includes the table");
 }
+
+/// A Gemma 4 file without a chat template talks in Gemma 4's turns.
+#[test]
+fn gemma4_without_a_template_uses_gemma4_turns() {
+    use pocket_core::chat::ChatMessage;
+    let bytes =
+        rewrite("models/gemma4-e-tiny-Q8_0.gguf", |k, v| (k != "tokenizer.chat_template").then(|| v.clone()), |_| true);
+    let model = Model::from_gguf(GgufFile::from_bytes(bytes).unwrap()).unwrap();
+    let history = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hello!")];
+    let text = model.chat_template().unwrap().render(&history, true, &[]).unwrap();
+    assert_eq!(text, "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello!<turn|>\n<|turn>model\n");
+}

@@ -215,7 +215,7 @@ impl Gemma4 {
         let rope_factors = match global_rot {
             Some(n_rot) if ld.has(TensorKind::RopeFreqs, 0) => {
                 let f = ld.vector(TensorKind::RopeFreqs, 0, n_rot / 2)?;
-                if f.iter().any(|&v| !(v > 0.0) || !v.is_finite()) {
+                if !f.iter().all(|&v| v.is_finite() && v > 0.0) {
                     return Err(Error::InvalidHyperparameter {
                         key: TensorKind::RopeFreqs.weight(0),
                         reason: "frequency factors must be positive and finite".into(),
