@@ -267,3 +267,20 @@ fn gemma4_without_a_template_uses_gemma4_turns() {
     let text = model.chat_template().unwrap().render(&history, true, &[]).unwrap();
     assert_eq!(text, "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHello!<turn|>\n<|turn>model\n");
 }
+
+/// The MoE model reports its routing (3 of 8 experts per token, in every layer).
+#[test]
+fn gemma4_moe_routing_is_traced() {
+    let model = Model::load(common::fixtures().join("models/gemma4-moe-tiny-F16.gguf")).unwrap();
+    let mut st = model.new_state(8, KvType::F32).unwrap();
+    st.trace = Some(Vec::new());
+    model.forward(&pool(), &mut st, &[2, 916, 1635], Logits::Last).unwrap();
+    let trace = st.trace.take().unwrap();
+    assert_eq!(trace.len(), 3, "one routing per layer");
+    for r in &trace {
+        assert_eq!(r.experts.len(), 3 * 3);
+        for t in r.experts.chunks_exact(3) {
+            assert!(t.iter().all(|&e| e < 8) && t[0] != t[1] && t[1] != t[2] && t[0] != t[2], "{t:?}");
+        }
+    }
+}

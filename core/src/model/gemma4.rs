@@ -343,7 +343,7 @@ impl Network for Gemma4 {
         pass: &Pass,
         states: &mut [LayerState],
         s: &mut Scratch,
-        _: Option<&mut Vec<Routing>>,
+        mut trace: Option<&mut Vec<Routing>>,
     ) -> Result<()> {
         let (n, e) = (pass.n, self.hp.n_embd);
         if states.len() != self.layers.len() {
@@ -383,6 +383,9 @@ impl Network for Gemma4 {
                 let mut buf = std::mem::take(&mut g.half);
                 let half = take(&mut buf, n * e);
                 m.experts.forward(pass, g, x, xn, half);
+                if let Some(tr) = trace.as_deref_mut() {
+                    tr.push(Routing { experts: g.chosen().to_vec() });
+                }
                 m.post_norm_2.forward_inplace(half);
                 ops::add(out, half);
                 g.half = buf;

@@ -80,6 +80,11 @@ pub struct Gemma4Scratch {
 }
 
 impl Gemma4Scratch {
+    /// The experts the last routed pass chose, `[n][n_used]`.
+    pub fn chosen(&self) -> &[u32] {
+        &self.chosen
+    }
+
     /// Bytes of its buffers.
     pub fn heap_bytes(&self) -> usize {
         heap(&self.q)
