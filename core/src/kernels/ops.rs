@@ -399,6 +399,22 @@ mod tests {
     }
 
     #[test]
+    fn rope_frequency_factors_divide_the_angles() {
+        let plain = with_rope_angles(8, 7, 10_000.0, 1.0, |cs| cs.to_vec());
+        let ones = with_rope_angles_factors(8, 7, 10_000.0, 1.0, Some(&[1.0; 4]), |cs| cs.to_vec());
+        assert_eq!(plain, ones);
+        // Gemma 4's proportional RoPE: a huge factor leaves the pair unrotated.
+        let ff = [1.0, 2.0, 1e30, 1e30];
+        let cs = with_rope_angles_factors(8, 7, 10_000.0, 1.0, Some(&ff), |cs| cs.to_vec());
+        assert_eq!(cs[0], plain[0]);
+        let half = 7.0f32 * 10_000f32.powf(-2.0 / 8.0) / 2.0;
+        assert!(close(cs[1].0, half.cos(), 1e-6) && close(cs[1].1, half.sin(), 1e-6));
+        for &(cos, sin) in &cs[2..] {
+            assert!(cos == 1.0 && sin.abs() < 1e-20, "({cos}, {sin})");
+        }
+    }
+
+    #[test]
     fn rms_norm_matches_formula() {
         let x = [1.0f32, -2.0, 3.0, 0.5];
         let w = [1.0f32, 2.0, 0.5, -1.0];
