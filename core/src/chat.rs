@@ -34,6 +34,12 @@ pub const GEMMA_TURNS: &str = "{{- bos_token }}{%- if messages and messages[0]['
 {{- '<start_of_turn>' + role + '\n' + (prefix if loop.first else '') + message['content'] | trim + '<end_of_turn>\n' }}\
 {%- endfor %}{%- if add_generation_prompt %}{{- '<start_of_turn>model\n' }}{%- endif %}";
 
+/// Gemma 4's turns (`<|turn>user ... <turn|>`), a system turn of its own.
+pub const GEMMA4_TURNS: &str = "{{- bos_token }}{%- for message in messages %}\
+{%- set role = 'model' if message['role'] == 'assistant' else message['role'] %}\
+{{- '<|turn>' + role + '\n' + message['content'] | trim + '<turn|>\n' }}\
+{%- endfor %}{%- if add_generation_prompt %}{{- '<|turn>model\n' }}{%- endif %}";
+
 /// Llama 3's header turns.
 pub const LLAMA3_HEADERS: &str = "{{- bos_token }}{%- for message in messages %}\
 {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}\
@@ -48,13 +54,14 @@ pub const INST_TURNS: &str = "{{- bos_token }}{%- if messages and messages[0]['r
 {{- '[INST] ' + (prefix if loop.first else '') + message['content'] | trim + ' [/INST]' }}{%- endif %}{%- endfor %}";
 
 /// The turn format of a file without a template: its architecture's own
-/// (Gemma's turns for gemma3, Llama 3's headers where a Llama vocabulary has
+/// (Gemma's turns for gemma3 and gemma4, Llama 3's headers where a Llama vocabulary has
 /// them, else the Llama 2 / Mistral instruction format), ChatML for the Qwen
 /// family and anything else.
 pub fn fallback_for(g: &GgufFile, tok: &Tokenizer) -> &'static str {
     let arch = g.architecture().ok().flatten().and_then(Arch::from_name);
     match arch {
         Some(Arch::Gemma3) => GEMMA_TURNS,
+        Some(Arch::Gemma4) => GEMMA4_TURNS,
         Some(Arch::Llama) if tok.token_id("<|start_header_id|>").is_some() && tok.token_id("<|eot_id|>").is_some() => {
             LLAMA3_HEADERS
         }

@@ -32,11 +32,13 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// One family per fixture, each with another KV precision so that all three are restored.
-const MODELS: [(&str, KvType); 4] = [
+const MODELS: [(&str, KvType); 5] = [
     ("qwen35moe-tiny-Q4_K_M", KvType::F16),
     ("qwen3moe-tiny-Q4_K_M", KvType::Q8_0),
     ("gemma3-tiny-Q8_0", KvType::F32),
     ("mixtral-tiny-Q8_0", KvType::F16),
+    // Two layers read earlier layers' caches (shared KV): they have no section.
+    ("gemma4-e-tiny-Q8_0", KvType::F16),
 ];
 
 fn options(kv: KvType) -> SessionOptions {

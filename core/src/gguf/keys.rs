@@ -15,6 +15,9 @@ pub enum Arch {
     /// Qwen3.5 MoE: Gated DeltaNet layers interleaved with gated attention.
     Qwen35Moe,
     Gemma3,
+    /// Gemma 4: sliding and global attention of different head sizes, MoE
+    /// beside a dense MLP (26B-A4B), per-layer embeddings and shared KV (E models).
+    Gemma4,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -24,6 +27,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Qwen3Moe, "qwen3moe"),
     (Arch::Qwen35Moe, "qwen35moe"),
     (Arch::Gemma3, "gemma3"),
+    (Arch::Gemma4, "gemma4"),
 ];
 
 impl Arch {
@@ -84,6 +88,38 @@ impl Arch {
                 FfnUp,
                 FfnDown,
                 FfnPostNorm,
+            ],
+            Arch::Gemma4 => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                RopeFreqs,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                AttnPostNorm,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnPostNorm,
+                FfnGateInp,
+                FfnGateUpExps,
+                FfnDownExps,
+                FfnPreNorm2,
+                FfnPostNorm1,
+                FfnPostNorm2,
+                LayerOutScale,
+                PerLayerTokenEmbd,
+                PerLayerModelProj,
+                PerLayerProjNorm,
+                PerLayerInpGate,
+                PerLayerProj,
+                PerLayerPostNorm,
             ],
             Arch::Qwen35Moe => &[
                 TokenEmbd,
@@ -148,11 +184,18 @@ pub enum Key {
     AttnLogitSoftcapping,
     FinalLogitSoftcapping,
     EmbeddingScale,
+    /// Width of the per-layer input embeddings (Gemma 4 E models; 0 = none).
+    EmbeddingLengthPerLayer,
 
     HeadCount,
     HeadCountKv,
     KeyLength,
     ValueLength,
+    /// Head sizes of sliding-window layers when they differ (Gemma 4).
+    KeyLengthSwa,
+    ValueLengthSwa,
+    /// The last N layers read an earlier layer's KV cache (Gemma 4 E models).
+    SharedKvLayers,
     LayerNormRmsEpsilon,
     SlidingWindow,
     SlidingWindowPattern,
@@ -160,6 +203,7 @@ pub enum Key {
     RecurrentLayers,
 
     RopeDimensionCount,
+    RopeDimensionCountSwa,
     RopeDimensionSections,
     RopeFreqBase,
     RopeFreqBaseSwa,
@@ -235,11 +279,15 @@ impl Key {
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
             FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
             EmbeddingScale => "{arch}.embedding_scale",
+            EmbeddingLengthPerLayer => "{arch}.embedding_length_per_layer_input",
 
             HeadCount => "{arch}.attention.head_count",
             HeadCountKv => "{arch}.attention.head_count_kv",
             KeyLength => "{arch}.attention.key_length",
             ValueLength => "{arch}.attention.value_length",
+            KeyLengthSwa => "{arch}.attention.key_length_swa",
+            ValueLengthSwa => "{arch}.attention.value_length_swa",
+            SharedKvLayers => "{arch}.attention.shared_kv_layers",
             LayerNormRmsEpsilon => "{arch}.attention.layer_norm_rms_epsilon",
             SlidingWindow => "{arch}.attention.sliding_window",
             SlidingWindowPattern => "{arch}.attention.sliding_window_pattern",
@@ -247,6 +295,7 @@ impl Key {
             RecurrentLayers => "{arch}.attention.recurrent_layers",
 
             RopeDimensionCount => "{arch}.rope.dimension_count",
+            RopeDimensionCountSwa => "{arch}.rope.dimension_count_swa",
             RopeDimensionSections => "{arch}.rope.dimension_sections",
             RopeFreqBase => "{arch}.rope.freq_base",
             RopeFreqBaseSwa => "{arch}.rope.freq_base_swa",
@@ -330,6 +379,20 @@ pub enum TensorKind {
     FfnGateShexp,
     FfnUpShexp,
     FfnDownShexp,
+    /// Routed experts' gate and up in one stack (gate rows first).
+    FfnGateUpExps,
+    FfnPreNorm2,
+    FfnPostNorm1,
+    FfnPostNorm2,
+    /// A layer's output multiplier `[1]`.
+    LayerOutScale,
+    /// Per-layer input embeddings `[n_layer * n_embd_per_layer, n_vocab]`.
+    PerLayerTokenEmbd,
+    PerLayerModelProj,
+    PerLayerProjNorm,
+    PerLayerInpGate,
+    PerLayerProj,
+    PerLayerPostNorm,
     SsmA,
     SsmConv1d,
     SsmDt,
@@ -368,6 +431,17 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::FfnGateShexp, "blk.{layer}.ffn_gate_shexp"),
     (TensorKind::FfnUpShexp, "blk.{layer}.ffn_up_shexp"),
     (TensorKind::FfnDownShexp, "blk.{layer}.ffn_down_shexp"),
+    (TensorKind::FfnGateUpExps, "blk.{layer}.ffn_gate_up_exps"),
+    (TensorKind::FfnPreNorm2, "blk.{layer}.pre_ffw_norm_2"),
+    (TensorKind::FfnPostNorm1, "blk.{layer}.post_ffw_norm_1"),
+    (TensorKind::FfnPostNorm2, "blk.{layer}.post_ffw_norm_2"),
+    (TensorKind::LayerOutScale, "blk.{layer}.layer_output_scale"),
+    (TensorKind::PerLayerTokenEmbd, "per_layer_token_embd"),
+    (TensorKind::PerLayerModelProj, "per_layer_model_proj"),
+    (TensorKind::PerLayerProjNorm, "per_layer_proj_norm"),
+    (TensorKind::PerLayerInpGate, "blk.{layer}.inp_gate"),
+    (TensorKind::PerLayerProj, "blk.{layer}.proj"),
+    (TensorKind::PerLayerPostNorm, "blk.{layer}.post_norm"),
     (TensorKind::SsmA, "blk.{layer}.ssm_a"),
     (TensorKind::SsmConv1d, "blk.{layer}.ssm_conv1d"),
     (TensorKind::SsmDt, "blk.{layer}.ssm_dt"),
@@ -385,7 +459,10 @@ impl TensorKind {
 
     /// Routed-expert tensors (stacked 3-D, one slab per expert).
     pub fn is_routed_expert(self) -> bool {
-        matches!(self, TensorKind::FfnGateExps | TensorKind::FfnUpExps | TensorKind::FfnDownExps)
+        matches!(
+            self,
+            TensorKind::FfnGateExps | TensorKind::FfnUpExps | TensorKind::FfnDownExps | TensorKind::FfnGateUpExps
+        )
     }
 
     /// The weight tensor of this kind in `layer` (ignored for global tensors).
@@ -396,6 +473,12 @@ impl TensorKind {
     /// The bias tensor of this kind in `layer`.
     pub fn bias(self, layer: usize) -> String {
         self.name(layer, "bias")
+    }
+
+    /// The scale tensor of this kind in `layer` (Gemma 4's router input
+    /// scale `ffn_gate_inp.scale`, per-expert `ffn_down_exps.scale`).
+    pub fn scale(self, layer: usize) -> String {
+        self.name(layer, "scale")
     }
 
     fn name(self, layer: usize, suffix: &str) -> String {
@@ -433,7 +516,7 @@ impl<'a> TensorName<'a> {
             None => (None, name),
         };
         let (stem, suffix) = match rest.rsplit_once('.') {
-            Some((s, x)) if x == "weight" || x == "bias" => (s, x),
+            Some((s, x)) if x == "weight" || x == "bias" || x == "scale" => (s, x),
             _ => (rest, ""),
         };
         TENSOR_PATTERNS.iter().find_map(|&(kind, p)| {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{GgufFile, Key, TensorKind, TensorName};
+use super::{Arch, GgufFile, Key, TensorKind, TensorName};
 use crate::error::Result;
 use crate::quant::GgmlType;
 
@@ -42,6 +42,10 @@ pub struct Summary {
     /// embedding (one row is gathered) and the routed experts, plus
     /// used/total of the routed-expert bytes.
     pub bytes_per_token_estimate: u64,
+    /// Tensors the engine does not read for text generation, for an
+    /// architecture it runs: names outside its tensor table (a vision or
+    /// audio tower, a multi-token-prediction drafter) and layers past the trunk.
+    pub ignored_tensors: Vec<String>,
 }
 
 /// llama.cpp's `llama_ftype` names, by `general.file_type` value.
@@ -96,6 +100,8 @@ impl Summary {
             _ => u64::MAX,
         };
         let mut tensor_types: BTreeMap<GgmlType, TypeTotals> = BTreeMap::new();
+        let table = Arch::from_name(arch).map(Arch::tensors);
+        let mut ignored = Vec::new();
         let (mut params, mut expert_bytes, mut embd_bytes, mut all_bytes, mut unread) = (0u64, 0u64, 0u64, 0u64, 0u64);
         for t in g.tensors() {
             let e = tensor_types.entry(t.ty).or_default();
@@ -106,11 +112,21 @@ impl Summary {
             let name = TensorName::parse(&t.name);
             if super::keys::layer_of(&t.name).is_some_and(|l| l as u64 >= trunk) {
                 unread += t.size;
+                ignored.push(t.name.clone());
                 continue;
+            }
+            if let Some(table) = table {
+                if !name.is_some_and(|n| table.contains(&n.kind)) {
+                    unread += t.size;
+                    ignored.push(t.name.clone());
+                    continue;
+                }
             }
             match name.map(|n| n.kind) {
                 Some(k) if k.is_routed_expert() => expert_bytes += t.size,
                 Some(TensorKind::TokenEmbd) => embd_bytes += t.size,
+                // Gemma 4's per-layer embeddings: one row gathered per token, as the embedding.
+                Some(TensorKind::PerLayerTokenEmbd) => unread += t.size,
                 _ => {}
             }
         }
@@ -158,6 +174,7 @@ impl Summary {
             has_chat_template: g.get_str(Key::TokenizerChatTemplate.name())?.is_some_and(|s| !s.is_empty()),
             expert_bytes,
             bytes_per_token_estimate,
+            ignored_tensors: ignored,
             architecture,
         })
     }

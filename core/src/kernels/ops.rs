@@ -319,7 +319,24 @@ pub fn with_rope_angles<R>(
     freq_scale: f32,
     f: impl FnOnce(&[(f32, f32)]) -> R,
 ) -> R {
+    with_rope_angles_factors(n_rot, pos, theta_base, freq_scale, None, f)
+}
+
+/// [`with_rope_angles`] with per-pair frequency factors (`n_rot / 2` of
+/// them; ggml's `rope_freqs`): pair `i`'s angle is divided by `factors[i]`.
+/// Gemma 4's proportional RoPE leaves pairs unrotated with factors of 1e30.
+pub fn with_rope_angles_factors<R>(
+    n_rot: usize,
+    pos: usize,
+    theta_base: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    f: impl FnOnce(&[(f32, f32)]) -> R,
+) -> R {
     assert!(n_rot.is_multiple_of(2), "rope: odd n_rot {n_rot}");
+    if let Some(ff) = factors {
+        assert_eq!(ff.len(), n_rot / 2, "rope: {} frequency factors for n_rot {n_rot}", ff.len());
+    }
     let half = n_rot / 2;
     let mut stack = [(0.0f32, 0.0f32); 256];
     let mut big = Vec::new();
@@ -331,8 +348,12 @@ pub fn with_rope_angles<R>(
     };
     let theta_scale = theta_base.powf(-2.0 / n_rot as f32);
     let mut theta = pos as f32;
-    for c in cs.iter_mut() {
-        let t = freq_scale * theta;
+    for (i, c) in cs.iter_mut().enumerate() {
+        // Frequency factors divide the angle (a huge factor leaves the pair unrotated).
+        let t = match factors {
+            Some(ff) => freq_scale * theta / ff[i],
+            None => freq_scale * theta,
+        };
         *c = (t.cos(), t.sin());
         theta *= theta_scale;
     }
@@ -375,6 +396,22 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn rope_frequency_factors_divide_the_angles() {
+        let plain = with_rope_angles(8, 7, 10_000.0, 1.0, |cs| cs.to_vec());
+        let ones = with_rope_angles_factors(8, 7, 10_000.0, 1.0, Some(&[1.0; 4]), |cs| cs.to_vec());
+        assert_eq!(plain, ones);
+        // Gemma 4's proportional RoPE: a huge factor leaves the pair unrotated.
+        let ff = [1.0, 2.0, 1e30, 1e30];
+        let cs = with_rope_angles_factors(8, 7, 10_000.0, 1.0, Some(&ff), |cs| cs.to_vec());
+        assert_eq!(cs[0], plain[0]);
+        let half = 7.0f32 * 10_000f32.powf(-2.0 / 8.0) / 2.0;
+        assert!(close(cs[1].0, half.cos(), 1e-6) && close(cs[1].1, half.sin(), 1e-6));
+        for &(cos, sin) in &cs[2..] {
+            assert!(cos == 1.0 && sin.abs() < 1e-20, "({cos}, {sin})");
+        }
     }
 
     #[test]

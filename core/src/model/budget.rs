@@ -64,9 +64,11 @@ pub(super) fn expert_stacks(net: &dyn Network) -> Vec<[&Experts; 3]> {
 }
 
 /// The file's byte ranges a budgeted model keeps resident: the header (of
-/// each shard of a split model) and every tensor that is not a routed-expert stack.
+/// each shard of a split model) and every tensor that is not a routed-expert
+/// stack or read row by row from the mapping ([`Network::streamed`]).
 pub(super) fn resident_ranges(file: &GgufFile, net: &dyn Network) -> Vec<Range<usize>> {
-    let experts: Vec<Range<usize>> = net.experts().iter().map(|(_, x)| x.range()).collect();
+    let mut experts: Vec<Range<usize>> = net.experts().iter().map(|(_, x)| x.range()).collect();
+    experts.extend(net.streamed());
     let headers = file.shards().iter().map(|s| s.start as usize..(s.start + s.data_offset.min(s.bytes)) as usize);
     let tensors = file.tensors().iter().map(|t| file.tensor_range(t));
     headers.chain(tensors.filter(|r| !experts.contains(r))).collect()

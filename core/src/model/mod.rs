@@ -10,6 +10,7 @@ mod budget;
 mod cache;
 mod expert_cache;
 mod gemma3;
+mod gemma4;
 mod gpu_backend;
 mod hparams;
 mod identity;
@@ -44,6 +45,7 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
     Ok(match arch {
         Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => Box::new(llama::Llama::load(file, arch)?),
         Arch::Gemma3 => Box::new(gemma3::Gemma3::load(file)?),
+        Arch::Gemma4 => Box::new(gemma4::Gemma4::load(file)?),
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
     })
 }

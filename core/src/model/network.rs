@@ -47,6 +47,22 @@ pub trait Network: Send + Sync {
         trace: Option<&mut Vec<Routing>>,
     ) -> Result<()>;
 
+    /// Embed the pass's tokens into the residual stream `s.x` (`[n][n_embd]`)
+    /// and prepare whatever else the layers read per token; `mapped` is the
+    /// model file's mapping (what [`streamed`](Self::streamed) names is read
+    /// from it even under a memory budget).
+    fn embed(&self, pass: &Pass, mapped: &[u8], tokens: &[u32], s: &mut Scratch) {
+        let _ = mapped;
+        let t = self.trunk();
+        t.embed(pass, tokens, take(&mut s.x, tokens.len() * t.n_embd));
+    }
+
+    /// File byte ranges read a row at a time from the mapping and never
+    /// copied into memory under a budget (Gemma 4's per-layer embeddings).
+    fn streamed(&self) -> Vec<std::ops::Range<usize>> {
+        Vec::new()
+    }
+
     /// The routed-expert tensors, with their layer: gate, up and down of
     /// each MoE layer in that order.
     fn experts(&self) -> Vec<(usize, &Experts)> {
@@ -562,7 +578,7 @@ impl Model {
         }
         let trunk = self.net.trunk();
         let s = &mut state.scratch;
-        trunk.embed(&pass, tokens, take(&mut s.x, tokens.len() * trunk.n_embd));
+        self.net.embed(&pass, self.file.source().bytes(), tokens, s);
         let run = self.net.layers(&pass, &mut state.layers, s, state.trace.as_mut());
         state.measure();
         run?;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::blocks::attention::{AttnParams, AttnScratch};
 use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta};
 use super::blocks::ffn::FfnScratch;
+use super::blocks::gemma4::Gemma4Scratch;
 use super::blocks::moe::{MoeScratch, Routing};
 use super::cache::{KvCache, KvType};
 use super::expert_cache::ExpertIo;
@@ -21,6 +22,11 @@ use crate::kernels::QActs;
 pub enum LayerKind<'a> {
     Attention(&'a AttnParams),
     Recurrent(&'a DeltaParams),
+    /// An attention layer that reads the KV cache of the earlier layer
+    /// `source` and keeps no state of its own (Gemma 4's shared KV).
+    Shared {
+        source: usize,
+    },
 }
 
 impl LayerKind<'_> {
@@ -29,6 +35,7 @@ impl LayerKind<'_> {
         Ok(match self {
             LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
             LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
+            LayerKind::Shared { source } => LayerState::Shared { source },
         })
     }
 
@@ -37,6 +44,7 @@ impl LayerKind<'_> {
         match self {
             LayerKind::Attention(p) => n_ctx * p.n_kv_head * (kv.bytes_for(p.head_dim) + kv.bytes_for(p.head_dim_v)),
             LayerKind::Recurrent(p) => p.state_floats() * 4,
+            LayerKind::Shared { .. } => 0,
         }
     }
 }
@@ -47,6 +55,8 @@ pub enum LayerState {
     Attention(KvCache),
     /// Conv window and delta-rule state of a linear-attention layer.
     Recurrent(DeltaState),
+    /// Nothing: the layer attends over layer `source`'s cache.
+    Shared { source: usize },
 }
 
 /// Everything one sequence carries between forward passes.
@@ -135,6 +145,7 @@ pub struct BlockScratch {
     pub delta: DeltaScratch,
     pub ffn: FfnScratch,
     pub moe: MoeScratch,
+    pub gemma4: Gemma4Scratch,
 }
 
 /// The trunk's rows for one pass: the residual stream, a block's input and
@@ -159,6 +170,7 @@ impl Scratch {
             + b.delta.heap_bytes()
             + b.ffn.heap_bytes()
             + b.moe.heap_bytes()
+            + b.gemma4.heap_bytes()
     }
 
     /// The rows for `n` tokens of `n_embd`.
@@ -304,7 +316,7 @@ impl State {
             .enumerate()
             .filter_map(|(il, l)| match l {
                 LayerState::Recurrent(r) => Some(r.save().map(|s| (il, s))),
-                LayerState::Attention(_) => None,
+                LayerState::Attention(_) | LayerState::Shared { .. } => None,
             })
             .collect::<Result<_>>()?;
         Ok(Checkpoint { n_past: self.n_past, clock: self.clock, recurrent })
@@ -350,6 +362,7 @@ impl State {
             .map(|l| match l {
                 LayerState::Attention(c) => c.allocated_bytes(),
                 LayerState::Recurrent(r) => r.bytes(),
+                LayerState::Shared { .. } => 0,
             })
             .sum()
     }

@@ -32,6 +32,11 @@ impl Matrix {
         self.len
     }
 
+    /// Its byte range in the file.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.offset..self.offset + self.len
+    }
+
     /// One row (e.g. a token's embedding) dequantised into `out`.
     pub fn row_f32(&self, file: &[u8], row: usize, out: &mut [f32]) {
         let rb = self.len / self.rows;

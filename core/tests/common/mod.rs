@@ -24,8 +24,23 @@ pub fn fixtures() -> PathBuf {
 
 /// The parsed `manifest.json`.
 pub fn manifest() -> serde_json::Value {
-    let text = std::fs::read_to_string(fixtures().join("manifest.json")).expect("read manifest.json");
-    serde_json::from_str(&text).expect("parse manifest.json")
+    manifest_named("manifest.json")
+}
+
+/// A parsed manifest of the store by file name (`manifest_gemma4.json`, ...).
+pub fn manifest_named(name: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(fixtures().join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {name}: {e}"))
+}
+
+/// A manifest entry's `key` as token ids (`prompt`, `hf_greedy32`, ...).
+pub fn ids(v: &serde_json::Value, key: &str) -> Vec<u32> {
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key}: not an array"))
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// A fixture model by name: `models/NAME.gguf` in the store.

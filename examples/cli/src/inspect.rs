@@ -149,6 +149,7 @@ fn summary_json(s: &Summary) -> Value {
         "expert_bytes": s.expert_bytes,
         "has_chat_template": s.has_chat_template,
         "bytes_per_token_estimate": s.bytes_per_token_estimate,
+        "ignored_tensors": s.ignored_tensors,
     })
 }
 
@@ -172,6 +173,13 @@ fn print_human(s: &Summary, open_ms: f64) {
     }
     outln!("chat template     {}", if s.has_chat_template { "yes" } else { "no" });
     outln!("bytes/token (est) {}", human_bytes(s.bytes_per_token_estimate));
+    if !s.ignored_tensors.is_empty() {
+        // Tensors a text model does not read (vision/audio towers, drafters).
+        let shown: Vec<&str> = s.ignored_tensors.iter().take(8).map(String::as_str).collect();
+        let more = s.ignored_tensors.len() - shown.len();
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        outln!("ignored           {} tensors, not read: {}{more}", s.ignored_tensors.len(), shown.join(", "));
+    }
     outln!("\n{:<8} {:>7} {:>12}", "type", "tensors", "bytes");
     for (ty, t) in &s.tensor_types {
         outln!("{:<8} {:>7} {:>12}", ty.name(), t.count, human_bytes(t.bytes));

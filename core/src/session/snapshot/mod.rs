@@ -152,6 +152,8 @@ pub(super) fn write(w: &mut dyn Write, s: &Saved) -> Result<()> {
                 w.section(RECURRENT, &p)?;
                 current.push((il, now));
             }
+            // A shared-KV layer's positions are its source layer's.
+            LayerState::Shared { .. } => {}
         }
     }
 
@@ -272,6 +274,7 @@ pub(super) fn read(
                 f.f32s_into(r.ssm.overwrite())?;
                 f.finish()?;
             }
+            LayerState::Shared { .. } => {}
         }
     }
 
@@ -293,7 +296,7 @@ pub(super) fn read(
         check_tokens(&tokens, &what)?;
         let recurrent = state.layers.iter().enumerate().filter_map(|(il, l)| match l {
             LayerState::Recurrent(r) => Some((il, r)),
-            LayerState::Attention(_) => None,
+            LayerState::Attention(_) | LayerState::Shared { .. } => None,
         });
         let recurrent: Vec<(usize, SavedDelta)> = match f.u8()? {
             1 => recurrent.map(|(il, r)| r.save().map(|s| (il, s))).collect::<Result<_>>()?,

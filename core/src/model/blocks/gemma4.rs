@@ -1,0 +1,428 @@
+//! Gemma 4's variants of the shared blocks.
+//!
+//! - [`KvAttention`]: attention whose keys and values may come from one
+//!   projection (V = K before its norm), whose values are RMS-normed without
+//!   a weight, whose RoPE has per-pair frequency factors (proportional RoPE),
+//!   and which may keep no cache at all and read an earlier layer's
+//!   (shared KV).
+//! - [`RoutedExperts`]: the MoE half of a Gemma 4 FFN: the router reads the
+//!   residual (RMS-normed, times a learned vector, times `n_embd^-0.5`),
+//!   softmax over all experts, top-k renormalised, times a per-expert scale;
+//!   each expert is GeGLU with gate and up in one fused stack.
+//! - [`PerLayerInput`]: the per-layer embedding a block of an E model adds
+//!   to the residual.
+
+use super::super::cache::KvCache;
+use super::super::pass::{Attend, Pass};
+use super::super::scratch::{heap, take, ActCache};
+use super::super::weights::{Experts, Loader, Matrix};
+use super::attention::AttnParams;
+use super::moe::top_k;
+use super::norm::RmsNorm;
+use crate::error::{Error, Result};
+use crate::gguf::TensorKind;
+use crate::kernels::{ops, MatJob, QActs};
+
+/// The KV cache a [`KvAttention`] layer writes, or the one it only reads.
+pub enum Kv<'a> {
+    Own(&'a mut KvCache),
+    Shared(&'a KvCache),
+}
+
+/// Key and value projections of a layer that keeps its own cache.
+pub struct KvProj {
+    pub k: Matrix, // [n_kv*hd, n_embd]
+    /// `None`: the values are the key projection (`attention_k_eq_v`).
+    pub v: Option<Matrix>, // [n_kv*hd, n_embd]
+    pub k_norm: Vec<f32>, // [hd]
+}
+
+/// One Gemma 4 attention layer. Shapes: q `[n_head*hd, n_embd]`, o
+/// `[n_embd, n_head*hd]`, q norm `[hd]`.
+pub struct KvAttention {
+    pub p: AttnParams,
+    pub q: Matrix,
+    pub q_norm: Vec<f32>,
+    /// `None`: a shared-KV layer (it reads an earlier layer's cache).
+    pub kv: Option<KvProj>,
+    pub o: Matrix,
+    /// `[n_rot/2]` RoPE frequency factors (global layers).
+    pub rope_factors: Option<Vec<f32>>,
+}
+
+/// What the Gemma 4 blocks reuse from pass to pass.
+#[derive(Default)]
+pub struct Gemma4Scratch {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    scores: Vec<f32>,
+    input: ActCache,
+    acts: QActs,
+    // routed experts
+    router_in: Vec<f32>,
+    logits: Vec<f32>,
+    chosen: Vec<u32>,
+    weights: Vec<f32>,
+    members: Vec<Vec<(usize, f32)>>,
+    rows: Vec<usize>,
+    seg: Vec<(usize, usize)>,
+    iota: Vec<usize>,
+    gate_up: Vec<f32>,
+    hidden: Vec<f32>,
+    down: Vec<f32>,
+    /// The two halves of a Gemma 4 MoE FFN (dense MLP, routed experts).
+    pub half: Vec<f32>,
+    /// Per-layer inputs `[n][n_layer][n_embd_per_layer]` of the pass's tokens.
+    pub ple: Vec<f32>,
+    pub ple_gate: Vec<f32>,
+}
+
+impl Gemma4Scratch {
+    /// The experts the last routed pass chose, `[n][n_used]`.
+    pub fn chosen(&self) -> &[u32] {
+        &self.chosen
+    }
+
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        heap(&self.q)
+            + heap(&self.k)
+            + heap(&self.v)
+            + heap(&self.att)
+            + heap(&self.scores)
+            + self.input.heap_bytes()
+            + self.acts.heap_bytes()
+            + heap(&self.router_in)
+            + heap(&self.logits)
+            + heap(&self.chosen)
+            + heap(&self.weights)
+            + heap(&self.members)
+            + self.members.iter().map(heap).sum::<usize>()
+            + heap(&self.rows)
+            + heap(&self.seg)
+            + heap(&self.iota)
+            + heap(&self.gate_up)
+            + heap(&self.hidden)
+            + heap(&self.down)
+            + heap(&self.half)
+            + heap(&self.ple)
+            + heap(&self.ple_gate)
+    }
+}
+
+impl KvAttention {
+    /// Layer `il`'s tensors; `own_kv` false for a shared-KV layer (no k/v).
+    pub fn load(
+        ld: &Loader,
+        il: usize,
+        n_embd: usize,
+        p: AttnParams,
+        own_kv: bool,
+        rope_factors: Option<Vec<f32>>,
+    ) -> Result<KvAttention> {
+        let (hd, q_rows, kv_rows) = (p.head_dim, p.n_head * p.head_dim, p.n_kv_head * p.head_dim);
+        let kv = if own_kv {
+            Some(KvProj {
+                k: ld.matrix(TensorKind::AttnK, il, kv_rows, n_embd)?,
+                v: ld.matrix_opt(TensorKind::AttnV, il, kv_rows, n_embd)?,
+                k_norm: ld.vector(TensorKind::AttnKNorm, il, hd)?,
+            })
+        } else {
+            None
+        };
+        Ok(KvAttention {
+            q: ld.matrix(TensorKind::AttnQ, il, q_rows, n_embd)?,
+            q_norm: ld.vector(TensorKind::AttnQNorm, il, hd)?,
+            kv,
+            o: ld.matrix(TensorKind::AttnOut, il, n_embd, q_rows)?,
+            rope_factors,
+            p,
+        })
+    }
+
+    /// `out = Attention(x)` (`[n][n_embd]` each); with its own cache, the
+    /// tokens' keys and values join it at `pos0..pos0 + n`, otherwise the
+    /// shared cache already holds them (its layer ran earlier in the pass).
+    pub fn forward(&self, pass: &Pass, kv: Kv<'_>, s: &mut Gemma4Scratch, x: &[f32], out: &mut [f32]) {
+        let (p, n, pos0) = (&self.p, pass.n, pass.pos0);
+        let hd = p.head_dim;
+        let (q_rows, kv_rows) = (p.n_head * hd, p.n_kv_head * hd);
+        let n_embd = x.len() / n;
+        let q = take(&mut s.q, n * q_rows);
+        let k = take(&mut s.k, n * kv_rows);
+        let v = take(&mut s.v, n * kv_rows);
+
+        // Projections: q = Wq x; k = Wk x; v = Wv x (or v = k).
+        match &self.kv {
+            Some(kp) => {
+                let vw = kp.v.as_ref().unwrap_or(&kp.k);
+                pass.observe(&[&self.q, &kp.k], x);
+                if let Some(vm) = &kp.v {
+                    pass.observe(&[vm], x);
+                }
+                s.input.prepare(x, n, n_embd, &[self.q.ty, kp.k.ty, vw.ty]);
+                let mut jobs = vec![
+                    MatJob { w: self.q.view(pass.file), x: s.input.get(self.q.ty), rows: None, out: &mut *q },
+                    MatJob { w: kp.k.view(pass.file), x: s.input.get(kp.k.ty), rows: None, out: &mut *k },
+                ];
+                if let Some(vm) = &kp.v {
+                    jobs.push(MatJob { w: vm.view(pass.file), x: s.input.get(vm.ty), rows: None, out: &mut *v });
+                }
+                pass.matmul(&mut jobs);
+                if kp.v.is_none() {
+                    v.copy_from_slice(k);
+                }
+            }
+            None => {
+                pass.observe(&[&self.q], x);
+                s.input.prepare(x, n, n_embd, &[self.q.ty]);
+                pass.matmul(&mut [MatJob {
+                    w: self.q.view(pass.file),
+                    x: s.input.get(self.q.ty),
+                    rows: None,
+                    out: &mut *q,
+                }]);
+            }
+        }
+
+        // Per head: q/k norms (weighted), v norm (weightless), RoPE on q and k.
+        let factors = self.rope_factors.as_deref();
+        for t in 0..n {
+            let pos = pos0 + t;
+            let qt = &mut q[t * q_rows..(t + 1) * q_rows];
+            let kt = &mut k[t * kv_rows..(t + 1) * kv_rows];
+            let vt = &mut v[t * kv_rows..(t + 1) * kv_rows];
+            ops::with_rope_angles_factors(p.rope.n_rot, pos, p.rope.base, p.rope.scale, factors, |cs| {
+                for qh in qt.chunks_exact_mut(hd) {
+                    ops::rms_norm_inplace(qh, Some(&self.q_norm), p.eps);
+                }
+                ops::rope_apply(qt, hd, cs, p.rope.neox);
+                if let Some(kp) = &self.kv {
+                    for (kh, vh) in kt.chunks_exact_mut(hd).zip(vt.chunks_exact_mut(hd)) {
+                        ops::rms_norm_inplace(kh, Some(&kp.k_norm), p.eps);
+                        ops::rms_norm_inplace(vh, None, p.eps);
+                    }
+                    ops::rope_apply(kt, hd, cs, p.rope.neox);
+                }
+            });
+        }
+        let cache: &KvCache = match kv {
+            Kv::Own(cache) => {
+                for t in 0..n {
+                    for h in 0..p.n_kv_head {
+                        let r = t * kv_rows + h * hd..t * kv_rows + (h + 1) * hd;
+                        cache.store(h, pos0 + t, &k[r.clone()], &v[r]);
+                    }
+                }
+                cache
+            }
+            Kv::Shared(cache) => cache,
+        };
+
+        // softmax(q·K) · V (scale 1: the q/k norms set the temperature), then o.
+        let att = take(&mut s.att, n * q_rows);
+        let a = Attend { p, cache, q, q_rows, gated: false };
+        pass.backend.attend(pass, &a, att, &mut s.scores);
+        pass.project(&self.o, &mut s.acts, att, out);
+    }
+}
+
+/// The routed experts of a Gemma 4 MoE layer.
+pub struct RoutedExperts {
+    pub n_used: usize,
+    pub n_ff: usize,
+    pub eps: f32,
+    pub router: Matrix, // [n_expert, n_embd]
+    /// `[n_embd]`: multiplies the normalised router input.
+    pub router_scale: Vec<f32>,
+    /// `[n_expert][2*n_ff, n_embd]`: gate rows, then up rows.
+    pub gate_up: Experts,
+    pub down: Experts, // [n_expert][n_embd, n_ff]
+    /// `[n_expert]`: multiplies each expert's routing weight.
+    pub expert_scale: Vec<f32>,
+}
+
+impl RoutedExperts {
+    /// Layer `il`'s router and experts.
+    pub fn load(
+        ld: &Loader,
+        il: usize,
+        n_embd: usize,
+        (n_expert, n_used, n_ff): (usize, usize, usize),
+        eps: f32,
+    ) -> Result<RoutedExperts> {
+        let scale = |kind: TensorKind, n: usize| ld.vector_shaped(&kind.scale(il), &[n as u64]);
+        Ok(RoutedExperts {
+            n_used,
+            n_ff,
+            eps,
+            router: ld.matrix(TensorKind::FfnGateInp, il, n_expert, n_embd)?,
+            router_scale: scale(TensorKind::FfnGateInp, n_embd)?,
+            gate_up: ld.experts(TensorKind::FfnGateUpExps, il, n_expert, 2 * n_ff, n_embd)?,
+            down: ld.experts(TensorKind::FfnDownExps, il, n_expert, n_embd, n_ff)?,
+            expert_scale: scale(TensorKind::FfnDownExps, n_expert)?,
+        })
+    }
+
+    /// `out = Σ_k w_k · expert_k(x)` per token, routed on `resid` (the
+    /// residual stream); `x` is the experts' (normalised) input.
+    pub fn forward(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32], x: &[f32], out: &mut [f32]) {
+        let (n, n_expert, k, n_ff) = (pass.n, self.router.rows, self.n_used, self.n_ff);
+        let n_embd = self.router.cols;
+
+        // Router: softmax(W_r · (rms_norm(resid) * scale / sqrt(n_embd))) -> top-k, renormalised.
+        let r = take(&mut s.router_in, n * n_embd);
+        let inv = 1.0 / (n_embd as f32).sqrt();
+        for (ro, xr) in r.chunks_exact_mut(n_embd).zip(resid.chunks_exact(n_embd)) {
+            ops::rms_norm(ro, xr, None, self.eps);
+            ro.iter_mut().zip(&self.router_scale).for_each(|(v, &w)| *v = *v * inv * w);
+        }
+        let logits = take(&mut s.logits, n * n_expert);
+        pass.project(&self.router, &mut s.acts, r, logits);
+        s.chosen.resize(n * k, 0);
+        s.weights.resize(n * k, 0.0);
+        for t in 0..n {
+            let pr = &mut logits[t * n_expert..(t + 1) * n_expert];
+            ops::softmax(pr);
+            let chosen = &mut s.chosen[t * k..(t + 1) * k];
+            top_k(pr, chosen);
+            let w = &mut s.weights[t * k..(t + 1) * k];
+            for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
+                *wi = pr[e as usize];
+            }
+            let sum = w.iter().sum::<f32>().max(6.103_515_6e-5);
+            for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
+                *wi = *wi / sum * self.expert_scale[e as usize];
+            }
+        }
+
+        // Tokens grouped by expert: expert e's rows are seg[e].0..seg[e].1.
+        s.members.resize_with(n_expert, Vec::new);
+        s.members.iter_mut().for_each(Vec::clear);
+        for t in 0..n {
+            for j in 0..k {
+                s.members[s.chosen[t * k + j] as usize].push((t, s.weights[t * k + j]));
+            }
+        }
+        s.rows.clear();
+        s.seg.clear();
+        for m in &s.members {
+            let start = s.rows.len();
+            s.rows.extend(m.iter().map(|&(t, _)| t));
+            s.seg.push((start, s.rows.len()));
+        }
+        let total = s.rows.len();
+        if s.iota.len() < total {
+            s.iota = (0..total).collect();
+        }
+
+        // gate|up of every routed (token, expert) row, in one batch of products.
+        pass.observe(&[&self.router], r);
+        s.input.prepare(x, n, n_embd, &[self.gate_up.all.ty]);
+        let gu = take(&mut s.gate_up, total * 2 * n_ff);
+        {
+            let xq = s.input.get(self.gate_up.all.ty);
+            let mut jobs = Vec::new();
+            let mut rest = &mut gu[..];
+            for (e, &(a, b)) in s.seg.iter().enumerate() {
+                if a == b {
+                    continue;
+                }
+                let (o, r2) = std::mem::take(&mut rest).split_at_mut((b - a) * 2 * n_ff);
+                rest = r2;
+                pass.observe_expert(&[&self.gate_up], e, x, &s.rows[a..b]);
+                let w = self.gate_up.slab(pass.file, e);
+                jobs.push(MatJob { w, x: xq, rows: Some(&s.rows[a..b]), out: o });
+            }
+            pass.matmul(&mut jobs);
+        }
+        // GeGLU: hidden = gelu(gate) * up.
+        let hidden = take(&mut s.hidden, total * n_ff);
+        for (h, row) in hidden.chunks_exact_mut(n_ff).zip(gu.chunks_exact_mut(2 * n_ff)) {
+            let (g, u) = row.split_at_mut(n_ff);
+            ops::gelu_tanh(g);
+            ops::mul(g, u);
+            h.copy_from_slice(g);
+        }
+
+        // down of every row, then the weighted sum per token.
+        s.acts.quantize(self.down.all.ty, hidden, total, n_ff);
+        let d = take(&mut s.down, total * n_embd);
+        {
+            let mut jobs = Vec::new();
+            let mut rest = &mut d[..];
+            for (e, &(a, b)) in s.seg.iter().enumerate() {
+                if a == b {
+                    continue;
+                }
+                let (o, r2) = std::mem::take(&mut rest).split_at_mut((b - a) * n_embd);
+                rest = r2;
+                pass.observe_expert(&[&self.down], e, hidden, &s.iota[a..b]);
+                let w = self.down.slab(pass.file, e);
+                jobs.push(MatJob { w, x: &s.acts, rows: Some(&s.iota[a..b]), out: o });
+            }
+            pass.matmul(&mut jobs);
+        }
+        out.fill(0.0);
+        for (m, &(a, _)) in s.members.iter().zip(&s.seg) {
+            for (i, &(t, w)) in m.iter().enumerate() {
+                let row = &d[(a + i) * n_embd..(a + i + 1) * n_embd];
+                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], w, row);
+            }
+        }
+    }
+}
+
+/// The per-layer input of one block of an E model:
+/// `x += post_norm(proj(gelu(inp_gate · x) * ple_l))`.
+pub struct PerLayerInput {
+    pub inp_gate: Matrix, // [n_ple, n_embd]
+    pub proj: Matrix,     // [n_embd, n_ple]
+    pub post_norm: RmsNorm,
+}
+
+impl PerLayerInput {
+    pub fn load(ld: &Loader, il: usize, n_embd: usize, n_ple: usize, eps: f32) -> Result<PerLayerInput> {
+        Ok(PerLayerInput {
+            inp_gate: ld.matrix(TensorKind::PerLayerInpGate, il, n_ple, n_embd)?,
+            proj: ld.matrix(TensorKind::PerLayerProj, il, n_embd, n_ple)?,
+            post_norm: RmsNorm::load(ld, TensorKind::PerLayerPostNorm, il, n_embd, eps)?,
+        })
+    }
+
+    /// `x += post_norm(proj(gelu(inp_gate · x) * ple))` where `ple` holds
+    /// each token's input for this layer (`[n][n_ple]` at a stride of `stride`
+    /// from `offset`); `out` is scratch of `[n][n_embd]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        pass: &Pass,
+        acts: &mut QActs,
+        gate: &mut Vec<f32>,
+        ple: &[f32],
+        (offset, stride): (usize, usize),
+        x: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let (n, n_ple) = (pass.n, self.inp_gate.rows);
+        let g = take(gate, n * n_ple);
+        pass.project(&self.inp_gate, acts, x, g);
+        ops::gelu_tanh(g);
+        for (t, gt) in g.chunks_exact_mut(n_ple).enumerate() {
+            ops::mul(gt, &ple[t * stride + offset..][..n_ple]);
+        }
+        pass.project(&self.proj, acts, g, out);
+        self.post_norm.forward_inplace(out);
+        ops::add(x, out);
+    }
+}
+
+/// The error for a Gemma 4 layer whose shared KV source does not fit it.
+pub fn kv_mismatch(il: usize, source: usize) -> Error {
+    Error::InvalidHyperparameter {
+        key: "gemma4.attention.shared_kv_layers".into(),
+        reason: format!("layer {il} shares the KV cache of layer {source}, whose heads differ"),
+    }
+}
