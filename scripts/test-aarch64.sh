@@ -7,7 +7,8 @@
 # Every available path is tested against the scalar reference on each CPU;
 # the `show_isa` test prints which path was selected. pocket-core is built
 # here without its `gpu` feature, so the GPU stand-in's tests run here too
-# (on x86-64 the workspace enables the feature).
+# (on x86-64 the workspace enables the feature). Gemma 4's fixture logits run
+# here too (the NEON paths against llama.cpp's and transformers' logits).
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ run() {
         cargo test -q -p pocket-core --target "$TARGET" --lib -- "${FILTERS[@]}" --nocapture 2>&1 \
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
-        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend 2>&1 \
+        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 
