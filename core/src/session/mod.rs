@@ -16,6 +16,7 @@ mod options;
 mod output;
 mod shared;
 mod snapshot;
+mod speculate;
 mod stop;
 
 use std::fs::File;
@@ -43,6 +44,8 @@ pub use options::{
 pub use output::Plan;
 use output::{check_reasoning, sample_under, text_only, Output};
 pub use shared::SharedSession;
+pub use speculate::{Speculation, MAX_DRAFT, MAX_NGRAM};
+use speculate::Drafter;
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -377,6 +380,7 @@ impl Session {
         }
         let model = self.model.clone();
         let tok = model.tokenizer();
+        let mut drafter = opts.speculation.drafter(&model)?;
         // The structure of the answer is compiled on a worker thread while
         // the prompt is evaluated (the vocabulary's engine, built on a
         // model's first constrained request, takes a second on a 262k vocabulary).
@@ -414,6 +418,10 @@ impl Session {
         };
         let cancelled = prefilled?;
         let mut turn = turn?;
+        if turn.is_structured() {
+            // No mask per verified position yet: a constrained answer decodes one token per pass.
+            drafter = None;
+        }
         if cancelled {
             stats.stop_reason = StopReason::Cancelled;
             stats.set_expert_io(self.state.expert_io() - io_start);
@@ -427,8 +435,33 @@ impl Session {
         let mut mask = turn.mask()?;
         let mut masked: Vec<f32> = Vec::new();
         let call_base = prompt.len();
+        // The verify pass whose rows are being sampled (speculation).
+        let mut verify: Option<Verify> = None;
         loop {
-            if !pending.is_empty() {
+            let drafts = match &drafter {
+                Some(d) if !pending.is_empty() => {
+                    // Room in the context (no slide inside a verify pass) and in the token budget.
+                    let room = n_ctx.saturating_sub(self.state.n_past() + pending.len());
+                    let left = opts.max_tokens.saturating_sub(stats.generated_tokens + 1);
+                    let mut history = Vec::with_capacity(self.cached.len() + pending.len());
+                    history.extend_from_slice(&self.cached);
+                    history.extend_from_slice(&pending);
+                    d.propose(&history, room.min(left))
+                }
+                _ => Vec::new(),
+            };
+            if !drafts.is_empty() {
+                // Evaluate the pending tokens and the drafts in one pass, a logits row for each.
+                let base = self.cached.len();
+                let checkpoint = if self.state.is_recurrent() { Some(self.state.checkpoint()?) } else { None };
+                let first_row = pending.len() - 1;
+                let mut batch = std::mem::take(&mut pending);
+                batch.extend_from_slice(&drafts);
+                self.eval(&batch, Logits::All)?;
+                stats.drafted_tokens += drafts.len();
+                verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
+                mask = turn.mask()?;
+            } else if !pending.is_empty() {
                 // The next mask is computed while the forward pass runs.
                 let (evaluated, next_mask) = if turn.is_structured() {
                     let (turn_ref, pending_ref) = (&mut turn, &pending);
@@ -482,7 +515,15 @@ impl Session {
                 out.stopped = Some(StopReason::Cancelled);
                 break;
             }
-            let mut next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
+            let logits = match &verify {
+                Some(v) => {
+                    let n_vocab = self.state.logits().len() / self.state.logit_rows().max(1);
+                    let row = v.first_row + v.accepted;
+                    &self.state.logits()[row * n_vocab..(row + 1) * n_vocab]
+                }
+                None => self.state.logits(),
+            };
+            let mut next = sample_under(&mut sampler, logits, &mask, &mut masked);
             if turn.opens_json_call(next, tok)? {
                 mask = turn.mask()?;
                 next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
@@ -504,6 +545,17 @@ impl Session {
                     continue;
                 }
             }
+            // Speculation: the sampled token keeps the next draft, or ends the verification.
+            let mut evaluated = false;
+            if let Some(v) = verify.as_mut() {
+                if v.accepted < v.drafts.len() && next == v.drafts[v.accepted] {
+                    v.accepted += 1;
+                    stats.accepted_tokens += 1;
+                    evaluated = true;
+                } else if let Some(v) = verify.take() {
+                    self.settle(v, &mut pending, &mut drafter)?;
+                }
+            }
             stats.generated_tokens += 1;
             stats.tokens.push(next);
             sampler.accept(next);
@@ -513,7 +565,15 @@ impl Session {
                 break;
             }
             let step = turn.accept(next, tok)?;
-            pending.push(next);
+            if !evaluated {
+                pending.push(next);
+            }
+            if !step.forced.is_empty() {
+                // Forced tokens replace the drafts after this one.
+                if let Some(v) = verify.take() {
+                    self.settle(v, &mut pending, &mut drafter)?;
+                }
+            }
             for &f in &step.forced {
                 stats.generated_tokens += 1;
                 stats.tokens.push(f);
@@ -535,6 +595,9 @@ impl Session {
             let rest = turn.finish();
             out.route(ticket, &mut stats, on_event, &rest.segments);
             out.flush(&mut stats, on_event);
+        }
+        if let Some(v) = verify.take() {
+            self.settle(v, &mut pending, &mut drafter)?;
         }
         if !pending.is_empty() {
             // Keep the cache equal to the conversation so far.
@@ -573,6 +636,33 @@ impl Session {
             stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated as f64 / prefill_secs;
         }
         Ok(false)
+    }
+
+    /// End a verification: drop the drafts after the accepted ones from the
+    /// state (truncate the KV cache; a recurrent model restores the
+    /// checkpoint taken before the pass and puts the accepted tokens in front
+    /// of `pending`, replayed by the next pass) and adapt the draft length.
+    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<()> {
+        if let Some(d) = drafter {
+            d.update(v.drafts.len(), v.accepted);
+        }
+        let keep = v.base + v.first_row + 1 + v.accepted;
+        if keep >= self.cached.len() {
+            return Ok(());
+        }
+        match &v.checkpoint {
+            None => {
+                self.state.truncate(keep)?;
+                self.cached.truncate(keep);
+            }
+            Some(cp) => {
+                self.state.restore(cp)?;
+                let replay = self.cached[v.base..keep].to_vec();
+                self.cached.truncate(v.base);
+                pending.splice(0..0, replay);
+            }
+        }
+        Ok(())
     }
 
     /// Evaluate tokens after the cache, sliding the window if it is full.
@@ -673,6 +763,19 @@ impl Session {
         self.checkpoints.push((self.cached.clone(), self.state.checkpoint()?));
         Ok(())
     }
+}
+
+/// A verify pass being sampled: the drafts, how many were accepted so far,
+/// the logits row of the first draft's position minus one, and where to roll back to.
+struct Verify {
+    drafts: Vec<u32>,
+    accepted: usize,
+    /// The row of the last token before the drafts.
+    first_row: usize,
+    /// Tokens in the cache before the pass.
+    base: usize,
+    /// Recurrent models: the state before the pass.
+    checkpoint: Option<Checkpoint>,
 }
 
 /// Read the snapshot at `path` for a session of `model` with resolved `opts`.
