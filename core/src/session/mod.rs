@@ -44,8 +44,8 @@ pub use options::{
 pub use output::Plan;
 use output::{check_reasoning, sample_under, text_only, Output};
 pub use shared::SharedSession;
-pub use speculate::{Speculation, MAX_DRAFT, MAX_NGRAM};
 use speculate::Drafter;
+pub use speculate::{testing, Speculation, MAX_DRAFT, MAX_NGRAM};
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -457,7 +457,11 @@ impl Session {
                 let first_row = pending.len() - 1;
                 let mut batch = std::mem::take(&mut pending);
                 batch.extend_from_slice(&drafts);
-                self.eval(&batch, Logits::All)?;
+                // Rows computed as decoding computes them: the tokens are those without speculation.
+                self.pool.set_one_row(true);
+                let evaluated = self.eval(&batch, Logits::All);
+                self.pool.set_one_row(false);
+                evaluated?;
                 stats.drafted_tokens += drafts.len();
                 verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
                 mask = turn.mask()?;

@@ -15,6 +15,13 @@
 //! generator, as without speculation, so a seeded request gives the same
 //! tokens with or without it (greedy: argmax, the same tokens by construction).
 //!
+//! **Exactness.** The multi-row kernels (K-quant panels, tiled attention)
+//! round differently from the one-row kernels in the last bits, which flips
+//! a near-tie now and then (seen on Gemma 3 270M Q4_K_M). A verify pass
+//! therefore runs with the pool in one-row mode ([`crate::threads::ThreadPool::set_one_row`]):
+//! every position is computed as decoding would compute it, bit for bit,
+//! while each tile of weights is still read once for all positions.
+//!
 //! **Rollback.** Rejected drafts were evaluated into the state. Attention
 //! layers truncate their KV cache to the accepted length. Recurrent layers
 //! (qwen35moe's Gated DeltaNet: delta-rule state and conv window) cannot drop
@@ -87,7 +94,11 @@ impl Speculation {
         self.validate()?;
         match *self {
             Speculation::Off => Ok(None),
-            Speculation::Lookup { ngram, max_draft } => Ok(Some(Drafter::new(ngram, max_draft))),
+            Speculation::Lookup { ngram, max_draft } => {
+                let mut d = Drafter::new(ngram, max_draft);
+                d.script = testing::SCRIPT.with(|s| s.borrow().clone());
+                Ok(Some(d))
+            }
             Speculation::Mtp { .. } => {
                 let file = model.file();
                 let arch = file.architecture()?.unwrap_or("");
@@ -102,9 +113,9 @@ impl Speculation {
                     Err(Error::InvalidArgument("speculation: mtp: this file has no MTP layer; use lookup".into()))
                 }
             }
-            Speculation::DraftModel { .. } => Err(Error::InvalidArgument(
-                "speculation: draft model drafting is not yet supported; use lookup".into(),
-            )),
+            Speculation::DraftModel { .. } => {
+                Err(Error::InvalidArgument("speculation: draft model drafting is not yet supported; use lookup".into()))
+            }
         }
     }
 }
@@ -116,22 +127,31 @@ pub(super) struct Drafter {
     max_draft: usize,
     /// The current draft length.
     k: usize,
+    /// Tests: drafts read from this token sequence at the history's length
+    /// instead of looked up (see [`testing`]).
+    script: Option<Vec<u32>>,
 }
 
 impl Drafter {
     pub fn new(ngram: usize, max_draft: usize) -> Drafter {
-        Drafter { ngram, max_draft, k: max_draft }
+        Drafter { ngram, max_draft, k: max_draft, script: None }
     }
 
     /// Up to `min(k, limit)` drafts to follow `history` (prompt and answer so far).
     pub fn propose(&self, history: &[u32], limit: usize) -> Vec<u32> {
-        lookup(history, self.ngram, self.k.min(limit))
+        let k = self.k.min(limit);
+        if let Some(script) = &self.script {
+            let from = history.len().min(script.len());
+            return script[from..(from + k).min(script.len())].to_vec();
+        }
+        lookup(history, self.ngram, k)
     }
 
     /// Adapt the draft length after a verification that accepted
     /// `accepted` of `drafted` drafts.
     pub fn update(&mut self, drafted: usize, accepted: usize) {
-        self.k = if accepted == drafted { (self.k + 1).min(self.max_draft) } else { (accepted + 1).min(self.max_draft) };
+        self.k =
+            if accepted == drafted { (self.k + 1).min(self.max_draft) } else { (accepted + 1).min(self.max_draft) };
     }
 
     #[cfg(test)]
@@ -159,6 +179,28 @@ pub(super) fn lookup(history: &[u32], ngram: usize, max: usize) -> Vec<u32> {
         }
     }
     Vec::new()
+}
+
+/// A hook for tests of the verification itself: the fixture models have
+/// random weights and never repeat themselves, so lookup's drafts are never
+/// accepted on them. A test scripts the drafts instead (the model's own
+/// greedy tokens with some changed, so that drafts are both accepted and
+/// rejected); everything else (verify pass, sampling, rollback) is the
+/// `Lookup` path. Not part of the API.
+#[doc(hidden)]
+pub mod testing {
+    use std::cell::RefCell;
+
+    thread_local! {
+        pub(super) static SCRIPT: RefCell<Option<Vec<u32>>> = const { RefCell::new(None) };
+    }
+
+    /// Requests on this thread with `Speculation::Lookup` draft
+    /// `script[n..]` at a history of n tokens (prompt included), up to the
+    /// draft length; `None` restores lookup.
+    pub fn script_drafts(script: Option<Vec<u32>>) {
+        SCRIPT.with(|s| *s.borrow_mut() = script);
+    }
 }
 
 #[cfg(test)]
