@@ -246,6 +246,31 @@ impl Session {
         self.run(ticket, tokens, opts, on_event, start, Plan { think, tools: None, prompt })
     }
 
+    /// [`generate_events`](Self::generate_events) for a prompt given as
+    /// token ids, evaluated as they are (no BOS added; an id outside the
+    /// vocabulary is refused).
+    pub fn generate_tokens(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        let start = Instant::now();
+        opts.validate()?;
+        if !opts.tools.is_empty() {
+            return Err(Error::InvalidArgument("tools: a raw prompt has no template to render them; use chat".into()));
+        }
+        let n_vocab = self.model.n_vocab();
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+        }
+        let think = self.think_format();
+        check_reasoning(opts.reasoning, think.as_ref())?;
+        let text = self.model.tokenizer().decode(prompt, true);
+        self.run(&ticket, prompt.to_vec(), opts, on_event, start, Plan { think, tools: None, prompt: text })
+    }
+
     /// Answer the conversation `messages` (rendered through the model's chat
     /// template with the generation prompt). Earlier turns already in the
     /// context are not evaluated again. `on_piece` receives the answer's text only.
