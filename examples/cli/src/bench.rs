@@ -173,7 +173,11 @@ pub fn run(args: Args) -> Result<(), String> {
         summary.quantization,
         kv.name(),
         if args.varied { " varied" } else { "" },
-        if args.speculate.is_off() { String::new() } else { format!(" spec:{speculation:?}").replace(' ', "") }
+        if args.speculate.is_off() {
+            String::new()
+        } else {
+            format!(" spec:{}", format!("{speculation:?}").replace(' ', ""))
+        }
     );
 
     // Deterministic pseudo-random tokens, away from control tokens: token `i`
