@@ -114,6 +114,50 @@ fn the_hybrid_rolls_back_its_recurrent_state() {
 }
 
 #[test]
+fn a_replay_without_new_drafts_is_evaluated_as_decoding_would() {
+    // The script ends early: the last rejections' replays are evaluated
+    // with no drafts after them (the plain decode step), on the quantised
+    // hybrid, whose multi-row kernels would round differently.
+    for name in ["qwen35moe-tiny-Q4_K_M", "qwen35moe-tiny-F32"] {
+        let m = tiny(name);
+        let off = GenerateOptions {
+            max_tokens: 64,
+            sampler: SamplerConfig::greedy(),
+            ignore_eos: true,
+            ..Default::default()
+        };
+        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+        let (mut a, mut b) = (session(&m), session(&m));
+        let (_, x) = run(&mut a, REPETITIVE, &off);
+        let script = corrupted(a.cached_tokens(), x.prompt_tokens, 3);
+        for cut in [x.prompt_tokens + 8, x.prompt_tokens + 21] {
+            testing::script_drafts(Some(script[..cut].to_vec()));
+            b.reset();
+            let (_, y) = run(&mut b, REPETITIVE, &on);
+            testing::script_drafts(None);
+            assert_eq!(y.tokens, x.tokens, "{name}, script cut at {cut}");
+            assert!(y.accepted_tokens > 0 && y.accepted_tokens < y.drafted_tokens, "{y:?}");
+            // The state the replays left continues as decoding's does: the
+            // conversation so far plus a few tokens, evaluated from each cache.
+            assert_eq!(b.cached_tokens(), a.cached_tokens());
+            let mut next = a.cached_tokens().to_vec();
+            next.extend_from_slice(&x.tokens[..4]);
+            let (mut z_off, mut z_on) = (Vec::new(), Vec::new());
+            for (s, z) in [(&mut a, &mut z_off), (&mut b, &mut z_on)] {
+                let cached = s.cached_tokens().len();
+                let st = s.generate_tokens(&next, &off, &mut |_| true).unwrap();
+                assert_eq!(st.prompt_tokens_evaluated, next.len() - cached, "only the new tokens are evaluated");
+                *z = st.tokens;
+            }
+            assert_eq!(z_on, z_off, "{name}: the next request differs");
+            // `a` moved on: back to the first request's state for the next cut.
+            a.reset();
+            run(&mut a, REPETITIVE, &off);
+        }
+    }
+}
+
+#[test]
 fn greedy_with_penalties_is_identical() {
     // The penalties at each verified position see the tokens before it.
     let m = tiny("qwen3moe-tiny-F32");

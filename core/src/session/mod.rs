@@ -462,6 +462,9 @@ impl Session {
         let call_base = prompt.len();
         // The verify pass whose rows are being sampled (speculation).
         let mut verify: Option<Verify> = None;
+        // `pending` begins with tokens a rollback replays (recurrent models):
+        // evaluated as the verify pass did, row by row.
+        let mut replayed = false;
         loop {
             let drafts = match &drafter {
                 Some(d) if !pending.is_empty() => {
@@ -483,10 +486,8 @@ impl Session {
                 let mut batch = std::mem::take(&mut pending);
                 batch.extend_from_slice(&drafts);
                 // Rows computed as decoding computes them: the tokens are those without speculation.
-                self.pool.set_one_row(true);
-                let evaluated = self.eval(&batch, Logits::All);
-                self.pool.set_one_row(false);
-                evaluated?;
+                self.eval_rows(&batch, Logits::All, true)?;
+                replayed = false;
                 stats.drafted_tokens += drafts.len();
                 verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
                 mask = turn.mask()?;
@@ -503,11 +504,12 @@ impl Session {
                         (evaluated, m)
                     })
                 } else {
-                    (self.eval(&pending, Logits::Last), turn.mask())
+                    (self.eval_rows(&pending, Logits::Last, replayed), turn.mask())
                 };
                 evaluated?;
                 mask = next_mask?;
                 pending.clear();
+                replayed = false;
             }
             for closed in turn.take_closed() {
                 let event = match closed {
@@ -582,7 +584,7 @@ impl Session {
                     stats.accepted_tokens += 1;
                     evaluated = true;
                 } else if let Some(v) = verify.take() {
-                    self.settle(v, &mut pending, &mut drafter)?;
+                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
                 }
             }
             stats.generated_tokens += 1;
@@ -600,7 +602,7 @@ impl Session {
             if !step.forced.is_empty() {
                 // Forced tokens replace the drafts after this one.
                 if let Some(v) = verify.take() {
-                    self.settle(v, &mut pending, &mut drafter)?;
+                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
                 }
             }
             for &f in &step.forced {
@@ -626,11 +628,11 @@ impl Session {
             out.flush(&mut stats, on_event);
         }
         if let Some(v) = verify.take() {
-            self.settle(v, &mut pending, &mut drafter)?;
+            replayed |= self.settle(v, &mut pending, &mut drafter)?;
         }
         if !pending.is_empty() {
             // Keep the cache equal to the conversation so far.
-            self.eval(&pending, Logits::Last)?;
+            self.eval_rows(&pending, Logits::Last, replayed)?;
         }
         self.save_checkpoint()?;
         let decode_secs = decode_start.elapsed().as_secs_f64();
@@ -671,13 +673,14 @@ impl Session {
     /// state (truncate the KV cache; a recurrent model restores the
     /// checkpoint taken before the pass and puts the accepted tokens in front
     /// of `pending`, replayed by the next pass) and adapt the draft length.
-    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<()> {
+    /// True when tokens were put in front of `pending`.
+    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<bool> {
         if let Some(d) = drafter {
             d.update(v.drafts.len(), v.accepted);
         }
         let keep = v.base + v.first_row + 1 + v.accepted;
         if keep >= self.cached.len() {
-            return Ok(());
+            return Ok(false);
         }
         match &v.checkpoint {
             None => {
@@ -689,9 +692,19 @@ impl Session {
                 let replay = self.cached[v.base..keep].to_vec();
                 self.cached.truncate(v.base);
                 pending.splice(0..0, replay);
+                return Ok(true);
             }
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// [`eval`](Self::eval), with `one_row`: every token computed as a pass
+    /// of one token computes it (the pool's one-row mode), bit for bit.
+    fn eval_rows(&mut self, tokens: &[u32], want: Logits, one_row: bool) -> Result<()> {
+        self.pool.set_one_row(one_row);
+        let evaluated = self.eval(tokens, want);
+        self.pool.set_one_row(false);
+        evaluated
     }
 
     /// Evaluate tokens after the cache, sliding the window if it is full.
