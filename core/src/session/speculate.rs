@@ -214,7 +214,7 @@ mod tests {
         assert_eq!(lookup(&h, 2, 3), vec![7, 8, 2]);
         // A longer n-gram is preferred to a more recent shorter one.
         let h = [4, 5, 6, 1, 6, 2, 5, 6];
-        assert_eq!(lookup(&h, 2, 2), vec![6, 1]);
+        assert_eq!(lookup(&h, 2, 2), vec![1, 6]);
         assert_eq!(lookup(&h, 1, 2), vec![2, 5]);
         // The continuation may run to the end of the history.
         let h = [1, 2, 1];
