@@ -5,12 +5,13 @@ use pocket_core::session::Speculation;
 /// How drafts are made (`--speculate`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
+    // (Plain comments: doc comments here would turn every command's help into the long layout.)
     Off,
-    /// Prompt lookup: the tokens that followed the last n-gram earlier in the prompt or answer
+    // Prompt lookup: the tokens that followed the last n-gram earlier in the prompt or answer.
     Lookup,
-    /// The model's multi-token-prediction head (not yet supported)
+    // The model's multi-token-prediction head (not yet supported).
     Mtp,
-    /// A smaller draft model (not yet supported)
+    // A smaller draft model (not yet supported).
     Draft,
 }
 
