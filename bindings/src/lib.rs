@@ -28,7 +28,7 @@ pub use model::{
     plan_memory, Backend, FilePart, GpuAdapter, LoadOptions, LoadProgressListener, MemoryPlan, ModelInfo, PocketModel,
 };
 pub use session::{
-    ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, StopReason,
+    ChatMessage, GenerateOptions, GenerationStats, KvCacheType, PocketSession, SessionOptions, Speculation, StopReason,
     TokenListener,
 };
 pub use structured::{EventListener, GenerationEvent, Reasoning, ToolCall, ToolCallValue, ToolChoice, ToolSpec};

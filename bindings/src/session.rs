@@ -114,6 +114,38 @@ pub struct GenerateOptions {
     /// Absent = `Reasoning.Default` (the template's behaviour).
     #[uniffi(default = None)]
     pub reasoning: Option<Reasoning>,
+    /// Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
+    /// output is the same with it; switched off under a constraint or tools.
+    #[uniffi(default = None)]
+    pub speculation: Option<Speculation>,
+}
+
+/// How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
+/// optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
+pub enum Speculation {
+    /// One token per forward pass.
+    Off,
+    /// Prompt lookup: the tokens that followed the last `ngram` (down to 1)
+    /// tokens earlier in the prompt or answer, up to `maxDraft` of them.
+    Lookup { ngram: u32, max_draft: u32 },
+    /// The model's multi-token-prediction head (not yet supported).
+    Mtp { max_draft: u32 },
+    /// A smaller model of the same vocabulary (not yet supported).
+    DraftModel { max_draft: u32 },
+}
+
+impl From<Speculation> for core::Speculation {
+    fn from(s: Speculation) -> Self {
+        match s {
+            Speculation::Off => core::Speculation::Off,
+            Speculation::Lookup { ngram, max_draft } => {
+                core::Speculation::Lookup { ngram: ngram as usize, max_draft: max_draft as usize }
+            }
+            Speculation::Mtp { max_draft } => core::Speculation::Mtp { max_draft: max_draft as usize },
+            Speculation::DraftModel { max_draft } => core::Speculation::DraftModel { max_draft: max_draft as usize },
+        }
+    }
 }
 
 impl Default for GenerateOptions {
@@ -135,6 +167,7 @@ impl Default for GenerateOptions {
             tools: Vec::new(),
             tool_choice: None,
             reasoning: None,
+            speculation: None,
         }
     }
 }
@@ -177,6 +210,11 @@ pub struct GenerationStats {
     /// The tools the model called, in order (`stopReason` is then `ToolCalls`).
     #[uniffi(default = [])]
     pub tool_calls: Vec<ToolCall>,
+    /// Speculation: tokens drafted and verified, and how many the model accepted (0 without).
+    #[uniffi(default = 0)]
+    pub drafted_tokens: u32,
+    #[uniffi(default = 0)]
+    pub accepted_tokens: u32,
 }
 
 /// One message of a conversation.
@@ -430,6 +468,7 @@ pub(crate) fn core_options(o: GenerateOptions) -> core::GenerateOptions {
         tools: o.tools.into_iter().map(Into::into).collect(),
         tool_choice: o.tool_choice.map(Into::into).unwrap_or_default(),
         reasoning: o.reasoning.map(Into::into).unwrap_or_default(),
+        speculation: o.speculation.map(Into::into).unwrap_or_default(),
         ..core::GenerateOptions::default()
     }
 }
@@ -457,6 +496,8 @@ impl From<core::GenerationStats> for GenerationStats {
             storage_bytes_read: s.storage_bytes_read,
             reasoning: s.reasoning,
             tool_calls: s.tool_calls.into_iter().map(Into::into).collect(),
+            drafted_tokens: count(s.drafted_tokens),
+            accepted_tokens: count(s.accepted_tokens),
         }
     }
 }
@@ -505,6 +546,8 @@ mod tests {
             expert_cache_hits: 0,
             expert_cache_misses: 0,
             storage_bytes_read: 0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
             tokens: vec![1, 2, 3, 4],
             text: "It is noon".into(),
             reasoning: "hm".into(),

@@ -144,6 +144,9 @@ unsafe impl Send for Shared {}
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// Products run one activation row at a time, tiled as for one row (see
+    /// [`set_one_row`](Self::set_one_row)).
+    one_row: AtomicBool,
 }
 
 impl ThreadPool {
@@ -183,11 +186,25 @@ impl ThreadPool {
                     .expect("spawn a worker thread")
             })
             .collect();
-        ThreadPool { shared, workers }
+        ThreadPool { shared, workers, one_row: AtomicBool::new(false) }
     }
 
     pub fn n_threads(&self) -> usize {
         self.shared.n_threads
+    }
+
+    /// While on, the weight products on this pool compute every activation
+    /// row as a product of one row would (the decode kernels and tiling), so
+    /// a batch's results equal token-by-token decoding bit for bit (the
+    /// multi-row kernels round differently in the last bits). Speculative
+    /// decoding's verify passes run so; the weights are still read once per
+    /// tile for all rows.
+    pub fn set_one_row(&self, on: bool) {
+        self.one_row.store(on, Ordering::Relaxed);
+    }
+
+    pub fn one_row(&self) -> bool {
+        self.one_row.load(Ordering::Relaxed)
     }
 
     /// Run `f(ith, nth)` for every `ith` in `0..nth`, each exactly once and in

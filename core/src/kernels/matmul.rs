@@ -51,7 +51,7 @@ impl Kernels {
         let work_bytes: usize = jobs.iter().map(|j| j.w.data.len() * j.rows.map_or(j.x.n, <[usize]>::len)).sum();
         let mut runners: Vec<Box<dyn Runner + '_>> = Vec::with_capacity(jobs.len());
         for j in jobs.iter_mut() {
-            if let Some(r) = self.runner(pool.n_threads(), &j.w, j.x, j.rows, &mut *j.out) {
+            if let Some(r) = self.runner(pool, &j.w, j.x, j.rows, &mut *j.out) {
                 runners.push(r);
             }
         }
@@ -61,7 +61,7 @@ impl Kernels {
     /// A product ready to run tile by tile (`None` when it is empty).
     fn runner<'a>(
         &self,
-        threads: usize,
+        pool: &ThreadPool,
         w: &'a QMatrix<'a>,
         x: &'a QActs,
         rows: Option<&'a [usize]>,
@@ -71,7 +71,14 @@ impl Kernels {
         if n == 0 || w.rows == 0 {
             return None;
         }
-        let plan = Plan::new(threads, w, n, self.panel_rows(w, n));
+        let threads = pool.n_threads();
+        let plan = if pool.one_row() {
+            // The weight rows tiled as for one activation row, each tile run
+            // for one row at a time: every row takes the decode kernels.
+            Plan { n, acts_per_tile: 1, ..Plan::new(threads, w, 1, self.panel_rows(w, 1)) }
+        } else {
+            Plan::new(threads, w, n, self.panel_rows(w, n))
+        };
         let out = Out(out.as_mut_ptr());
         let (k, row_bytes) = (x.k, w.row_bytes());
         Some(match self.row_dot(w.ty).expect("a supported type has kernels") {
@@ -113,7 +120,7 @@ impl Kernels {
 
     fn run(&self, pool: &ThreadPool, w: &QMatrix, x: &QActs, rows: Option<&[usize]>, out: &mut [f32]) {
         let work_bytes = w.data.len() * rows.map_or(x.n, <[usize]>::len);
-        if let Some(r) = self.runner(pool.n_threads(), w, x, rows, out) {
+        if let Some(r) = self.runner(pool, w, x, rows, out) {
             drive(pool, &[r], work_bytes);
         }
     }

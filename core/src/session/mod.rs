@@ -16,6 +16,7 @@ mod options;
 mod output;
 mod shared;
 mod snapshot;
+mod speculate;
 mod stop;
 
 use std::fs::File;
@@ -43,6 +44,8 @@ pub use options::{
 pub use output::Plan;
 use output::{check_reasoning, sample_under, text_only, Output};
 pub use shared::SharedSession;
+use speculate::Drafter;
+pub use speculate::{testing, Speculation, MAX_DRAFT, MAX_NGRAM};
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -241,6 +244,31 @@ impl Session {
         self.run(ticket, tokens, opts, on_event, start, Plan { think, tools: None, prompt })
     }
 
+    /// [`generate_events`](Self::generate_events) for a prompt given as
+    /// token ids, evaluated as they are (no BOS added; an id outside the
+    /// vocabulary is refused).
+    pub fn generate_tokens(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_event: &mut dyn FnMut(GenerationEvent) -> bool,
+    ) -> Result<GenerationStats> {
+        let ticket = self.cancel.issue();
+        let start = Instant::now();
+        opts.validate()?;
+        if !opts.tools.is_empty() {
+            return Err(Error::InvalidArgument("tools: a raw prompt has no template to render them; use chat".into()));
+        }
+        let n_vocab = self.model.n_vocab();
+        if let Some(bad) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {n_vocab}")));
+        }
+        let think = self.think_format();
+        check_reasoning(opts.reasoning, think.as_ref())?;
+        let text = self.model.tokenizer().decode(prompt, true);
+        self.run(&ticket, prompt.to_vec(), opts, on_event, start, Plan { think, tools: None, prompt: text })
+    }
+
     /// Answer the conversation `messages` (rendered through the model's chat
     /// template with the generation prompt). Earlier turns already in the
     /// context are not evaluated again. `on_piece` receives the answer's text only.
@@ -375,6 +403,7 @@ impl Session {
         }
         let model = self.model.clone();
         let tok = model.tokenizer();
+        let mut drafter = opts.speculation.drafter(&model)?;
         // The structure of the answer is compiled on a worker thread while
         // the prompt is evaluated (the vocabulary's engine, built on a
         // model's first constrained request, takes a second on a 262k vocabulary).
@@ -412,6 +441,10 @@ impl Session {
         };
         let cancelled = prefilled?;
         let mut turn = turn?;
+        if turn.is_structured() {
+            // No mask per verified position yet: a constrained answer decodes one token per pass.
+            drafter = None;
+        }
         if cancelled {
             stats.stop_reason = StopReason::Cancelled;
             stats.set_expert_io(self.state.expert_io() - io_start);
@@ -425,8 +458,38 @@ impl Session {
         let mut mask = turn.mask()?;
         let mut masked: Vec<f32> = Vec::new();
         let call_base = prompt.len();
+        // The verify pass whose rows are being sampled (speculation).
+        let mut verify: Option<Verify> = None;
+        // `pending` begins with tokens a rollback replays (recurrent models):
+        // evaluated as the verify pass did, row by row.
+        let mut replayed = false;
         loop {
-            if !pending.is_empty() {
+            let drafts = match &drafter {
+                Some(d) if !pending.is_empty() => {
+                    // Room in the context (no slide inside a verify pass) and in the token budget.
+                    let room = n_ctx.saturating_sub(self.state.n_past() + pending.len());
+                    let left = opts.max_tokens.saturating_sub(stats.generated_tokens + 1);
+                    let mut history = Vec::with_capacity(self.cached.len() + pending.len());
+                    history.extend_from_slice(&self.cached);
+                    history.extend_from_slice(&pending);
+                    d.propose(&history, room.min(left))
+                }
+                _ => Vec::new(),
+            };
+            if !drafts.is_empty() {
+                // Evaluate the pending tokens and the drafts in one pass, a logits row for each.
+                let base = self.cached.len();
+                let checkpoint = if self.state.is_recurrent() { Some(self.state.checkpoint()?) } else { None };
+                let first_row = pending.len() - 1;
+                let mut batch = std::mem::take(&mut pending);
+                batch.extend_from_slice(&drafts);
+                // Rows computed as decoding computes them: the tokens are those without speculation.
+                self.eval_rows(&batch, Logits::All, true)?;
+                replayed = false;
+                stats.drafted_tokens += drafts.len();
+                verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
+                mask = turn.mask()?;
+            } else if !pending.is_empty() {
                 // The next mask is computed while the forward pass runs.
                 let (evaluated, next_mask) = if turn.is_structured() {
                     let (turn_ref, pending_ref) = (&mut turn, &pending);
@@ -439,11 +502,12 @@ impl Session {
                         (evaluated, m)
                     })
                 } else {
-                    (self.eval(&pending, Logits::Last), turn.mask())
+                    (self.eval_rows(&pending, Logits::Last, replayed), turn.mask())
                 };
                 evaluated?;
                 mask = next_mask?;
                 pending.clear();
+                replayed = false;
             }
             for closed in turn.take_closed() {
                 let event = match closed {
@@ -480,7 +544,15 @@ impl Session {
                 out.stopped = Some(StopReason::Cancelled);
                 break;
             }
-            let mut next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
+            let logits = match &verify {
+                Some(v) => {
+                    let n_vocab = self.state.logits().len() / self.state.logit_rows().max(1);
+                    let row = v.first_row + v.accepted;
+                    &self.state.logits()[row * n_vocab..(row + 1) * n_vocab]
+                }
+                None => self.state.logits(),
+            };
+            let mut next = sample_under(&mut sampler, logits, &mask, &mut masked);
             if turn.opens_json_call(next, tok)? {
                 mask = turn.mask()?;
                 next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
@@ -502,6 +574,17 @@ impl Session {
                     continue;
                 }
             }
+            // Speculation: the sampled token keeps the next draft, or ends the verification.
+            let mut evaluated = false;
+            if let Some(v) = verify.as_mut() {
+                if v.accepted < v.drafts.len() && next == v.drafts[v.accepted] {
+                    v.accepted += 1;
+                    stats.accepted_tokens += 1;
+                    evaluated = true;
+                } else if let Some(v) = verify.take() {
+                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
+                }
+            }
             stats.generated_tokens += 1;
             stats.tokens.push(next);
             sampler.accept(next);
@@ -511,7 +594,15 @@ impl Session {
                 break;
             }
             let step = turn.accept(next, tok)?;
-            pending.push(next);
+            if !evaluated {
+                pending.push(next);
+            }
+            if !step.forced.is_empty() {
+                // Forced tokens replace the drafts after this one.
+                if let Some(v) = verify.take() {
+                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
+                }
+            }
             for &f in &step.forced {
                 stats.generated_tokens += 1;
                 stats.tokens.push(f);
@@ -534,9 +625,12 @@ impl Session {
             out.route(ticket, &mut stats, on_event, &rest.segments);
             out.flush(&mut stats, on_event);
         }
+        if let Some(v) = verify.take() {
+            replayed |= self.settle(v, &mut pending, &mut drafter)?;
+        }
         if !pending.is_empty() {
             // Keep the cache equal to the conversation so far.
-            self.eval(&pending, Logits::Last)?;
+            self.eval_rows(&pending, Logits::Last, replayed)?;
         }
         self.save_checkpoint()?;
         let decode_secs = decode_start.elapsed().as_secs_f64();
@@ -571,6 +665,44 @@ impl Session {
             stats.prefill_tokens_per_second = stats.prompt_tokens_evaluated as f64 / prefill_secs;
         }
         Ok(false)
+    }
+
+    /// End a verification: drop the drafts after the accepted ones from the
+    /// state (truncate the KV cache; a recurrent model restores the
+    /// checkpoint taken before the pass and puts the accepted tokens in front
+    /// of `pending`, replayed by the next pass) and adapt the draft length.
+    /// True when tokens were put in front of `pending`.
+    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<bool> {
+        if let Some(d) = drafter {
+            d.update(v.drafts.len(), v.accepted);
+        }
+        let keep = v.base + v.first_row + 1 + v.accepted;
+        if keep >= self.cached.len() {
+            return Ok(false);
+        }
+        match &v.checkpoint {
+            None => {
+                self.state.truncate(keep)?;
+                self.cached.truncate(keep);
+            }
+            Some(cp) => {
+                self.state.restore(cp)?;
+                let replay = self.cached[v.base..keep].to_vec();
+                self.cached.truncate(v.base);
+                pending.splice(0..0, replay);
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// [`eval`](Self::eval), with `one_row`: every token computed as a pass
+    /// of one token computes it (the pool's one-row mode), bit for bit.
+    fn eval_rows(&mut self, tokens: &[u32], want: Logits, one_row: bool) -> Result<()> {
+        self.pool.set_one_row(one_row);
+        let evaluated = self.eval(tokens, want);
+        self.pool.set_one_row(false);
+        evaluated
     }
 
     /// Evaluate tokens after the cache, sliding the window if it is full.
@@ -671,6 +803,19 @@ impl Session {
         self.checkpoints.push((self.cached.clone(), self.state.checkpoint()?));
         Ok(())
     }
+}
+
+/// A verify pass being sampled: the drafts, how many were accepted so far,
+/// the logits row of the first draft's position minus one, and where to roll back to.
+struct Verify {
+    drafts: Vec<u32>,
+    accepted: usize,
+    /// The row of the last token before the drafts.
+    first_row: usize,
+    /// Tokens in the cache before the pass.
+    base: usize,
+    /// Recurrent models: the state before the pass.
+    checkpoint: Option<Checkpoint>,
 }
 
 /// Read the snapshot at `path` for a session of `model` with resolved `opts`.

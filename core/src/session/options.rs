@@ -6,6 +6,8 @@ use crate::model::{ExpertIo, KvType};
 use crate::sampler::{SamplerConfig, DEFAULT_SEED};
 use crate::structured::{Constraint, Reasoning, ToolCall, ToolChoice, ToolSpec};
 
+use super::speculate::Speculation;
+
 pub use crate::model::DEFAULT_MAX_CONTEXT;
 
 /// Tokens kept at the start of the context when the window slides
@@ -103,6 +105,9 @@ pub struct GenerateOptions {
     pub tool_choice: ToolChoice,
     /// Thinking: the template's default, off, on, or on with a token budget.
     pub reasoning: Reasoning,
+    /// Draft tokens and verify them in one pass (see `session/speculate.rs`);
+    /// off for a request with a constraint or tools.
+    pub speculation: Speculation,
 }
 
 impl Default for GenerateOptions {
@@ -121,6 +126,7 @@ impl Default for GenerateOptions {
             tools: Vec::new(),
             tool_choice: ToolChoice::Auto,
             reasoning: Reasoning::Default,
+            speculation: Speculation::Off,
         }
     }
 }
@@ -129,6 +135,7 @@ impl GenerateOptions {
     /// Every setting in its range (see [`crate::sampler::check`]).
     pub fn validate(&self) -> Result<()> {
         self.sampler.validate()?;
+        self.speculation.validate()?;
         self.constraint()?;
         crate::structured::validate_tools(&self.tools)?;
         if self.constraint()?.is_some() && !self.tools.is_empty() && self.tool_choice != ToolChoice::Off {
@@ -192,6 +199,10 @@ pub struct GenerationStats {
     pub expert_cache_hits: u64,
     pub expert_cache_misses: u64,
     pub storage_bytes_read: u64,
+    /// Speculation: tokens drafted and verified, and how many of them the
+    /// model accepted (both 0 without speculation).
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
     /// The generated token ids.
     pub tokens: Vec<u32>,
     /// The answer streamed to the listener (never the thinking or calls).
@@ -216,6 +227,8 @@ impl GenerationStats {
             expert_cache_hits: 0,
             expert_cache_misses: 0,
             storage_bytes_read: 0,
+            drafted_tokens: 0,
+            accepted_tokens: 0,
             tokens: Vec::new(),
             text: String::new(),
             reasoning: String::new(),

@@ -11,6 +11,8 @@ use std::time::Instant;
 
 use pocket_core::gguf::Summary;
 use pocket_core::model::{BackendCounters, ExpertIo, KvType, Logits};
+use pocket_core::sampler::SamplerConfig;
+use pocket_core::session::{GenerateOptions, Session, SessionOptions, Speculation};
 use pocket_core::threads::{ThreadPool, ThreadSource};
 use serde_json::json;
 
@@ -57,6 +59,12 @@ pub struct Args {
     /// request with and without it, decode t/s over the same tokens, and the compile time
     #[arg(long, value_name = "FILE|JSON")]
     json_schema: Option<String>,
+    /// With --speculate other than off, each draw runs through a session
+    /// instead (greedy, end tokens ignored) over the same prompt, and reports
+    /// the drafts made and accepted (the synthetic prompt gives lookup little
+    /// to find: measure input-grounded prompts with `run --json`).
+    #[command(flatten)]
+    speculate: crate::speculate::Speculate,
 }
 
 /// One draw's figures.
@@ -70,6 +78,9 @@ struct Draw {
     decode_bytes: u64,
     /// What the GPU backend did during decode (`None` on the CPU).
     decode_gpu: Option<BackendCounters>,
+    /// Speculation: tokens drafted and accepted.
+    drafted: usize,
+    accepted: usize,
 }
 
 impl Draw {
@@ -118,6 +129,8 @@ pub fn run(args: Args) -> Result<(), String> {
     if let Some(schema) = &args.json_schema {
         return crate::bench_structured::run(model, schema, n_gen.max(2), draws, threads, args.json);
     }
+    let model = std::sync::Arc::new(model);
+    let speculation = args.speculate.speculation()?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let gpu_at_load = model.backend_counters();
     let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
@@ -150,6 +163,7 @@ pub fn run(args: Args) -> Result<(), String> {
         }),
         "warmup": !args.no_warmup,
         "varied": args.varied,
+        "speculation": format!("{speculation:?}"),
     });
     let budget = match args.budget.size {
         crate::memory::Size::Bytes(0) => String::new(),
@@ -160,11 +174,16 @@ pub fn run(args: Args) -> Result<(), String> {
     // CPU runs keep the fingerprint they always had; a GPU run names its adapter.
     let device = model.adapter().map_or(String::new(), |a| format!(" gpu:{}", a.name.replace(' ', "_")));
     let fingerprint = format!(
-        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget}{device}{} {build}",
+        "{file_fp} {} {} t{threads} {isa} kv:{} ctx:{n_ctx} p{n_prompt} n{n_gen}{budget}{device}{}{} {build}",
         summary.architecture,
         summary.quantization,
         kv.name(),
-        if args.varied { " varied" } else { "" }
+        if args.varied { " varied" } else { "" },
+        if args.speculate.is_off() {
+            String::new()
+        } else {
+            format!(" spec:{}", format!("{speculation:?}").replace(' ', ""))
+        }
     );
 
     // Deterministic pseudo-random tokens, away from control tokens: token `i`
@@ -178,6 +197,42 @@ pub fn run(args: Args) -> Result<(), String> {
     let mut warmup: Option<Draw> = None;
     let first = if args.no_warmup { 1 } else { 0 };
     for d in first..=draws {
+        if speculation != Speculation::Off {
+            let prompt: Vec<u32> =
+                (0..n_prompt.max(1) as u64).map(|i| token(if varied { d as u64 } else { 0 }, i)).collect();
+            let opts = SessionOptions { context_length: n_ctx, kv_type: kv, threads, ..Default::default() };
+            let mut session = Session::new(model.clone(), opts).map_err(|e| e.to_string())?;
+            let gen = GenerateOptions {
+                max_tokens: n_gen.max(1),
+                sampler: SamplerConfig::greedy(),
+                ignore_eos: true,
+                speculation,
+                ..Default::default()
+            };
+            let st = session.generate_tokens(&prompt, &gen, &mut |_| true).map_err(|e| e.to_string())?;
+            let draw = Draw {
+                pp: st.prefill_tokens_per_second,
+                tg: st.decode_tokens_per_second,
+                ttft_ms: st.time_to_first_token_ms,
+                io: ExpertIo::default(),
+                decode_bytes: st.storage_bytes_read,
+                decode_gpu: None,
+                drafted: st.drafted_tokens,
+                accepted: st.accepted_tokens,
+            };
+            if d == 0 {
+                warmup = Some(draw);
+                continue;
+            }
+            if !args.json {
+                eprintln!(
+                    "draw {d}/{draws}: prefill {:.2} t/s, decode {:.2} t/s, drafts {}/{} accepted",
+                    draw.pp, draw.tg, draw.accepted, draw.drafted
+                );
+            }
+            samples.push(draw);
+            continue;
+        }
         let mut state = model.new_state(n_ctx, kv).map_err(|e| e.to_string())?;
         let prompt: Vec<u32> = (0..n_prompt as u64).map(|i| token(if varied { d as u64 } else { 0 }, i)).collect();
         let mut pp = 0.0;
@@ -205,7 +260,16 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         let io = state.expert_io();
         let decode_gpu = model.backend_counters().zip(gpu_before).map(|(after, before)| after - before);
-        let draw = Draw { pp, tg, ttft_ms, io, decode_bytes: (io - after_prefill).bytes_read, decode_gpu };
+        let draw = Draw {
+            pp,
+            tg,
+            ttft_ms,
+            io,
+            decode_bytes: (io - after_prefill).bytes_read,
+            decode_gpu,
+            drafted: 0,
+            accepted: 0,
+        };
         if d == 0 {
             // Warm-up: pages in the weights, spins up the threads; reported apart (a cold start).
             warmup = Some(draw);
@@ -240,6 +304,9 @@ pub fn run(args: Args) -> Result<(), String> {
         n => total_decode_bytes as f64 / (n * samples.len()) as f64,
     };
     let (p, t) = (spread(&pps), spread(&tgs));
+    let drafted: usize = samples.iter().map(|s| s.drafted).sum();
+    let accepted: usize = samples.iter().map(|s| s.accepted).sum();
+    let acceptance = crate::speculate::acceptance(drafted, accepted);
     let gpu = gpu_at_load.zip(model.backend_counters()).map(|(at_load, end)| GpuReport {
         at_load,
         after_load: end - at_load,
@@ -259,6 +326,8 @@ pub fn run(args: Args) -> Result<(), String> {
                 "storage_bytes_per_token": per_token(d, n_gen),
                 "storage_bytes_read": d.io.bytes_read,
                 "experts_read_ahead": d.io.prefetched,
+                "drafted_tokens": d.drafted,
+                "accepted_tokens": d.accepted,
             })).collect::<Vec<_>>(),
             "prefill_tps": sj(&p),
             "decode_tps": sj(&t),
@@ -273,6 +342,9 @@ pub fn run(args: Args) -> Result<(), String> {
             "storage_bytes_per_token": total_per_token,
             "storage_bytes_read": total.bytes_read,
             "experts_read_ahead": total.prefetched,
+            "drafted_tokens": drafted,
+            "accepted_tokens": accepted,
+            "acceptance": acceptance,
             "gpu": gpu.as_ref().map(GpuReport::json),
             "memory": mem.map(|m| json!({
                 "peak_rss_bytes": m.peak_rss,
@@ -302,6 +374,9 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         if let Some(g) = &gpu {
             outln!("{}", g.text());
+        }
+        if let Some(a) = acceptance {
+            outln!("drafts       {accepted}/{drafted} accepted ({:.1} %)", a * 100.0);
         }
         if let Some(m) = mem {
             let mib = |b: u64| b as f64 / (1u64 << 20) as f64;

@@ -40,7 +40,7 @@ pub struct Args {
 
 /// The ids of `--tokens`, parsed once by clap.
 #[derive(Clone)]
-struct Tokens(Vec<u32>);
+pub struct Tokens(pub Vec<u32>);
 
 pub fn run(args: Args) -> Result<(), String> {
     let path = &args.model;
@@ -83,7 +83,7 @@ pub fn run(args: Args) -> Result<(), String> {
     Ok(())
 }
 
-fn parse_tokens(s: &str) -> Result<Tokens, String> {
+pub fn parse_tokens(s: &str) -> Result<Tokens, String> {
     let ids: Vec<u32> = s
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|p| !p.is_empty())

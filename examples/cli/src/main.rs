@@ -21,6 +21,7 @@ mod perplexity;
 mod pull;
 mod quantize;
 mod run;
+mod speculate;
 mod split;
 mod structure;
 mod template;

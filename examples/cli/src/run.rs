@@ -24,8 +24,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     model: String,
     /// The prompt, completed as it is (no chat template)
-    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
-    prompt: String,
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true, required_unless_present = "tokens")]
+    prompt: Option<String>,
+    /// The prompt as comma-separated token ids, evaluated as they are (no BOS added)
+    #[arg(long, value_name = "IDS", value_parser = crate::logits::parse_tokens, conflicts_with = "prompt")]
+    tokens: Option<crate::logits::Tokens>,
     /// Print one JSON object {text, tokens, prompt_tokens, stats} at the end instead of streaming
     #[arg(long)]
     json: bool,
@@ -136,6 +139,8 @@ struct Common {
     ignore_eos: bool,
     #[command(flatten)]
     structure: Structure,
+    #[command(flatten)]
+    speculate: crate::speculate::Speculate,
 }
 
 /// A clap value parser for an `f32` sampler flag checked by one of core's
@@ -191,6 +196,7 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions, Follow),
         seed: Some(args.seed),
         show_special: false,
         ignore_eos: args.ignore_eos,
+        speculation: args.speculate.speculation()?,
         ..GenerateOptions::default()
     };
     args.structure.apply(&mut gen)?;
@@ -200,26 +206,34 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions, Follow),
 }
 
 pub fn run(args: RunArgs) -> Result<(), String> {
-    let prompt = args.prompt;
     let (mut session, gen, mut follow) = open(&args.model, &args.common)?;
     let json_out = args.json;
     let mut stdout = io::stdout().lock();
     if !json_out && !args.no_echo {
-        let _ = write!(stdout, "{prompt}");
+        let shown = match (&args.prompt, &args.tokens) {
+            (Some(p), _) => p.clone(),
+            (None, Some(t)) => session.model().tokenizer().decode(&t.0, false),
+            (None, None) => String::new(),
+        };
+        let _ = write!(stdout, "{shown}");
         let _ = stdout.flush();
     }
     let _guard = interrupt::install(session.cancel_handle());
     let mut shown = Shown::default();
-    let stats = session
-        .generate_events(&prompt, &gen, &mut |event| {
-            follow.tick();
-            if !json_out {
-                // A closed pipe (`| head`) stops generation quietly.
-                return shown.show(&mut stdout, event);
-            }
-            true
-        })
-        .map_err(|e| e.to_string())?;
+    let mut on_event = |event| {
+        follow.tick();
+        if !json_out {
+            // A closed pipe (`| head`) stops generation quietly.
+            return shown.show(&mut stdout, event);
+        }
+        true
+    };
+    let stats = match (&args.prompt, &args.tokens) {
+        (_, Some(t)) => session.generate_tokens(&t.0, &gen, &mut on_event),
+        (Some(p), None) => session.generate_events(p, &gen, &mut on_event),
+        (None, None) => return Err("--prompt or --tokens is required".into()),
+    }
+    .map_err(|e| e.to_string())?;
     shown.end_if_closed();
     if json_out {
         let v = json!({
@@ -251,12 +265,19 @@ pub fn stats_json(s: &GenerationStats) -> serde_json::Value {
         "expert_cache_hits": s.expert_cache_hits,
         "expert_cache_misses": s.expert_cache_misses,
         "storage_bytes_read": s.storage_bytes_read,
+        "drafted_tokens": s.drafted_tokens,
+        "accepted_tokens": s.accepted_tokens,
+        "acceptance": crate::speculate::acceptance(s.drafted_tokens, s.accepted_tokens),
     })
 }
 
 fn stats_line(s: &GenerationStats) -> String {
+    let drafts = match crate::speculate::acceptance(s.drafted_tokens, s.accepted_tokens) {
+        Some(a) => format!(" | drafts {}/{} accepted ({:.0} %)", s.accepted_tokens, s.drafted_tokens, a * 100.0),
+        None => String::new(),
+    };
     format!(
-        "[{} prompt tokens ({} evaluated), {} generated | first token {:.0} ms | prefill {:.1} t/s | decode {:.1} t/s | {}]",
+        "[{} prompt tokens ({} evaluated), {} generated | first token {:.0} ms | prefill {:.1} t/s | decode {:.1} t/s{drafts} | {}]",
         s.prompt_tokens,
         s.prompt_tokens_evaluated,
         s.generated_tokens,

@@ -2535,6 +2535,11 @@ public struct GenerateOptions {
      * Absent = `Reasoning.Default` (the template's behaviour).
      */
     public var reasoning: Reasoning?
+    /**
+     * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
+     * output is the same with it; switched off under a constraint or tools.
+     */
+    public var speculation: Speculation?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2587,7 +2592,11 @@ public struct GenerateOptions {
          */toolChoice: ToolChoice? = nil, 
         /**
          * Absent = `Reasoning.Default` (the template's behaviour).
-         */reasoning: Reasoning? = nil) {
+         */reasoning: Reasoning? = nil, 
+        /**
+         * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
+         * output is the same with it; switched off under a constraint or tools.
+         */speculation: Speculation? = nil) {
         self.maxTokens = maxTokens
         self.temperature = temperature
         self.topK = topK
@@ -2603,6 +2612,7 @@ public struct GenerateOptions {
         self.tools = tools
         self.toolChoice = toolChoice
         self.reasoning = reasoning
+        self.speculation = speculation
     }
 }
 
@@ -2658,6 +2668,9 @@ extension GenerateOptions: Equatable, Hashable {
         if lhs.reasoning != rhs.reasoning {
             return false
         }
+        if lhs.speculation != rhs.speculation {
+            return false
+        }
         return true
     }
 
@@ -2677,6 +2690,7 @@ extension GenerateOptions: Equatable, Hashable {
         hasher.combine(tools)
         hasher.combine(toolChoice)
         hasher.combine(reasoning)
+        hasher.combine(speculation)
     }
 }
 
@@ -2703,7 +2717,8 @@ public struct FfiConverterTypeGenerateOptions: FfiConverterRustBuffer {
                 choices: FfiConverterSequenceString.read(from: &buf), 
                 tools: FfiConverterSequenceTypeToolSpec.read(from: &buf), 
                 toolChoice: FfiConverterOptionTypeToolChoice.read(from: &buf), 
-                reasoning: FfiConverterOptionTypeReasoning.read(from: &buf)
+                reasoning: FfiConverterOptionTypeReasoning.read(from: &buf), 
+                speculation: FfiConverterOptionTypeSpeculation.read(from: &buf)
         )
     }
 
@@ -2723,6 +2738,7 @@ public struct FfiConverterTypeGenerateOptions: FfiConverterRustBuffer {
         FfiConverterSequenceTypeToolSpec.write(value.tools, into: &buf)
         FfiConverterOptionTypeToolChoice.write(value.toolChoice, into: &buf)
         FfiConverterOptionTypeReasoning.write(value.reasoning, into: &buf)
+        FfiConverterOptionTypeSpeculation.write(value.speculation, into: &buf)
     }
 }
 
@@ -2774,6 +2790,11 @@ public struct GenerationStats {
      * The tools the model called, in order (`stopReason` is then `ToolCalls`).
      */
     public var toolCalls: [ToolCall]
+    /**
+     * Speculation: tokens drafted and verified, and how many the model accepted (0 without).
+     */
+    public var draftedTokens: UInt32
+    public var acceptedTokens: UInt32
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -2793,7 +2814,10 @@ public struct GenerationStats {
          */reasoning: String = "", 
         /**
          * The tools the model called, in order (`stopReason` is then `ToolCalls`).
-         */toolCalls: [ToolCall] = []) {
+         */toolCalls: [ToolCall] = [], 
+        /**
+         * Speculation: tokens drafted and verified, and how many the model accepted (0 without).
+         */draftedTokens: UInt32 = UInt32(0), acceptedTokens: UInt32 = UInt32(0)) {
         self.promptTokens = promptTokens
         self.generatedTokens = generatedTokens
         self.timeToFirstTokenMs = timeToFirstTokenMs
@@ -2806,6 +2830,8 @@ public struct GenerationStats {
         self.storageBytesRead = storageBytesRead
         self.reasoning = reasoning
         self.toolCalls = toolCalls
+        self.draftedTokens = draftedTokens
+        self.acceptedTokens = acceptedTokens
     }
 }
 
@@ -2852,6 +2878,12 @@ extension GenerationStats: Equatable, Hashable {
         if lhs.toolCalls != rhs.toolCalls {
             return false
         }
+        if lhs.draftedTokens != rhs.draftedTokens {
+            return false
+        }
+        if lhs.acceptedTokens != rhs.acceptedTokens {
+            return false
+        }
         return true
     }
 
@@ -2868,6 +2900,8 @@ extension GenerationStats: Equatable, Hashable {
         hasher.combine(storageBytesRead)
         hasher.combine(reasoning)
         hasher.combine(toolCalls)
+        hasher.combine(draftedTokens)
+        hasher.combine(acceptedTokens)
     }
 }
 
@@ -2891,7 +2925,9 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
                 expertCacheMisses: FfiConverterUInt64.read(from: &buf), 
                 storageBytesRead: FfiConverterUInt64.read(from: &buf), 
                 reasoning: FfiConverterString.read(from: &buf), 
-                toolCalls: FfiConverterSequenceTypeToolCall.read(from: &buf)
+                toolCalls: FfiConverterSequenceTypeToolCall.read(from: &buf), 
+                draftedTokens: FfiConverterUInt32.read(from: &buf), 
+                acceptedTokens: FfiConverterUInt32.read(from: &buf)
         )
     }
 
@@ -2908,6 +2944,8 @@ public struct FfiConverterTypeGenerationStats: FfiConverterRustBuffer {
         FfiConverterUInt64.write(value.storageBytesRead, into: &buf)
         FfiConverterString.write(value.reasoning, into: &buf)
         FfiConverterSequenceTypeToolCall.write(value.toolCalls, into: &buf)
+        FfiConverterUInt32.write(value.draftedTokens, into: &buf)
+        FfiConverterUInt32.write(value.acceptedTokens, into: &buf)
     }
 }
 
@@ -4551,6 +4589,117 @@ extension Reasoning: Equatable, Hashable {}
 // Note that we don't yet support `indirect` for enums.
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
 /**
+ * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
+ * optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+ */
+
+public enum Speculation {
+    
+    /**
+     * One token per forward pass.
+     */
+    case off
+    /**
+     * Prompt lookup: the tokens that followed the last `ngram` (down to 1)
+     * tokens earlier in the prompt or answer, up to `maxDraft` of them.
+     */
+    case lookup(ngram: UInt32, maxDraft: UInt32
+    )
+    /**
+     * The model's multi-token-prediction head (not yet supported).
+     */
+    case mtp(maxDraft: UInt32
+    )
+    /**
+     * A smaller model of the same vocabulary (not yet supported).
+     */
+    case draftModel(maxDraft: UInt32
+    )
+}
+
+
+#if compiler(>=6)
+extension Speculation: Sendable {}
+#endif
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public struct FfiConverterTypeSpeculation: FfiConverterRustBuffer {
+    typealias SwiftType = Speculation
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> Speculation {
+        let variant: Int32 = try readInt(&buf)
+        switch variant {
+        
+        case 1: return .off
+        
+        case 2: return .lookup(ngram: try FfiConverterUInt32.read(from: &buf), maxDraft: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 3: return .mtp(maxDraft: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        case 4: return .draftModel(maxDraft: try FfiConverterUInt32.read(from: &buf)
+        )
+        
+        default: throw UniffiInternalError.unexpectedEnumCase
+        }
+    }
+
+    public static func write(_ value: Speculation, into buf: inout [UInt8]) {
+        switch value {
+        
+        
+        case .off:
+            writeInt(&buf, Int32(1))
+        
+        
+        case let .lookup(ngram,maxDraft):
+            writeInt(&buf, Int32(2))
+            FfiConverterUInt32.write(ngram, into: &buf)
+            FfiConverterUInt32.write(maxDraft, into: &buf)
+            
+        
+        case let .mtp(maxDraft):
+            writeInt(&buf, Int32(3))
+            FfiConverterUInt32.write(maxDraft, into: &buf)
+            
+        
+        case let .draftModel(maxDraft):
+            writeInt(&buf, Int32(4))
+            FfiConverterUInt32.write(maxDraft, into: &buf)
+            
+        }
+    }
+}
+
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSpeculation_lift(_ buf: RustBuffer) throws -> Speculation {
+    return try FfiConverterTypeSpeculation.lift(buf)
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+public func FfiConverterTypeSpeculation_lower(_ value: Speculation) -> RustBuffer {
+    return FfiConverterTypeSpeculation.lower(value)
+}
+
+
+extension Speculation: Equatable, Hashable {}
+
+
+
+
+
+
+// Note that we don't yet support `indirect` for enums.
+// See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
+/**
  * Why generation ended.
  */
 
@@ -4928,6 +5077,30 @@ fileprivate struct FfiConverterOptionTypeReasoning: FfiConverterRustBuffer {
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeReasoning.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypeSpeculation: FfiConverterRustBuffer {
+    typealias SwiftType = Speculation?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypeSpeculation.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypeSpeculation.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

@@ -213,10 +213,12 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
     let q_stride = if a.gated { 2 * hd } else { hd };
     let cap = cache.capacity;
     let group = p.n_head / p.n_kv_head;
-    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() {
+    // One-row mode (speculative verify passes): every token as decoding runs it.
+    let one_row = pool.one_row();
+    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() && !one_row {
         return attend_tiled(pass, a, att, scratch);
     }
-    let per_item = heads_per_item(group, n * p.n_kv_head, pool.n_threads());
+    let per_item = heads_per_item(group, if one_row { 1 } else { n } * p.n_kv_head, pool.n_threads());
     let stripe = per_item * (cap + hd);
     let scratch = take(scratch, pool.n_threads() * stripe);
     let (att_out, scratch) = (SharedMut::new(att), SharedMut::new(scratch));

@@ -4281,7 +4281,12 @@ data class GenerateOptions (
     /**
      * Absent = `Reasoning.Default` (the template's behaviour).
      */
-    var `reasoning`: Reasoning? = null
+    var `reasoning`: Reasoning? = null, 
+    /**
+     * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
+     * output is the same with it; switched off under a constraint or tools.
+     */
+    var `speculation`: Speculation? = null
 ) {
     
     companion object
@@ -4308,6 +4313,7 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterSequenceTypeToolSpec.read(buf),
             FfiConverterOptionalTypeToolChoice.read(buf),
             FfiConverterOptionalTypeReasoning.read(buf),
+            FfiConverterOptionalTypeSpeculation.read(buf),
         )
     }
 
@@ -4326,7 +4332,8 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterSequenceString.allocationSize(value.`choices`) +
             FfiConverterSequenceTypeToolSpec.allocationSize(value.`tools`) +
             FfiConverterOptionalTypeToolChoice.allocationSize(value.`toolChoice`) +
-            FfiConverterOptionalTypeReasoning.allocationSize(value.`reasoning`)
+            FfiConverterOptionalTypeReasoning.allocationSize(value.`reasoning`) +
+            FfiConverterOptionalTypeSpeculation.allocationSize(value.`speculation`)
     )
 
     override fun write(value: GenerateOptions, buf: ByteBuffer) {
@@ -4345,6 +4352,7 @@ public object FfiConverterTypeGenerateOptions: FfiConverterRustBuffer<GenerateOp
             FfiConverterSequenceTypeToolSpec.write(value.`tools`, buf)
             FfiConverterOptionalTypeToolChoice.write(value.`toolChoice`, buf)
             FfiConverterOptionalTypeReasoning.write(value.`reasoning`, buf)
+            FfiConverterOptionalTypeSpeculation.write(value.`speculation`, buf)
     }
 }
 
@@ -4381,7 +4389,12 @@ data class GenerationStats (
     /**
      * The tools the model called, in order (`stopReason` is then `ToolCalls`).
      */
-    var `toolCalls`: List<ToolCall> = listOf()
+    var `toolCalls`: List<ToolCall> = listOf(), 
+    /**
+     * Speculation: tokens drafted and verified, and how many the model accepted (0 without).
+     */
+    var `draftedTokens`: kotlin.UInt = 0u, 
+    var `acceptedTokens`: kotlin.UInt = 0u
 ) {
     
     companion object
@@ -4405,6 +4418,8 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterULong.read(buf),
             FfiConverterString.read(buf),
             FfiConverterSequenceTypeToolCall.read(buf),
+            FfiConverterUInt.read(buf),
+            FfiConverterUInt.read(buf),
         )
     }
 
@@ -4420,7 +4435,9 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterULong.allocationSize(value.`expertCacheMisses`) +
             FfiConverterULong.allocationSize(value.`storageBytesRead`) +
             FfiConverterString.allocationSize(value.`reasoning`) +
-            FfiConverterSequenceTypeToolCall.allocationSize(value.`toolCalls`)
+            FfiConverterSequenceTypeToolCall.allocationSize(value.`toolCalls`) +
+            FfiConverterUInt.allocationSize(value.`draftedTokens`) +
+            FfiConverterUInt.allocationSize(value.`acceptedTokens`)
     )
 
     override fun write(value: GenerationStats, buf: ByteBuffer) {
@@ -4436,6 +4453,8 @@ public object FfiConverterTypeGenerationStats: FfiConverterRustBuffer<Generation
             FfiConverterULong.write(value.`storageBytesRead`, buf)
             FfiConverterString.write(value.`reasoning`, buf)
             FfiConverterSequenceTypeToolCall.write(value.`toolCalls`, buf)
+            FfiConverterUInt.write(value.`draftedTokens`, buf)
+            FfiConverterUInt.write(value.`acceptedTokens`, buf)
     }
 }
 
@@ -5582,6 +5601,131 @@ public object FfiConverterTypeReasoning : FfiConverterRustBuffer<Reasoning>{
 
 
 /**
+ * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
+ * optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+ */
+sealed class Speculation {
+    
+    /**
+     * One token per forward pass.
+     */
+    object Off : Speculation()
+    
+    
+    /**
+     * Prompt lookup: the tokens that followed the last `ngram` (down to 1)
+     * tokens earlier in the prompt or answer, up to `maxDraft` of them.
+     */
+    data class Lookup(
+        val `ngram`: kotlin.UInt, 
+        val `maxDraft`: kotlin.UInt) : Speculation() {
+        companion object
+    }
+    
+    /**
+     * The model's multi-token-prediction head (not yet supported).
+     */
+    data class Mtp(
+        val `maxDraft`: kotlin.UInt) : Speculation() {
+        companion object
+    }
+    
+    /**
+     * A smaller model of the same vocabulary (not yet supported).
+     */
+    data class DraftModel(
+        val `maxDraft`: kotlin.UInt) : Speculation() {
+        companion object
+    }
+    
+
+    
+    companion object
+}
+
+/**
+ * @suppress
+ */
+public object FfiConverterTypeSpeculation : FfiConverterRustBuffer<Speculation>{
+    override fun read(buf: ByteBuffer): Speculation {
+        return when(buf.getInt()) {
+            1 -> Speculation.Off
+            2 -> Speculation.Lookup(
+                FfiConverterUInt.read(buf),
+                FfiConverterUInt.read(buf),
+                )
+            3 -> Speculation.Mtp(
+                FfiConverterUInt.read(buf),
+                )
+            4 -> Speculation.DraftModel(
+                FfiConverterUInt.read(buf),
+                )
+            else -> throw RuntimeException("invalid enum value, something is very wrong!!")
+        }
+    }
+
+    override fun allocationSize(value: Speculation) = when(value) {
+        is Speculation.Off -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+            )
+        }
+        is Speculation.Lookup -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`ngram`)
+                + FfiConverterUInt.allocationSize(value.`maxDraft`)
+            )
+        }
+        is Speculation.Mtp -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`maxDraft`)
+            )
+        }
+        is Speculation.DraftModel -> {
+            // Add the size for the Int that specifies the variant plus the size needed for all fields
+            (
+                4UL
+                + FfiConverterUInt.allocationSize(value.`maxDraft`)
+            )
+        }
+    }
+
+    override fun write(value: Speculation, buf: ByteBuffer) {
+        when(value) {
+            is Speculation.Off -> {
+                buf.putInt(1)
+                Unit
+            }
+            is Speculation.Lookup -> {
+                buf.putInt(2)
+                FfiConverterUInt.write(value.`ngram`, buf)
+                FfiConverterUInt.write(value.`maxDraft`, buf)
+                Unit
+            }
+            is Speculation.Mtp -> {
+                buf.putInt(3)
+                FfiConverterUInt.write(value.`maxDraft`, buf)
+                Unit
+            }
+            is Speculation.DraftModel -> {
+                buf.putInt(4)
+                FfiConverterUInt.write(value.`maxDraft`, buf)
+                Unit
+            }
+        }.let { /* this makes the `when` an expression, which ensures it is exhaustive */ }
+    }
+}
+
+
+
+
+
+/**
  * Why generation ended.
  */
 
@@ -5957,6 +6101,38 @@ public object FfiConverterOptionalTypeReasoning: FfiConverterRustBuffer<Reasonin
         } else {
             buf.put(1)
             FfiConverterTypeReasoning.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypeSpeculation: FfiConverterRustBuffer<Speculation?> {
+    override fun read(buf: ByteBuffer): Speculation? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypeSpeculation.read(buf)
+    }
+
+    override fun allocationSize(value: Speculation?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypeSpeculation.allocationSize(value)
+        }
+    }
+
+    override fun write(value: Speculation?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypeSpeculation.write(value, buf)
         }
     }
 }

@@ -1,0 +1,367 @@
+//! Speculative decoding (prompt lookup): the same tokens as without it,
+//! greedy and seeded, on every fixture architecture (the hybrid's rollback
+//! included) and the real Gemma 3 270M; the same next-token distribution
+//! over seeds; the requests it refuses or switches off.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use pocket_core::model::Model;
+use pocket_core::sampler::SamplerConfig;
+use pocket_core::session::{testing, GenerateOptions, GenerationStats, Session, SessionOptions, Speculation};
+use pocket_core::Error;
+
+fn tiny(name: &str) -> Arc<Model> {
+    Arc::new(Model::load(common::fixtures().join(format!("models/{name}.gguf"))).unwrap())
+}
+
+fn session(model: &Arc<Model>) -> Session {
+    Session::new(model.clone(), SessionOptions { context_length: 512, threads: 2, ..Default::default() }).unwrap()
+}
+
+const LOOKUP: Speculation = Speculation::Lookup { ngram: 3, max_draft: 6 };
+
+fn run(s: &mut Session, prompt: &str, o: &GenerateOptions) -> (String, GenerationStats) {
+    let mut text = String::new();
+    let stats = s
+        .generate(prompt, o, &mut |p| {
+            text.push_str(p);
+            true
+        })
+        .unwrap();
+    (text, stats)
+}
+
+/// A prompt that repeats itself, so lookup has something to propose.
+const REPETITIVE: &str = "one two three four five six. one two three four five six. one two three four five six. \
+                          seven eight nine, seven eight nine, seven eight nine. one two three";
+
+/// Every `every`-th token of `tokens` from `from` on changed (drafts the model will reject).
+fn corrupted(tokens: &[u32], from: usize, every: usize) -> Vec<u32> {
+    let mut t = tokens.to_vec();
+    for (i, x) in t.iter_mut().enumerate().skip(from) {
+        if (i - from) % every == every - 1 {
+            *x = if *x > 0 { *x - 1 } else { 1 };
+        }
+    }
+    t
+}
+
+/// Greedy with and without speculation on `model`: identical tokens and
+/// text. With `scripted`, the drafts are the model's own greedy tokens with
+/// every 4th changed (the fixtures' random weights never repeat themselves,
+/// so lookup's drafts are never accepted there): drafts are then accepted
+/// and rejected, and every rollback path runs. A second request continuing
+/// the conversation checks the state the rollbacks left.
+fn greedy_identical(model: &Arc<Model>, max_tokens: usize, scripted: bool) -> GenerationStats {
+    let off = GenerateOptions { max_tokens, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+    let (mut a, mut b) = (session(model), session(model));
+    let (text_off, stats_off) = run(&mut a, REPETITIVE, &off);
+    if scripted {
+        testing::script_drafts(Some(corrupted(a.cached_tokens(), stats_off.prompt_tokens, 4)));
+    }
+    let (text_on, stats_on) = run(&mut b, REPETITIVE, &on);
+    assert_eq!(stats_on.tokens, stats_off.tokens, "tokens differ with speculation");
+    assert_eq!(text_on, text_off);
+    assert_eq!((stats_off.drafted_tokens, stats_off.accepted_tokens), (0, 0));
+    assert!(stats_on.drafted_tokens > 0, "lookup proposed nothing");
+    if scripted {
+        assert!(stats_on.accepted_tokens > 0, "no draft accepted: {stats_on:?}");
+        assert!(stats_on.accepted_tokens < stats_on.drafted_tokens, "no draft rejected: rollback not exercised");
+    }
+    assert_eq!(b.cached_tokens(), a.cached_tokens(), "the caches hold different conversations");
+    // The next turn reuses the cache the verifications left.
+    let next = format!("{REPETITIVE}{text_off} seven eight");
+    let (t2_off, s2_off) = run(&mut a, &next, &off);
+    let (t2_on, s2_on) = run(&mut b, &next, &on);
+    assert_eq!(s2_on.tokens, s2_off.tokens, "second turn differs");
+    assert_eq!(t2_on, t2_off);
+    testing::script_drafts(None);
+    stats_on
+}
+
+const FIXTURES: [&str; 4] =
+    ["qwen35moe-tiny-Q4_K_M", "qwen3moe-tiny-Q4_K_M", "gemma3-tiny-Q4_K_M", "mixtral-tiny-Q8_0"];
+
+/// The same architectures with other weight types (F32 takes other kernels).
+const F32_FIXTURES: [&str; 3] = ["qwen35moe-tiny-F32", "qwen3moe-tiny-F32", "gemma3-tiny-F32"];
+
+#[test]
+fn greedy_is_identical_with_lookup_on_every_fixture_architecture() {
+    for name in FIXTURES {
+        let s = greedy_identical(&tiny(name), 64, false);
+        eprintln!("{name} lookup: drafted {}, accepted {}", s.drafted_tokens, s.accepted_tokens);
+    }
+}
+
+#[test]
+fn greedy_is_identical_through_accepted_and_rejected_drafts_on_every_fixture_architecture() {
+    for name in FIXTURES.into_iter().chain(F32_FIXTURES) {
+        let s = greedy_identical(&tiny(name), 64, true);
+        eprintln!("{name} scripted: drafted {}, accepted {}", s.drafted_tokens, s.accepted_tokens);
+    }
+}
+
+#[test]
+fn the_hybrid_rolls_back_its_recurrent_state() {
+    // qwen35moe: Gated DeltaNet layers restore a checkpoint and replay.
+    let m = tiny("qwen35moe-tiny-F32");
+    let s = greedy_identical(&m, 128, true);
+    eprintln!("qwen35moe-tiny-F32: drafted {}, accepted {}", s.drafted_tokens, s.accepted_tokens);
+}
+
+#[test]
+fn a_replay_without_new_drafts_is_evaluated_as_decoding_would() {
+    // The script ends early: the last rejections' replays are evaluated
+    // with no drafts after them (the plain decode step), on the quantised
+    // hybrid, whose multi-row kernels would round differently.
+    for name in ["qwen35moe-tiny-Q4_K_M", "qwen35moe-tiny-F32"] {
+        let m = tiny(name);
+        let off = GenerateOptions {
+            max_tokens: 64,
+            sampler: SamplerConfig::greedy(),
+            ignore_eos: true,
+            ..Default::default()
+        };
+        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+        let (mut a, mut b) = (session(&m), session(&m));
+        let (_, x) = run(&mut a, REPETITIVE, &off);
+        let script = corrupted(a.cached_tokens(), x.prompt_tokens, 3);
+        for cut in [x.prompt_tokens + 8, x.prompt_tokens + 21] {
+            testing::script_drafts(Some(script[..cut].to_vec()));
+            b.reset();
+            let (_, y) = run(&mut b, REPETITIVE, &on);
+            testing::script_drafts(None);
+            assert_eq!(y.tokens, x.tokens, "{name}, script cut at {cut}");
+            assert!(y.accepted_tokens > 0 && y.accepted_tokens < y.drafted_tokens, "{y:?}");
+            // The state the replays left continues as decoding's does: the
+            // conversation so far plus a few tokens, evaluated from each cache.
+            assert_eq!(b.cached_tokens(), a.cached_tokens());
+            let mut next = a.cached_tokens().to_vec();
+            next.extend_from_slice(&x.tokens[..4]);
+            let (mut z_off, mut z_on) = (Vec::new(), Vec::new());
+            for (s, z) in [(&mut a, &mut z_off), (&mut b, &mut z_on)] {
+                let cached = s.cached_tokens().len();
+                let st = s.generate_tokens(&next, &off, &mut |_| true).unwrap();
+                assert_eq!(st.prompt_tokens_evaluated, next.len() - cached, "only the new tokens are evaluated");
+                *z = st.tokens;
+            }
+            assert_eq!(z_on, z_off, "{name}: the next request differs");
+            // `a` moved on: back to the first request's state for the next cut.
+            a.reset();
+            run(&mut a, REPETITIVE, &off);
+        }
+    }
+}
+
+#[test]
+fn greedy_with_penalties_is_identical() {
+    // The penalties at each verified position see the tokens before it.
+    let m = tiny("qwen3moe-tiny-F32");
+    let sampler = SamplerConfig { repeat_penalty: 1.3, frequency_penalty: 0.2, ..SamplerConfig::greedy() };
+    let off = GenerateOptions { max_tokens: 64, sampler, ignore_eos: true, ..Default::default() };
+    let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+    let mut s = session(&m);
+    let (_, a) = run(&mut s, REPETITIVE, &off);
+    testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 4)));
+    let (_, b) = run(&mut session(&m), REPETITIVE, &on);
+    testing::script_drafts(None);
+    assert_eq!(a.tokens, b.tokens);
+    assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
+}
+
+#[test]
+fn greedy_is_identical_on_gemma_270m() {
+    let Some(path) = common::gemma_270m() else {
+        eprintln!("greedy_is_identical_on_gemma_270m: skipped, Gemma 3 270M absent");
+        return;
+    };
+    let m = Arc::new(Model::load(path).unwrap());
+    let prompts = [
+        "Copy the list, changing pears to figs.\nList: apples, pears, plums, cherries, grapes, lemons, limes.\nCopy: apples,",
+        "Fix the typo in this code.\nfn main() {\n    let total = 5;\n    printn!(\"{}\", total);\n}\nFixed:\nfn main() {\n",
+    ];
+    let (mut drafted, mut accepted) = (0, 0);
+    for prompt in prompts {
+        let off = GenerateOptions { max_tokens: 40, sampler: SamplerConfig::greedy(), ..Default::default() };
+        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+        let (ta, a) = run(&mut session(&m), prompt, &off);
+        let (tb, b) = run(&mut session(&m), prompt, &on);
+        eprintln!("gemma 270m: {ta:?}; drafted {}, accepted {}", b.drafted_tokens, b.accepted_tokens);
+        assert_eq!(a.tokens, b.tokens);
+        assert_eq!(ta, tb);
+        (drafted, accepted) = (drafted + b.drafted_tokens, accepted + b.accepted_tokens);
+    }
+    assert!(drafted > 0 && accepted > 0, "drafted {drafted}, accepted {accepted}");
+    assert!(accepted < drafted, "no draft rejected");
+}
+
+#[test]
+fn seeded_sampling_gives_the_same_tokens() {
+    // Each emitted token takes one draw, as without speculation.
+    for name in ["qwen3moe-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M", "gemma3-tiny-F32"] {
+        let m = tiny(name);
+        let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
+        for seed in [1, 2, 3] {
+            let off =
+                GenerateOptions { max_tokens: 48, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
+            let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+            let mut s = session(&m);
+            let (_, a) = run(&mut s, REPETITIVE, &off);
+            testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 3)));
+            let (_, b) = run(&mut session(&m), REPETITIVE, &on);
+            testing::script_drafts(None);
+            assert_eq!(a.tokens, b.tokens, "seed {seed}");
+            assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
+        }
+    }
+}
+
+/// Two-sample chi-square statistic over the categories of `a` and `b`
+/// (categories expected fewer than 5 times pooled into one), and its degrees of freedom.
+fn chi_square(a: &BTreeMap<u32, usize>, b: &BTreeMap<u32, usize>) -> (f64, usize) {
+    let (na, nb) = (a.values().sum::<usize>() as f64, b.values().sum::<usize>() as f64);
+    let keys: std::collections::BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
+    let mut cells: Vec<(f64, f64)> = Vec::new();
+    let mut rest = (0.0, 0.0);
+    for k in keys {
+        let (x, y) = (*a.get(&k).unwrap_or(&0) as f64, *b.get(&k).unwrap_or(&0) as f64);
+        if (x + y) * na.min(nb) / (na + nb) < 5.0 {
+            rest = (rest.0 + x, rest.1 + y);
+        } else {
+            cells.push((x, y));
+        }
+    }
+    if rest.0 + rest.1 > 0.0 {
+        cells.push(rest);
+    }
+    let n = na + nb;
+    let stat = cells
+        .iter()
+        .map(|&(x, y)| {
+            let t = x + y;
+            let (ea, eb) = (t * na / n, t * nb / n);
+            (x - ea).powi(2) / ea + (y - eb).powi(2) / eb
+        })
+        .sum();
+    (stat, cells.len().saturating_sub(1))
+}
+
+/// The chi-square critical value at significance 0.001 for `df` degrees of
+/// freedom (Wilson-Hilferty; z = 3.090).
+fn critical_001(df: usize) -> f64 {
+    let k = df as f64;
+    let h = 2.0 / (9.0 * k);
+    k * (1.0 - h + 3.090 * h.sqrt()).powi(3)
+}
+
+#[test]
+fn the_next_token_distribution_over_seeds_is_unchanged() {
+    // The 2nd and 3rd generated tokens over 300 seeds, with and without
+    // lookup: both are sampled from verify-pass rows when speculating (the
+    // test checks drafts were made for most seeds, and accepted and
+    // rejected). The drafts are scripted: the greedy 2nd and 3rd tokens
+    // (likely under the sampler, so often accepted). Significance 0.001 on
+    // a two-sample chi-square test. Power: with 300 draws a side over ~8
+    // categories, a shift of 10% of the probability mass between two
+    // categories (Cohen's w ~ 0.3, noncentrality 300 * 0.3^2 / 2 = 13.5)
+    // is detected about half the time, and a draft accepted without the
+    // draw (w ~ 1) always.
+    const SEEDS: u64 = 300;
+    let m = tiny("qwen3moe-tiny-Q4_K_M");
+    let sampler = SamplerConfig { temperature: 1.0, top_k: 8, top_p: 1.0, min_p: 0.0, ..Default::default() };
+    let prompt = "The capital of France is";
+    let mut dist = [[BTreeMap::new(), BTreeMap::new()], [BTreeMap::new(), BTreeMap::new()]];
+    let mut speculated = 0;
+    let (mut drafted, mut accepted) = (0, 0);
+    let mut s = session(&m);
+    let greedy =
+        GenerateOptions { max_tokens: 3, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let (_, g) = run(&mut s, prompt, &greedy);
+    let script = s.cached_tokens().to_vec();
+    assert_eq!(script.len(), g.prompt_tokens + 3);
+    for (arm, spec) in [Speculation::Off, Speculation::Lookup { ngram: 2, max_draft: 4 }].into_iter().enumerate() {
+        let mut s = session(&m);
+        testing::script_drafts(Some(script.clone()));
+        for seed in 0..SEEDS {
+            let o = GenerateOptions {
+                max_tokens: 3,
+                sampler: sampler.clone(),
+                seed: Some(1000 + seed),
+                ignore_eos: true,
+                speculation: spec,
+                ..Default::default()
+            };
+            let (_, st) = run(&mut s, prompt, &o);
+            assert_eq!(st.tokens.len(), 3);
+            speculated += usize::from(st.drafted_tokens > 0);
+            (drafted, accepted) = (drafted + st.drafted_tokens, accepted + st.accepted_tokens);
+            for (pos, d) in dist.iter_mut().enumerate() {
+                *d[arm].entry(st.tokens[pos + 1]).or_insert(0usize) += 1;
+            }
+        }
+    }
+    testing::script_drafts(None);
+    eprintln!("drafted {drafted}, accepted {accepted}");
+    assert!(speculated as u64 > SEEDS * 8 / 10, "drafts for only {speculated} of {SEEDS} seeds");
+    assert!(accepted > 0 && accepted < drafted);
+    for (pos, d) in dist.iter().enumerate() {
+        let (stat, df) = chi_square(&d[0], &d[1]);
+        let crit = critical_001(df.max(1));
+        eprintln!("token {}: chi-square {stat:.2} on {df} df (critical {crit:.2})", pos + 2);
+        assert!(df >= 2, "too few categories to test: {:?}", d[0]);
+        assert!(stat < crit, "token {}: the distributions differ (chi-square {stat:.2} > {crit:.2})", pos + 2);
+    }
+}
+
+#[test]
+fn the_chi_square_test_sees_a_real_difference() {
+    // The test above can fail: a shifted distribution is rejected.
+    let a: BTreeMap<u32, usize> = [(0, 100), (1, 100), (2, 100)].into_iter().collect();
+    let b: BTreeMap<u32, usize> = [(0, 150), (1, 75), (2, 75)].into_iter().collect();
+    let (stat, df) = chi_square(&a, &b);
+    assert_eq!(df, 2);
+    assert!(stat > critical_001(df), "{stat}");
+    let (same, _) = chi_square(&a, &a);
+    assert!(same < 1e-9);
+    // Wilson-Hilferty against the table: 13.82 (2 df), 24.32 (7 df).
+    assert!((critical_001(2) - 13.82).abs() < 0.5 && (critical_001(7) - 24.32).abs() < 0.5);
+}
+
+#[test]
+fn a_constrained_request_decodes_without_speculation() {
+    let m = tiny("qwen3moe-tiny-Q4_K_M");
+    let off = GenerateOptions {
+        max_tokens: 24,
+        sampler: SamplerConfig::greedy(),
+        regex: Some("(one|two|three)( (one|two|three)){0,12}".into()),
+        ..Default::default()
+    };
+    let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+    let (ta, a) = run(&mut session(&m), REPETITIVE, &off);
+    let (tb, b) = run(&mut session(&m), REPETITIVE, &on);
+    assert_eq!((ta, a.tokens), (tb, b.tokens));
+    assert_eq!((b.drafted_tokens, b.accepted_tokens), (0, 0), "speculation must be off under a constraint");
+}
+
+#[test]
+fn mtp_and_draft_models_are_refused_by_name() {
+    let m = tiny("gemma3-tiny-Q4_K_M");
+    let mut s = session(&m);
+    let refused = |s: &mut Session, speculation| {
+        let o = GenerateOptions { max_tokens: 4, speculation, ..Default::default() };
+        match s.generate("hello", &o, &mut |_| true) {
+            Err(Error::InvalidArgument(m)) => m,
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    };
+    let e = refused(&mut s, Speculation::Mtp { max_draft: 4 });
+    assert!(e.contains("no MTP layer"), "{e}");
+    let e = refused(&mut s, Speculation::DraftModel { max_draft: 4 });
+    assert!(e.contains("draft model"), "{e}");
+    let e = refused(&mut s, Speculation::Lookup { ngram: 0, max_draft: 4 });
+    assert!(e.contains("ngram"), "{e}");
+}
