@@ -5327,6 +5327,19 @@ public func planMemory(path: String, budgetBytes: UInt64)throws  -> MemoryPlan  
     )
 })
 }
+/**
+ * The URL a download of `url` fetches: `hf://OWNER/REPO/FILE[@REVISION]` as
+ * the hub's `resolve` URL (its endpoint from `HF_ENDPOINT` when set), any
+ * other URL unchanged. For handing a download to the platform (a background
+ * `URLSession`, WorkManager) and verifying the file with `downloadModel` after.
+ */
+public func resolveDownloadUrl(url: String)throws  -> String  {
+    return try  FfiConverterString.lift(try rustCallWithError(FfiConverterTypePocketError_lift) {
+    uniffi_pocket_ffi_fn_func_resolve_download_url(
+        FfiConverterString.lower(url),$0
+    )
+})
+}
 
 private enum InitializationResult {
     case ok
@@ -5347,6 +5360,9 @@ private let initializationResult: InitializationResult = {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_func_plan_memory() != 64788) {
+        return InitializationResult.apiChecksumMismatch
+    }
+    if (uniffi_pocket_ffi_checksum_func_resolve_download_url() != 52190) {
         return InitializationResult.apiChecksumMismatch
     }
     if (uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323) {

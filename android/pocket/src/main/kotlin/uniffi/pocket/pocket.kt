@@ -876,6 +876,8 @@ internal open class UniffiVTableCallbackInterfaceTokenListener(
 
 
 
+
+
 // For large crates we prevent `MethodTooLargeException` (see #2340)
 // N.B. the name of the extension is very misleading, since it is 
 // rather `InterfaceTooLargeException`, caused by too many methods 
@@ -894,6 +896,8 @@ internal interface IntegrityCheckingUniffiLib : Library {
     fun uniffi_pocket_ffi_checksum_func_download_model(
 ): Short
 fun uniffi_pocket_ffi_checksum_func_plan_memory(
+): Short
+fun uniffi_pocket_ffi_checksum_func_resolve_download_url(
 ): Short
 fun uniffi_pocket_ffi_checksum_method_downloadhandle_cancel(
 ): Short
@@ -1096,6 +1100,8 @@ fun uniffi_pocket_ffi_fn_func_download_model(`request`: RustBuffer.ByValue,`list
 ): Pointer
 fun uniffi_pocket_ffi_fn_func_plan_memory(`path`: RustBuffer.ByValue,`budgetBytes`: Long,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
+fun uniffi_pocket_ffi_fn_func_resolve_download_url(`url`: RustBuffer.ByValue,uniffi_out_err: UniffiRustCallStatus, 
+): RustBuffer.ByValue
 fun ffi_pocket_ffi_rustbuffer_alloc(`size`: Long,uniffi_out_err: UniffiRustCallStatus, 
 ): RustBuffer.ByValue
 fun ffi_pocket_ffi_rustbuffer_from_bytes(`bytes`: ForeignBytes.ByValue,uniffi_out_err: UniffiRustCallStatus, 
@@ -1226,6 +1232,9 @@ private fun uniffiCheckApiChecksums(lib: IntegrityCheckingUniffiLib) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_func_plan_memory() != 64788.toShort()) {
+        throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
+    }
+    if (lib.uniffi_pocket_ffi_checksum_func_resolve_download_url() != 52190.toShort()) {
         throw RuntimeException("UniFFI API checksum mismatch: try cleaning and rebuilding your project")
     }
     if (lib.uniffi_pocket_ffi_checksum_method_downloadhandle_cancel() != 33323.toShort()) {
@@ -6346,6 +6355,22 @@ public typealias FfiConverterTypeToolCallValue = FfiConverterTypeToolCall
     uniffiRustCallWithError(PocketException) { _status ->
     UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_func_plan_memory(
         FfiConverterString.lower(`path`),FfiConverterULong.lower(`budgetBytes`),_status)
+}
+    )
+    }
+    
+
+        /**
+         * The URL a download of `url` fetches: `hf://OWNER/REPO/FILE[@REVISION]` as
+         * the hub's `resolve` URL (its endpoint from `HF_ENDPOINT` when set), any
+         * other URL unchanged. For handing a download to the platform (a background
+         * `URLSession`, WorkManager) and verifying the file with `downloadModel` after.
+         */
+    @Throws(PocketException::class) fun `resolveDownloadUrl`(`url`: kotlin.String): kotlin.String {
+            return FfiConverterString.lift(
+    uniffiRustCallWithError(PocketException) { _status ->
+    UniffiLib.INSTANCE.uniffi_pocket_ffi_fn_func_resolve_download_url(
+        FfiConverterString.lower(`url`),_status)
 }
     )
     }
