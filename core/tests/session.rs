@@ -30,16 +30,7 @@ fn sampled(seed: u64, max_tokens: usize) -> GenerateOptions {
     }
 }
 
-fn collect(s: &mut Session, prompt: &str, o: &GenerateOptions) -> (String, pocket_core::session::GenerationStats) {
-    let mut text = String::new();
-    let stats = s
-        .generate(prompt, o, &mut |p| {
-            text.push_str(p);
-            true
-        })
-        .unwrap();
-    (text, stats)
-}
+use common::generate_text as collect;
 
 #[test]
 fn same_seed_same_text_other_seed_other_text() {

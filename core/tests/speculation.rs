@@ -23,16 +23,7 @@ fn session(model: &Arc<Model>) -> Session {
 
 const LOOKUP: Speculation = Speculation::Lookup { ngram: 3, max_draft: 6 };
 
-fn run(s: &mut Session, prompt: &str, o: &GenerateOptions) -> (String, GenerationStats) {
-    let mut text = String::new();
-    let stats = s
-        .generate(prompt, o, &mut |p| {
-            text.push_str(p);
-            true
-        })
-        .unwrap();
-    (text, stats)
-}
+use common::generate_text as run;
 
 /// A prompt that repeats itself, so lookup has something to propose.
 const REPETITIVE: &str = "one two three four five six. one two three four five six. one two three four five six. \

@@ -48,6 +48,22 @@ pub fn model_file(name: &str) -> PathBuf {
     fixtures().join(format!("models/{name}.gguf"))
 }
 
+/// A generation's streamed text and its statistics (the request must succeed).
+pub fn generate_text(
+    s: &mut pocket_core::session::Session,
+    prompt: &str,
+    o: &pocket_core::session::GenerateOptions,
+) -> (String, pocket_core::session::GenerationStats) {
+    let mut text = String::new();
+    let stats = s
+        .generate(prompt, o, &mut |p| {
+            text.push_str(p);
+            true
+        })
+        .unwrap();
+    (text, stats)
+}
+
 /// The real Gemma 3 270M file: `$POCKET_GEMMA` or the cache the README's
 /// commands fill (`~/.cache/pocket/gemma-3-270m-q4_k_m.gguf`). `None` when absent.
 pub fn gemma_270m() -> Option<PathBuf> {
