@@ -25,7 +25,7 @@ cd "$OUT"
 same=0 differ=0
 : >llama-quantize.txt
 for m in $MODELS; do
-    f32=$FIXTURES/models/$m-F32.gguf
+    f32=$FIXTURES/models/$m-${SOURCE:-F32}.gguf   # SOURCE=F16 for the Gemma 4 fixtures (no F32 shipped)
     "$BIN/llama-imatrix" -m "$f32" -f "$TEXT" -o "$m.llama.imatrix.gguf" -c 128 --chunks 16 -t 2 >"$m.llama-imatrix.log" 2>&1
     "$POCKET" imatrix --model "$f32" --file "$TEXT" -o "$m.pocket.imatrix.gguf" --ctx 128 --chunks 16 >/dev/null 2>&1
     echo "== $m: llama-imatrix vs pocket imatrix"

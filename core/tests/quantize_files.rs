@@ -76,7 +76,30 @@ fn the_fixture_files_are_remade_byte_for_byte() {
 /// 3 minutes on two cores).
 #[test]
 fn every_preset_gives_llama_quantize_s_file() {
-    let golden = std::fs::read_to_string(data("llama-quantize.txt")).unwrap();
+    check_goldens(
+        "llama-quantize.txt",
+        "F32",
+        |name, with, expect| name == "qwen35moe-tiny" && (with == "with" || expect == "refused"),
+        50,
+        192,
+    );
+}
+
+/// Gemma 4's fixtures (from their F16 files: no F32 is shipped), the same
+/// way: llama-quantize's files from `SOURCE=F16 MODELS="gemma4-moe-tiny
+/// gemma4-e-tiny" scripts/quantize-compare.sh` (all 128 byte-identical when
+/// recorded); the distinct presets with llama-imatrix's matrix, the ternary
+/// ones and the refusals run here (`POCKET_QUANTIZE_FULL=1`: every line).
+#[test]
+fn every_preset_gives_llama_quantize_s_file_for_gemma4() {
+    check_goldens("llama-quantize-gemma4.txt", "F16", |_, _, expect| expect == "refused", 30, 128);
+}
+
+/// Quantise `{name}-{source}` for each golden line that is sampled (a
+/// distinct preset with the matrix, a refusal, a ternary type, or `extra`)
+/// or every line under `POCKET_QUANTIZE_FULL=1`, and compare with the hash.
+fn check_goldens(file: &str, source: &str, extra: impl Fn(&str, &str, &str) -> bool, sampled: usize, all: usize) {
+    let golden = std::fs::read_to_string(data(file)).unwrap();
     let full = std::env::var_os("POCKET_QUANTIZE_FULL").is_some_and(|v| v == "1");
     let mut checked = 0;
     let mut imatrices = std::collections::HashMap::new();
@@ -84,9 +107,7 @@ fn every_preset_gives_llama_quantize_s_file() {
         let f: Vec<&str> = line.split_whitespace().collect();
         let [name, preset, with, expect] = f[..] else { panic!("bad golden line {line}") };
         let distinct = ["Q2_K", "Q3_K_M", "Q4_K_M", "IQ2_M", "IQ3_XXS", "IQ4_XS"].contains(&preset);
-        let sample = (name == "qwen35moe-tiny" && (with == "with" || expect == "refused"))
-            || (distinct && with == "with")
-            || preset.starts_with("TQ");
+        let sample = extra(name, with, expect) || (distinct && with == "with") || preset.starts_with("TQ");
         if !(full || sample) {
             continue;
         }
@@ -96,7 +117,7 @@ fn every_preset_gives_llama_quantize_s_file() {
         let m = imatrices.entry(name).or_insert_with(|| Imatrix::read(data(&im_name)).unwrap());
         let im = (with == "with").then(|| (&*m, im_name.clone()));
         let out = scratch(&format!("{name}-{preset}-{with}.gguf"));
-        let got = quantize(&model(&format!("{name}-F32")), &out, &opts(ftype, im));
+        let got = quantize(&model(&format!("{name}-{source}")), &out, &opts(ftype, im));
         match (expect, got) {
             ("refused", Err(Error::InvalidArgument(e))) => assert!(e.contains("importance matrix"), "{e}"),
             ("refused", other) => panic!("{line}: llama-quantize refuses, we gave {:?}", other.map(|b| b.len())),
@@ -106,7 +127,7 @@ fn every_preset_gives_llama_quantize_s_file() {
         assert!(!out.exists() && !Path::new(&format!("{}.part", out.display())).exists());
         checked += 1;
     }
-    assert!(checked >= if full { 192 } else { 50 }, "only {checked} golden lines");
+    assert!(checked >= if full { all } else { sampled }, "only {checked} golden lines");
 }
 
 /// The collector over the fixture text, as `pocket imatrix --ctx 128
