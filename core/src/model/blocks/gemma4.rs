@@ -17,7 +17,7 @@ use super::super::pass::{Attend, Pass};
 use super::super::scratch::{heap, take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::attention::AttnParams;
-use super::moe::top_k;
+use super::moe::{top_k, Groups};
 use super::norm::RmsNorm;
 use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
@@ -65,10 +65,7 @@ pub struct Gemma4Scratch {
     logits: Vec<f32>,
     chosen: Vec<u32>,
     weights: Vec<f32>,
-    members: Vec<Vec<(usize, f32)>>,
-    rows: Vec<usize>,
-    seg: Vec<(usize, usize)>,
-    iota: Vec<usize>,
+    groups: Groups,
     gate_up: Vec<f32>,
     hidden: Vec<f32>,
     down: Vec<f32>,
@@ -98,11 +95,7 @@ impl Gemma4Scratch {
             + heap(&self.logits)
             + heap(&self.chosen)
             + heap(&self.weights)
-            + heap(&self.members)
-            + self.members.iter().map(heap).sum::<usize>()
-            + heap(&self.rows)
-            + heap(&self.seg)
-            + heap(&self.iota)
+            + self.groups.heap_bytes()
             + heap(&self.gate_up)
             + heap(&self.hidden)
             + heap(&self.down)
@@ -298,25 +291,9 @@ impl RoutedExperts {
             }
         }
 
-        // Tokens grouped by expert: expert e's rows are seg[e].0..seg[e].1.
-        s.members.resize_with(n_expert, Vec::new);
-        s.members.iter_mut().for_each(Vec::clear);
-        for t in 0..n {
-            for j in 0..k {
-                s.members[s.chosen[t * k + j] as usize].push((t, s.weights[t * k + j]));
-            }
-        }
-        s.rows.clear();
-        s.seg.clear();
-        for m in &s.members {
-            let start = s.rows.len();
-            s.rows.extend(m.iter().map(|&(t, _)| t));
-            s.seg.push((start, s.rows.len()));
-        }
-        let total = s.rows.len();
-        if s.iota.len() < total {
-            s.iota = (0..total).collect();
-        }
+        // Tokens grouped by expert, each expert's rows one segment.
+        s.groups.build(&s.chosen, &s.weights, n, n_expert);
+        let total = s.groups.total();
 
         // gate|up of every routed (token, expert) row, in one batch of products.
         pass.observe(&[&self.router], r);
@@ -326,15 +303,13 @@ impl RoutedExperts {
             let xq = s.input.get(self.gate_up.all.ty);
             let mut jobs = Vec::new();
             let mut rest = &mut gu[..];
-            for (e, &(a, b)) in s.seg.iter().enumerate() {
-                if a == b {
-                    continue;
-                }
-                let (o, r2) = std::mem::take(&mut rest).split_at_mut((b - a) * 2 * n_ff);
+            for (e, seg) in s.groups.segments() {
+                let (o, r2) = std::mem::take(&mut rest).split_at_mut(seg.len() * 2 * n_ff);
                 rest = r2;
-                pass.observe_expert(&[&self.gate_up], e, x, &s.rows[a..b]);
+                let tokens = s.groups.tokens(seg);
+                pass.observe_expert(&[&self.gate_up], e, x, tokens);
                 let w = self.gate_up.slab(pass.file, e);
-                jobs.push(MatJob { w, x: xq, rows: Some(&s.rows[a..b]), out: o });
+                jobs.push(MatJob { w, x: xq, rows: Some(tokens), out: o });
             }
             pass.matmul(&mut jobs);
         }
@@ -353,23 +328,20 @@ impl RoutedExperts {
         {
             let mut jobs = Vec::new();
             let mut rest = &mut d[..];
-            for (e, &(a, b)) in s.seg.iter().enumerate() {
-                if a == b {
-                    continue;
-                }
-                let (o, r2) = std::mem::take(&mut rest).split_at_mut((b - a) * n_embd);
+            for (e, seg) in s.groups.segments() {
+                let (o, r2) = std::mem::take(&mut rest).split_at_mut(seg.len() * n_embd);
                 rest = r2;
-                pass.observe_expert(&[&self.down], e, hidden, &s.iota[a..b]);
+                let rows = s.groups.stacked(seg);
+                pass.observe_expert(&[&self.down], e, hidden, rows);
                 let w = self.down.slab(pass.file, e);
-                jobs.push(MatJob { w, x: &s.acts, rows: Some(&s.iota[a..b]), out: o });
+                jobs.push(MatJob { w, x: &s.acts, rows: Some(rows), out: o });
             }
             pass.matmul(&mut jobs);
         }
         out.fill(0.0);
-        for (m, &(a, _)) in s.members.iter().zip(&s.seg) {
-            for (i, &(t, w)) in m.iter().enumerate() {
-                let row = &d[(a + i) * n_embd..(a + i + 1) * n_embd];
-                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], w, row);
+        for (e, seg) in s.groups.segments() {
+            for (row, &(t, w)) in seg.zip(s.groups.members(e)) {
+                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], w, &d[row * n_embd..(row + 1) * n_embd]);
             }
         }
     }

@@ -201,16 +201,7 @@ impl MoeScratch {
     /// Bytes of its buffers.
     pub fn heap_bytes(&self) -> usize {
         use super::super::scratch::heap;
-        let g = &self.groups;
-        let groups = heap(&g.members)
-            + g.members.iter().map(heap).sum::<usize>()
-            + heap(&g.active)
-            + heap(&g.sorted)
-            + heap(&g.pos)
-            + heap(&g.order)
-            + heap(&g.seg)
-            + heap(&g.rows)
-            + heap(&g.iota);
+        let groups = self.groups.heap_bytes();
         self.input.heap_bytes()
             + heap(&self.probs)
             + heap(&self.chosen)
@@ -280,13 +271,42 @@ impl Groups {
     }
 
     /// Rows in all (tokens times experts per token).
-    fn total(&self) -> usize {
+    pub fn total(&self) -> usize {
         self.rows.len()
     }
 
     /// `(expert, rows of its segment)` of each active expert, in ascending expert order.
-    fn segments(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+    pub fn segments(&self) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
         self.sorted.iter().map(|&e| (e, self.seg[self.pos[e]]..self.seg[self.pos[e] + 1]))
+    }
+
+    /// The tokens of `rows` (a segment's input rows).
+    pub fn tokens(&self, rows: std::ops::Range<usize>) -> &[usize] {
+        &self.rows[rows]
+    }
+
+    /// `rows` as a row list: a segment of the stacked rows themselves.
+    pub fn stacked(&self, rows: std::ops::Range<usize>) -> &[usize] {
+        &self.iota[rows]
+    }
+
+    /// Expert `e`'s `(token, weight)` pairs, in token order.
+    pub fn members(&self, e: usize) -> &[(usize, f32)] {
+        &self.members[e]
+    }
+
+    /// Bytes of its buffers.
+    pub fn heap_bytes(&self) -> usize {
+        use super::super::scratch::heap;
+        heap(&self.members)
+            + self.members.iter().map(heap).sum::<usize>()
+            + heap(&self.active)
+            + heap(&self.sorted)
+            + heap(&self.pos)
+            + heap(&self.order)
+            + heap(&self.seg)
+            + heap(&self.rows)
+            + heap(&self.iota)
     }
 }
 
