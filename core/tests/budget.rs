@@ -9,8 +9,16 @@ use pocket_core::model::{KvType, LoadOptions, Logits, Model};
 use pocket_core::threads::ThreadPool;
 use pocket_core::Error;
 
-const MOE_FILES: &[&str] =
-    &["qwen3moe-tiny-Q4_K_M", "qwen3moe-tiny-Q2_K", "qwen35moe-tiny-Q2_K", "qwen35moe-tiny-F32", "mixtral-tiny-Q8_0"];
+/// Gemma 4's experts are two stacks (gate|up fused, down) where the others have three.
+const MOE_FILES: &[&str] = &[
+    "qwen3moe-tiny-Q4_K_M",
+    "qwen3moe-tiny-Q2_K",
+    "qwen35moe-tiny-Q2_K",
+    "qwen35moe-tiny-F32",
+    "mixtral-tiny-Q8_0",
+    "gemma4-moe-tiny-Q4_K_M",
+    "gemma4-moe-tiny-Q8_0",
+];
 
 use common::model_file as path;
 

@@ -5,6 +5,7 @@
 //! measurements on models nobody has to download.
 
 mod blocks;
+mod gemma4;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -104,6 +105,16 @@ impl Geometry {
         self.arch == Arch::Qwen35Moe && !(il + 1).is_multiple_of(self.full_attention_interval)
     }
 
+    fn shape(&self) -> ModelShape {
+        ModelShape {
+            arch: self.arch_name().into(),
+            n_layer: self.n_layer,
+            n_expert: self.n_expert,
+            n_gqa: self.n_head / self.n_kv_head,
+            is_70b: false,
+        }
+    }
+
     fn arch_name(&self) -> &'static str {
         match self.arch {
             Arch::Qwen35Moe => "qwen35moe",
@@ -188,14 +199,7 @@ fn plan(g: &Geometry) -> Vec<Planned> {
 /// (llama-quantize's, with an importance matrix, as the IQ files people use
 /// are made), the tensors visited in llama.cpp's order. What it leaves
 /// unquantised (norms, routers, convolutions, vectors) stays F32.
-fn types(g: &Geometry, ftype: FileType, planned: &[Planned]) -> Vec<GgmlType> {
-    let shape = ModelShape {
-        arch: g.arch_name().into(),
-        n_layer: g.n_layer,
-        n_expert: g.n_expert,
-        n_gqa: g.n_head / g.n_kv_head,
-        is_70b: false,
-    };
+fn types(shape: ModelShape, ftype: FileType, planned: &[Planned]) -> Vec<GgmlType> {
     let mut order: Vec<usize> = (0..planned.len()).collect();
     order.sort_by(|&a, &b| tensor_order(&planned[a].name, &planned[b].name));
     let mut mixer = Mixer::new(ftype, shape, true, order.iter().map(|&i| planned[i].name.as_str()));
@@ -246,8 +250,22 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let usage = "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe --geometry full|mid \
+    let usage =
+        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4 --geometry full|mid|e2b (e2b: gemma4) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
+    let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
+    let out = out.ok_or(usage)?;
+    if arch.as_deref() == Some("gemma4") {
+        let g = match geometry.as_str() {
+            "full" => gemma4::Gemma4::full(),
+            "mid" => gemma4::Gemma4::mid(),
+            "e2b" => gemma4::Gemma4::e2b(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "gemma4", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
     let g = match (arch.as_deref(), geometry.as_str()) {
         (Some("qwen35moe"), "full") => Geometry::qwen35moe_full(),
         (Some("qwen35moe"), "mid") => Geometry::qwen35moe_mid(),
@@ -255,21 +273,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
         (Some("qwen3moe"), "mid") => Geometry::qwen3moe_mid(),
         _ => return Err(usage.into()),
     };
-    let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
-    let out = out.ok_or(usage)?;
     write_model(&g, &geometry, ftype, &out, seed)
+}
+
+/// What a file of one architecture and geometry holds.
+struct Spec<'a> {
+    arch: &'a str,
+    geometry: &'a str,
+    n_vocab: usize,
+    shape: ModelShape,
+    planned: Vec<Planned>,
 }
 
 /// Write the model of geometry `g` (called `geometry` in its name) as preset `ftype`.
 fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: u64) -> Result<(), String> {
+    let spec = Spec { arch: g.arch_name(), geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: plan(g) };
+    write_file(&spec, |w| qwen_keys(g, w), ftype, out, seed)
+}
+
+/// The keys of a Qwen MoE geometry (the tokenizer's aside).
+fn qwen_keys(g: &Geometry, w: &mut GgufWriter) {
     let a = g.arch_name();
     let k = |s: &str| format!("{a}.{s}");
-    let mut w = GgufWriter::new();
-    w.kv("general.architecture", Value::String(a.into()))
-        .kv("general.name", Value::String(format!("pocket synthetic {a} {geometry}")))
-        .kv("general.file_type", Value::U32(ftype.id()))
-        .kv("general.quantization_version", Value::U32(2))
-        .kv(&k("block_count"), Value::U32(g.n_layer as u32))
+    w.kv(&k("block_count"), Value::U32(g.n_layer as u32))
         .kv(&k("context_length"), Value::U32(g.n_ctx as u32))
         .kv(&k("embedding_length"), Value::U32(g.n_embd as u32))
         .kv(&k("feed_forward_length"), Value::U32((g.n_ff_exp * g.n_expert_used) as u32))
@@ -295,7 +321,25 @@ fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: 
             .kv(&k("attention.recurrent_layers"), Value::Array(Array::Bool(recurrent)))
             .kv(&k("full_attention_interval"), Value::U32(g.full_attention_interval as u32));
     }
-    let (tokens, scores, token_types) = vocab(g.n_vocab);
+}
+
+/// Write `spec` as preset `ftype`: its keys (`keys`), a SentencePiece-style
+/// vocabulary, and every planned tensor filled at random in the preset's mix.
+fn write_file(
+    spec: &Spec,
+    keys: impl FnOnce(&mut GgufWriter),
+    ftype: FileType,
+    out: &Path,
+    seed: u64,
+) -> Result<(), String> {
+    let a = spec.arch;
+    let mut w = GgufWriter::new();
+    w.kv("general.architecture", Value::String(a.into()))
+        .kv("general.name", Value::String(format!("pocket synthetic {a} {}", spec.geometry)))
+        .kv("general.file_type", Value::U32(ftype.id()))
+        .kv("general.quantization_version", Value::U32(2));
+    keys(&mut w);
+    let (tokens, scores, token_types) = vocab(spec.n_vocab);
     w.kv("tokenizer.ggml.model", Value::String("llama".into()))
         .kv("tokenizer.ggml.pre", Value::String("default".into()))
         .kv("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))
@@ -307,8 +351,8 @@ fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: 
         .kv("tokenizer.ggml.add_bos_token", Value::Bool(true))
         .kv("tokenizer.ggml.add_space_prefix", Value::Bool(true));
 
-    let planned = plan(g);
-    let types = types(g, ftype, &planned);
+    let planned = &spec.planned;
+    let types = types(spec.shape.clone(), ftype, planned);
     for (p, &ty) in planned.iter().zip(&types) {
         w.tensor(&p.name, ty, &p.dims);
     }
@@ -374,7 +418,7 @@ mod tests {
             let is_v = |p: &Planned| p.name.contains("attn_v") || p.name.contains("attn_qkv");
             let n_v = planned.iter().filter(|p| is_v(p)).count();
             for (q2k, name) in [(true, "q2_k"), (false, "q4_k_m")] {
-                let types = types(&g, FileType::from_name(name).unwrap(), &planned);
+                let types = types(g.shape(), FileType::from_name(name).unwrap(), &planned);
                 let mut v_seen = 0;
                 for (p, &ty) in planned.iter().zip(&types) {
                     let want = hand_written(q2k, &g, &p.name, &p.dims, v_seen, n_v);
@@ -390,7 +434,7 @@ mod tests {
         let g = Geometry::qwen35moe_mid();
         let planned = plan(&g);
         for ftype in FileType::all() {
-            let types = types(&g, ftype, &planned);
+            let types = types(g.shape(), ftype, &planned);
             for (p, ty) in planned.iter().zip(types) {
                 if p.dims.len() == 1 || p.name.contains("ffn_gate_inp") || p.name.contains("ssm_conv1d") {
                     assert_eq!(ty, GgmlType::F32, "{}: {}", ftype.name(), p.name);

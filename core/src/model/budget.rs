@@ -57,10 +57,17 @@ pub struct MemoryPlan {
     pub slot_bytes: u64,
 }
 
-/// The routed-expert stacks of a network, as `[gate, up, down]` per MoE layer.
-pub(super) fn expert_stacks(net: &dyn Network) -> Vec<[&Experts; 3]> {
-    let all = net.experts();
-    all.chunks_exact(3).map(|c| [c[0].1, c[1].1, c[2].1]).collect()
+/// The routed-expert stacks of a network, per MoE layer: `[gate, up, down]`
+/// (or `[gate_up, down]`), as [`Network::experts`] lists them.
+pub(super) fn expert_stacks(net: &dyn Network) -> Vec<Vec<&Experts>> {
+    let mut stacks: Vec<(usize, Vec<&Experts>)> = Vec::new();
+    for (layer, x) in net.experts() {
+        match stacks.last_mut() {
+            Some((l, stack)) if *l == layer => stack.push(x),
+            _ => stacks.push((layer, vec![x])),
+        }
+    }
+    stacks.into_iter().map(|(_, s)| s).collect()
 }
 
 /// The file's byte ranges a budgeted model keeps resident: the header (of

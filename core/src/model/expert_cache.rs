@@ -39,6 +39,9 @@ const IO_THREADS: usize = 16;
 /// pile up behind one another (two layers' worth of experts stay queued).
 const AHEAD_QUEUED: usize = 48;
 
+/// Tensors one expert spans at most (gate, up, down).
+const MAX_PARTS: usize = 3;
+
 /// What serving experts cost: counted per pass, summed per request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExpertIo {
@@ -138,7 +141,7 @@ struct Slot {
     /// Clock of its last use (LRU).
     last: u64,
     /// Where each slab's bytes start in its part of the slot.
-    skip: [usize; 3],
+    skip: [usize; MAX_PARTS],
     /// The reads filling it, until they are known to have arrived.
     filling: Option<Arc<Batch>>,
     /// Its memory (`slot_bytes`, page-aligned); `None`: the place of a
@@ -267,7 +270,7 @@ pub struct ExpertCache {
     shared: Arc<Shared>,
     /// Bytes of each slab's part of a slot (the padded size of the largest
     /// slab of that projection over all layers), and of a whole slot.
-    part: [usize; 3],
+    part: [usize; MAX_PARTS],
     slot_bytes: usize,
     /// Usable slots (what [`capacity`](Self::capacity) reports; changed
     /// under the lock, read without it).
@@ -285,14 +288,17 @@ pub struct ExpertCache {
 
 impl ExpertCache {
     /// Bytes one slot takes for experts shaped like `tensors` (every
-    /// routed-expert tensor of the model, as `[gate, up, down]` per layer).
-    pub fn slot_bytes(tensors: &[[&Experts; 3]]) -> usize {
+    /// routed-expert tensor of the model, as its stacks per layer: `[gate,
+    /// up, down]`, or `[gate_up, down]` where gate and up are one tensor).
+    pub fn slot_bytes<'a, S: AsRef<[&'a Experts]>>(tensors: &[S]) -> usize {
         Self::parts(tensors).iter().sum()
     }
 
-    fn parts(tensors: &[[&Experts; 3]]) -> [usize; 3] {
-        let mut part = [0usize; 3];
+    fn parts<'a, S: AsRef<[&'a Experts]>>(tensors: &[S]) -> [usize; MAX_PARTS] {
+        let mut part = [0usize; MAX_PARTS];
         for layer in tensors {
+            let layer = layer.as_ref();
+            assert!(layer.len() <= MAX_PARTS, "an expert of {} tensors", layer.len());
             for (p, x) in part.iter_mut().zip(layer) {
                 *p = (*p).max(padded(x.slab_bytes()));
             }
@@ -301,7 +307,7 @@ impl ExpertCache {
     }
 
     /// A cache of `n_slots` slots for experts shaped like `tensors`, read through `direct`.
-    pub fn new(direct: DirectFile, tensors: &[[&Experts; 3]], n_slots: usize) -> Result<ExpertCache> {
+    pub fn new<'a, S: AsRef<[&'a Experts]>>(direct: DirectFile, tensors: &[S], n_slots: usize) -> Result<ExpertCache> {
         let part = Self::parts(tensors);
         let slot_bytes: usize = part.iter().sum();
         let slots =
@@ -425,7 +431,7 @@ impl ExpertCache {
     /// that layer's gate, up and down stacks. Returns once the missing slabs'
     /// reads are queued (waiting first, if need be, for other passes to
     /// release slots): see [`Lease`].
-    pub fn fetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> Result<Lease<'_>> {
+    pub fn fetch(&self, layer: usize, experts: &[usize], tensors: &[&Experts]) -> Result<Lease<'_>> {
         let mut inner = self.lock();
         // Wait until the evictable slots, less those this fetch hits, can take its misses.
         let experts = loop {
@@ -511,7 +517,7 @@ impl ExpertCache {
     /// already queued, it reads fewer; its reads go after every read a pass
     /// waits for. What it read is counted in the returned [`ExpertIo`]
     /// (`prefetched`, `bytes_read`).
-    pub fn prefetch(&self, layer: usize, experts: &[usize], tensors: [&Experts; 3]) -> ExpertIo {
+    pub fn prefetch(&self, layer: usize, experts: &[usize], tensors: &[&Experts]) -> ExpertIo {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
@@ -552,7 +558,7 @@ impl ExpertCache {
         &self,
         inner: &mut MutexGuard<'_, Inner>,
         loads: &[(usize, usize)],
-        tensors: [&Experts; 3],
+        tensors: &[&Experts],
         io: &mut ExpertIo,
         ahead: bool,
     ) -> Vec<Arc<Batch>> {
@@ -562,7 +568,7 @@ impl ExpertCache {
         let mut batches = Vec::with_capacity(loads.len());
         let mut queue = lock(&self.shared.queue);
         for &(slot, e) in loads {
-            let batch = Batch::new(3);
+            let batch = Batch::new(tensors.len());
             let mut dst = inner.slots[slot].addr();
             debug_assert!(dst != 0, "a read into a slot without memory");
             inner.slots[slot].touched = true;
@@ -686,7 +692,7 @@ struct Entry {
 /// fetch can be used at once; the others after [`wait`](Self::wait).
 pub struct Lease<'a> {
     cache: &'a ExpertCache,
-    entries: Vec<(Entry, [usize; 3])>,
+    entries: Vec<(Entry, [usize; MAX_PARTS])>,
     /// The reads the experts that were not ready wait for.
     waits: Vec<Arc<Batch>>,
     waited: AtomicBool,
@@ -724,7 +730,7 @@ impl Lease<'_> {
         Ok(())
     }
 
-    fn entry(&self, e: usize) -> &(Entry, [usize; 3]) {
+    fn entry(&self, e: usize) -> &(Entry, [usize; MAX_PARTS]) {
         self.entries.iter().find(|(en, _)| en.expert == e).expect("expert not in this lease")
     }
 

@@ -33,7 +33,7 @@ use super::pass::Pass;
 use super::scratch::take;
 use super::state::{LayerKind, LayerState, Scratch};
 use super::trunk::Trunk;
-use super::weights::{Loader, Matrix};
+use super::weights::{Experts, Loader, Matrix};
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Key, TensorKind};
 use crate::kernels::ops;
@@ -310,6 +310,15 @@ impl Network for Gemma4 {
             .collect()
     }
 
+    fn experts(&self) -> Vec<(usize, &Experts)> {
+        let moe = self.layers.iter().enumerate().filter_map(|(il, l)| Some((il, &l.moe.as_ref()?.experts)));
+        moe.flat_map(|(il, x)| [(il, &x.gate_up), (il, &x.down)]).collect()
+    }
+
+    fn experts_used(&self) -> usize {
+        self.hp.experts.map_or(0, |(_, k, _)| k)
+    }
+
     fn streamed(&self) -> Vec<Range<usize>> {
         self.ple.iter().map(|p| p.token_embd.range()).collect()
     }
@@ -382,7 +391,7 @@ impl Network for Gemma4 {
                 m.pre_norm_2.forward(x, xn);
                 let mut buf = std::mem::take(&mut g.half);
                 let half = take(&mut buf, n * e);
-                m.experts.forward(pass, g, x, xn, half);
+                m.experts.forward(pass, g, x, xn, half)?;
                 if let Some(tr) = trace.as_deref_mut() {
                     tr.push(Routing { experts: g.chosen().to_vec() });
                 }

@@ -64,7 +64,8 @@ pub trait Network: Send + Sync {
     }
 
     /// The routed-expert tensors, with their layer: gate, up and down of
-    /// each MoE layer in that order.
+    /// each MoE layer in that order (or gate_up and down where one tensor
+    /// holds gate and up); an expert's rows of these are one cache slot.
     fn experts(&self) -> Vec<(usize, &Experts)> {
         Vec::new()
     }

@@ -340,7 +340,10 @@ impl State {
 
     /// What the expert cache has served this sequence so far.
     pub fn expert_io(&self) -> ExpertIo {
-        self.scratch.blocks.moe.io
+        let b = &self.scratch.blocks;
+        let mut io = b.moe.io;
+        io += b.gemma4.io;
+        io
     }
 
     /// Whether [`restore`](Self::restore) would accept `cp`: its layers are

@@ -21,6 +21,8 @@ pub enum Fill {
     Const(f32),
     /// Uniform in [lo, hi).
     Range(f32, f32),
+    /// `(n, a, b)`: the first `n` values `a`, the rest `b` (F32 only).
+    Split(usize, f32, f32),
 }
 
 impl Fill {
@@ -110,8 +112,18 @@ fn scale_of(ty: GgmlType) -> Scale {
 pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
     match ty {
         GgmlType::F32 => {
-            for c in buf.chunks_exact_mut(4) {
-                c.copy_from_slice(&float(fill, rng).to_le_bytes());
+            for (i, c) in buf.chunks_exact_mut(4).enumerate() {
+                let v = match fill {
+                    Fill::Split(n, a, b) => {
+                        if i < n {
+                            a
+                        } else {
+                            b
+                        }
+                    }
+                    _ => float(fill, rng),
+                };
+                c.copy_from_slice(&v.to_le_bytes());
             }
         }
         GgmlType::F16 => {
@@ -162,6 +174,8 @@ fn float(fill: Fill, rng: &mut Rng) -> f32 {
         Fill::Const(v) => v,
         Fill::Range(lo, hi) => lo + (hi - lo) * rng.unit(),
         Fill::Random | Fill::Loud(_) => (rng.unit() - 0.5) * 0.04 * fill.gain(),
+        // Position-dependent: only an F32 tensor takes it (see fill_tensor).
+        Fill::Split(_, a, _) => a,
     }
 }
 

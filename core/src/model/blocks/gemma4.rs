@@ -12,12 +12,15 @@
 //! - [`PerLayerInput`]: the per-layer embedding a block of an E model adds
 //!   to the residual.
 
+use std::ops::Range;
+
 use super::super::cache::KvCache;
+use super::super::expert_cache::ExpertIo;
 use super::super::pass::{Attend, Pass};
 use super::super::scratch::{heap, take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::attention::AttnParams;
-use super::moe::{top_k, Groups};
+use super::moe::{top_k, Groups, Slabs};
 use super::norm::RmsNorm;
 use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
@@ -74,6 +77,8 @@ pub struct Gemma4Scratch {
     /// Per-layer inputs `[n][n_layer][n_embd_per_layer]` of the pass's tokens.
     pub ple: Vec<f32>,
     pub ple_gate: Vec<f32>,
+    /// What the expert cache served this sequence so far.
+    pub io: ExpertIo,
 }
 
 impl Gemma4Scratch {
@@ -224,6 +229,8 @@ impl KvAttention {
 
 /// The routed experts of a Gemma 4 MoE layer.
 pub struct RoutedExperts {
+    /// Its layer (the expert cache's key).
+    pub layer: usize,
     pub n_used: usize,
     pub n_ff: usize,
     pub eps: f32,
@@ -248,6 +255,7 @@ impl RoutedExperts {
     ) -> Result<RoutedExperts> {
         let scale = |kind: TensorKind, n: usize| ld.vector_shaped(&kind.scale(il), &[n as u64]);
         Ok(RoutedExperts {
+            layer: il,
             n_used,
             n_ff,
             eps,
@@ -260,12 +268,70 @@ impl RoutedExperts {
     }
 
     /// `out = Σ_k w_k · expert_k(x)` per token, routed on `resid` (the
-    /// residual stream); `x` is the experts' (normalised) input.
-    pub fn forward(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32], x: &[f32], out: &mut [f32]) {
-        let (n, n_expert, k, n_ff) = (pass.n, self.router.rows, self.n_used, self.n_ff);
-        let n_embd = self.router.cols;
+    /// residual stream); `x` is the experts' (normalised) input. Under a
+    /// memory budget the experts come from the pass's expert cache, as many
+    /// at a time as it holds; one that cannot be read is an I/O error.
+    pub fn forward(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32], x: &[f32], out: &mut [f32]) -> Result<()> {
+        let (n, n_embd) = (pass.n, self.router.cols);
+        self.route(pass, s, resid);
+        s.groups.build(&s.chosen, &s.weights, n, self.router.rows);
+        s.input.prepare(x, n, n_embd, &[self.gate_up.all.ty]);
+        let n_active = s.groups.active().len();
+        if pass.observer.is_some() {
+            for (e, seg) in s.groups.segments() {
+                pass.observe_expert(&[&self.gate_up], e, x, s.groups.tokens(seg));
+            }
+        }
+        match pass.experts {
+            None => {
+                if let Some(map) = pass.map {
+                    // Mapped: tell the OS which slabs come next (see Moe::forward).
+                    for &e in s.groups.active() {
+                        for x in [&self.gate_up, &self.down] {
+                            let r = x.slab_range(e);
+                            map.will_need(r.start, r.len());
+                        }
+                    }
+                }
+                self.run(pass, s, 0..n_active, &Slabs::File(pass.file));
+            }
+            Some(cache) => {
+                // As many experts at a time as the cache holds: those already
+                // there are computed while the others are read.
+                let tensors = &[&self.gate_up, &self.down];
+                let mut first = 0;
+                while first < n_active {
+                    let lease = cache.fetch(self.layer, &s.groups.active()[first..], tensors)?;
+                    if lease.is_empty() {
+                        return Err(Error::OutOfMemory("the expert cache holds no expert".into()));
+                    }
+                    let group = first..first + lease.len();
+                    s.io += lease.io;
+                    let split = s.groups.ready_first(group.clone(), |e| lease.is_ready(e));
+                    let slabs = Slabs::Cache(&lease);
+                    self.run(pass, s, group.start..split, &slabs);
+                    lease.wait()?;
+                    self.run(pass, s, split..group.end, &slabs);
+                    first = group.end;
+                }
+            }
+        }
+        // The weighted sum per token.
+        out.fill(0.0);
+        for (e, seg) in s.groups.segments() {
+            for (row, &(t, w)) in seg.zip(s.groups.members(e)) {
+                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], w, &s.down[row * n_embd..(row + 1) * n_embd]);
+            }
+        }
+        Ok(())
+    }
 
-        // Router: softmax(W_r · (rms_norm(resid) * scale / sqrt(n_embd))) -> top-k, renormalised.
+    /// Router: softmax(W_r · (rms_norm(resid) * scale / sqrt(n_embd))) ->
+    /// top-k, renormalised, times the experts' scales; into `s.chosen` and
+    /// `s.weights`.
+    fn route(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32]) {
+        let (n, n_expert, k) = (pass.n, self.router.rows, self.n_used);
+        let n_embd = self.router.cols;
         let r = take(&mut s.router_in, n * n_embd);
         let inv = 1.0 / (n_embd as f32).sqrt();
         for (ro, xr) in r.chunks_exact_mut(n_embd).zip(resid.chunks_exact(n_embd)) {
@@ -274,6 +340,7 @@ impl RoutedExperts {
         }
         let logits = take(&mut s.logits, n * n_expert);
         pass.project(&self.router, &mut s.acts, r, logits);
+        pass.observe(&[&self.router], r);
         s.chosen.resize(n * k, 0);
         s.weights.resize(n * k, 0.0);
         for t in 0..n {
@@ -290,60 +357,62 @@ impl RoutedExperts {
                 *wi = *wi / sum * self.expert_scale[e as usize];
             }
         }
+    }
 
-        // Tokens grouped by expert, each expert's rows one segment.
-        s.groups.build(&s.chosen, &s.weights, n, n_expert);
-        let total = s.groups.total();
-
-        // gate|up of every routed (token, expert) row, in one batch of products.
-        pass.observe(&[&self.router], r);
-        s.input.prepare(x, n, n_embd, &[self.gate_up.all.ty]);
+    /// The active experts `group` (indices into the groups' list) over their
+    /// tokens: gate|up of all in one batch of products, GeGLU, then every
+    /// down projection in a second batch, into `s.down` at their rows.
+    fn run(&self, pass: &Pass, s: &mut Gemma4Scratch, group: Range<usize>, slabs: &Slabs<'_>) {
+        if group.is_empty() {
+            return;
+        }
+        let (n_ff, n_embd) = (self.n_ff, self.router.cols);
+        let g = &s.groups;
+        let total = g.total();
+        let rows = g.rows_of(group.clone());
         let gu = take(&mut s.gate_up, total * 2 * n_ff);
         {
             let xq = s.input.get(self.gate_up.all.ty);
-            let mut jobs = Vec::new();
-            let mut rest = &mut gu[..];
-            for (e, seg) in s.groups.segments() {
-                let (o, r2) = std::mem::take(&mut rest).split_at_mut(seg.len() * 2 * n_ff);
-                rest = r2;
-                let tokens = s.groups.tokens(seg);
-                pass.observe_expert(&[&self.gate_up], e, x, tokens);
-                let w = self.gate_up.slab(pass.file, e);
-                jobs.push(MatJob { w, x: xq, rows: Some(tokens), out: o });
+            let mut jobs = Vec::with_capacity(group.len());
+            let mut rest = &mut gu[rows.start * 2 * n_ff..rows.end * 2 * n_ff];
+            for i in group.clone() {
+                let (e, seg) = g.segment(i);
+                let (o, r) = std::mem::take(&mut rest).split_at_mut(seg.len() * 2 * n_ff);
+                rest = r;
+                jobs.push(MatJob { w: slabs.get(&self.gate_up, 0, e), x: xq, rows: Some(g.tokens(seg)), out: o });
             }
             pass.matmul(&mut jobs);
         }
         // GeGLU: hidden = gelu(gate) * up.
         let hidden = take(&mut s.hidden, total * n_ff);
-        for (h, row) in hidden.chunks_exact_mut(n_ff).zip(gu.chunks_exact_mut(2 * n_ff)) {
-            let (g, u) = row.split_at_mut(n_ff);
-            ops::gelu_tanh(g);
-            ops::mul(g, u);
-            h.copy_from_slice(g);
-        }
-
-        // down of every row, then the weighted sum per token.
-        s.acts.quantize(self.down.all.ty, hidden, total, n_ff);
-        let d = take(&mut s.down, total * n_embd);
+        for (h, row) in hidden[rows.start * n_ff..rows.end * n_ff]
+            .chunks_exact_mut(n_ff)
+            .zip(gu[rows.start * 2 * n_ff..rows.end * 2 * n_ff].chunks_exact_mut(2 * n_ff))
         {
-            let mut jobs = Vec::new();
-            let mut rest = &mut d[..];
-            for (e, seg) in s.groups.segments() {
-                let (o, r2) = std::mem::take(&mut rest).split_at_mut(seg.len() * n_embd);
-                rest = r2;
-                let rows = s.groups.stacked(seg);
-                pass.observe_expert(&[&self.down], e, hidden, rows);
-                let w = self.down.slab(pass.file, e);
-                jobs.push(MatJob { w, x: &s.acts, rows: Some(rows), out: o });
-            }
-            pass.matmul(&mut jobs);
+            let (gate, up) = row.split_at_mut(n_ff);
+            ops::gelu_tanh(gate);
+            ops::mul(gate, up);
+            h.copy_from_slice(gate);
         }
-        out.fill(0.0);
-        for (e, seg) in s.groups.segments() {
-            for (row, &(t, w)) in seg.zip(s.groups.members(e)) {
-                ops::axpy_f32(&mut out[t * n_embd..(t + 1) * n_embd], w, &d[row * n_embd..(row + 1) * n_embd]);
+        if pass.observer.is_some() {
+            for i in group.clone() {
+                let (e, seg) = g.segment(i);
+                pass.observe_expert(&[&self.down], e, hidden, g.stacked(seg));
             }
         }
+        // down of the group's rows: one quantisation, then every expert in one pass.
+        s.acts.quantize(self.down.all.ty, &hidden[rows.start * n_ff..rows.end * n_ff], rows.len(), n_ff);
+        let d = take(&mut s.down, total * n_embd);
+        let mut jobs = Vec::with_capacity(group.len());
+        let mut rest = &mut d[rows.start * n_embd..rows.end * n_embd];
+        for i in group {
+            let (e, seg) = g.segment(i);
+            let (o, r) = std::mem::take(&mut rest).split_at_mut(seg.len() * n_embd);
+            rest = r;
+            let local = g.stacked(seg.start - rows.start..seg.end - rows.start);
+            jobs.push(MatJob { w: slabs.get(&self.down, 1, e), x: &s.acts, rows: Some(local), out: o });
+        }
+        pass.matmul(&mut jobs);
     }
 }
 

@@ -106,8 +106,9 @@ pub enum Slabs<'a> {
 }
 
 impl Slabs<'_> {
-    /// Expert `e` of stack `x`, projection `p` (0 gate, 1 up, 2 down).
-    fn get<'b>(&'b self, x: &Experts, p: usize, e: usize) -> QMatrix<'b> {
+    /// Expert `e` of stack `x`, projection `p` (its place in the stack the
+    /// lease was fetched with: 0 gate, 1 up, 2 down; or 0 gate_up, 1 down).
+    pub fn get<'b>(&'b self, x: &Experts, p: usize, e: usize) -> QMatrix<'b> {
         match self {
             Slabs::File(file) => x.slab(file, e),
             Slabs::Cache(lease) => lease.slab(e, p, x),
@@ -280,6 +281,21 @@ impl Groups {
         self.sorted.iter().map(|&e| (e, self.seg[self.pos[e]]..self.seg[self.pos[e] + 1]))
     }
 
+    /// The routed experts, in the order their rows are stacked.
+    pub fn active(&self) -> &[usize] {
+        &self.active
+    }
+
+    /// The `i`th active expert and its stacked rows.
+    pub fn segment(&self, i: usize) -> (usize, std::ops::Range<usize>) {
+        (self.active[i], self.seg[i]..self.seg[i + 1])
+    }
+
+    /// The stacked rows of the active experts `group`.
+    pub fn rows_of(&self, group: std::ops::Range<usize>) -> std::ops::Range<usize> {
+        self.seg[group.start]..self.seg[group.end]
+    }
+
     /// The tokens of `rows` (a segment's input rows).
     pub fn tokens(&self, rows: std::ops::Range<usize>) -> &[usize] {
         &self.rows[rows]
@@ -417,7 +433,7 @@ impl Moe {
                 // holds at each fetch: its size may change while the pass
                 // runs): those already cached (and the shared expert) are
                 // computed while the others are read, then the others.
-                let tensors = [&self.gate, &self.up, &self.down];
+                let tensors = &[&self.gate, &self.up, &self.down];
                 let mut first = 0;
                 while first < n_active {
                     let lease = cache.fetch(self.layer, &s.groups.active[first..], tensors)?;
@@ -508,7 +524,7 @@ impl Moe {
                 }
             }
         }
-        s.io += cache.prefetch(a.layer, &s.ahead, [&a.gate, &a.up, &a.down]);
+        s.io += cache.prefetch(a.layer, &s.ahead, &[&a.gate, &a.up, &a.down]);
     }
 
     /// The active experts `group` (indices into the groups' list) over their
