@@ -257,7 +257,16 @@ impl Gemma4 {
                     post_norm_1: RmsNorm::load(&ld, TensorKind::FfnPostNorm1, il, e, eps)?,
                     pre_norm_2: RmsNorm::load(&ld, TensorKind::FfnPreNorm2, il, e, eps)?,
                     post_norm_2: RmsNorm::load(&ld, TensorKind::FfnPostNorm2, il, e, eps)?,
-                    experts: RoutedExperts::load(&ld, il, e, x, eps)?,
+                    experts: match il + 1 < hp.n_layer {
+                        true => RoutedExperts::load(&ld, il, e, x, eps)?.with_ahead(RoutedExperts::load(
+                            &ld,
+                            il + 1,
+                            e,
+                            x,
+                            eps,
+                        )?),
+                        false => RoutedExperts::load(&ld, il, e, x, eps)?,
+                    },
                 }),
                 None => None,
             };

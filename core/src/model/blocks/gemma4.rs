@@ -15,7 +15,7 @@
 use std::ops::Range;
 
 use super::super::cache::KvCache;
-use super::super::expert_cache::ExpertIo;
+use super::super::expert_cache::{ExpertCache, ExpertIo};
 use super::super::pass::{Attend, Pass};
 use super::super::scratch::{heap, take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
@@ -79,6 +79,9 @@ pub struct Gemma4Scratch {
     pub ple_gate: Vec<f32>,
     /// What the expert cache served this sequence so far.
     pub io: ExpertIo,
+    /// The next layer's guessed experts, and one token's guesses.
+    ahead: Vec<usize>,
+    top: Vec<u32>,
 }
 
 impl Gemma4Scratch {
@@ -107,6 +110,8 @@ impl Gemma4Scratch {
             + heap(&self.half)
             + heap(&self.ple)
             + heap(&self.ple_gate)
+            + heap(&self.ahead)
+            + heap(&self.top)
     }
 }
 
@@ -242,6 +247,9 @@ pub struct RoutedExperts {
     pub down: Experts, // [n_expert][n_embd, n_ff]
     /// `[n_expert]`: multiplies each expert's routing weight.
     pub expert_scale: Vec<f32>,
+    /// The next layer's experts: under a memory budget, its likely experts
+    /// are read while this layer computes (see [`Self::read_ahead`]).
+    pub ahead: Option<Box<RoutedExperts>>,
 }
 
 impl RoutedExperts {
@@ -264,7 +272,14 @@ impl RoutedExperts {
             gate_up: ld.experts(TensorKind::FfnGateUpExps, il, n_expert, 2 * n_ff, n_embd)?,
             down: ld.experts(TensorKind::FfnDownExps, il, n_expert, n_embd, n_ff)?,
             expert_scale: scale(TensorKind::FfnDownExps, n_expert)?,
+            ahead: None,
         })
+    }
+
+    /// With layer `next`'s experts to read ahead.
+    pub fn with_ahead(mut self, next: RoutedExperts) -> RoutedExperts {
+        self.ahead = Some(Box::new(next));
+        self
     }
 
     /// `out = Σ_k w_k · expert_k(x)` per token, routed on `resid` (the
@@ -307,6 +322,9 @@ impl RoutedExperts {
                     }
                     let group = first..first + lease.len();
                     s.io += lease.io;
+                    if group == (0..n_active) {
+                        self.read_ahead(pass, s, cache, resid);
+                    }
                     let split = s.groups.ready_first(group.clone(), |e| lease.is_ready(e));
                     let slabs = Slabs::Cache(&lease);
                     self.run(pass, s, group.start..split, &slabs);
@@ -326,12 +344,36 @@ impl RoutedExperts {
         Ok(())
     }
 
-    /// Router: softmax(W_r · (rms_norm(resid) * scale / sqrt(n_embd))) ->
-    /// top-k, renormalised, times the experts' scales; into `s.chosen` and
-    /// `s.weights`.
-    fn route(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32]) {
-        let (n, n_expert, k) = (pass.n, self.router.rows, self.n_used);
-        let n_embd = self.router.cols;
+    /// Guess the next layer's experts (its router on this layer's residual,
+    /// which changes little from one layer to the next) and start reading
+    /// those the cache lacks, into at most half the slots this layer leaves:
+    /// three quarters of the k per token, the guesses right most often (as
+    /// `Moe::read_ahead`).
+    fn read_ahead(&self, pass: &Pass, s: &mut Gemma4Scratch, cache: &ExpertCache, resid: &[f32]) {
+        let Some(a) = &self.ahead else { return };
+        let (n, n_expert, k) = (pass.n, a.router.rows, a.n_used);
+        let room = cache.capacity().saturating_sub(s.groups.active().len()) / 2;
+        if room < k {
+            return;
+        }
+        a.router_logits(pass, s, resid);
+        let logits = &s.logits[..n * n_expert];
+        s.top.resize((k - k / 4).max(1), 0);
+        s.ahead.clear();
+        for p in logits.chunks_exact(n_expert) {
+            top_k(p, &mut s.top);
+            for &e in &s.top {
+                if !s.ahead.contains(&(e as usize)) && s.ahead.len() < room {
+                    s.ahead.push(e as usize);
+                }
+            }
+        }
+        s.io += cache.prefetch(a.layer, &s.ahead, &[&a.gate_up, &a.down]);
+    }
+
+    /// The router's logits `W_r · (rms_norm(resid) * scale / sqrt(n_embd))`, in `s.logits`.
+    fn router_logits(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32]) {
+        let (n, n_expert, n_embd) = (pass.n, self.router.rows, self.router.cols);
         let r = take(&mut s.router_in, n * n_embd);
         let inv = 1.0 / (n_embd as f32).sqrt();
         for (ro, xr) in r.chunks_exact_mut(n_embd).zip(resid.chunks_exact(n_embd)) {
@@ -340,7 +382,16 @@ impl RoutedExperts {
         }
         let logits = take(&mut s.logits, n * n_expert);
         pass.project(&self.router, &mut s.acts, r, logits);
-        pass.observe(&[&self.router], r);
+    }
+
+    /// Router: softmax(W_r · (rms_norm(resid) * scale / sqrt(n_embd))) ->
+    /// top-k, renormalised, times the experts' scales; into `s.chosen` and
+    /// `s.weights`.
+    fn route(&self, pass: &Pass, s: &mut Gemma4Scratch, resid: &[f32]) {
+        let (n, n_expert, k) = (pass.n, self.router.rows, self.n_used);
+        self.router_logits(pass, s, resid);
+        pass.observe(&[&self.router], &s.router_in[..n * self.router.cols]);
+        let logits = &mut s.logits[..n * n_expert];
         s.chosen.resize(n * k, 0);
         s.weights.resize(n * k, 0.0);
         for t in 0..n {
