@@ -453,10 +453,15 @@ mod tests {
 
     /// Synthesise `g` as `preset`, load it and decode a few tokens.
     fn synthesise_and_decode(g: &Geometry, preset: &str) {
+        decode_written(preset, |path, ftype| write_model(g, "test", ftype, path, 3));
+    }
+
+    /// Write a file with `write` as `preset`, load it and decode a few tokens.
+    fn decode_written(preset: &str, write: impl FnOnce(&Path, FileType) -> Result<(), String>) {
         let dir = std::env::temp_dir().join(format!("pocket-synth-{}-{preset}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("model.gguf");
-        write_model(g, "test", FileType::from_name(preset).unwrap(), &path, 3).unwrap();
+        write(&path, FileType::from_name(preset).unwrap()).unwrap();
         let result = std::panic::catch_unwind(|| {
             let m = Model::load(&path).unwrap();
             let pool = ThreadPool::new(2);
@@ -485,6 +490,42 @@ mod tests {
         };
         for preset in &all {
             synthesise_and_decode(&qwen35moe_small(), preset);
+        }
+    }
+
+    /// Gemma 4's two shapes cut down (both kinds of layer, 704-wide experts,
+    /// K = V, shared KV, per-layer inputs): the files load and decode.
+    #[test]
+    fn small_gemma4_files_load_and_decode() {
+        use gemma4::Gemma4;
+        let moe = Gemma4 {
+            n_embd: 256,
+            n_head: 4,
+            n_kv_swa: 2,
+            hd_swa: 64,
+            hd_full: 128,
+            n_ff: 512,
+            n_expert: 8,
+            n_used: 2,
+            n_vocab: 1024,
+            ..Gemma4::mid()
+        };
+        let e = Gemma4 {
+            n_layer: 10,
+            n_embd: 256,
+            n_head: 4,
+            hd_swa: 64,
+            hd_full: 128,
+            n_ff: 512,
+            shared_kv: 4,
+            n_ple: 64,
+            n_vocab: 1024,
+            ..Gemma4::e2b()
+        };
+        for (g, preset) in [(&moe, "q2_k"), (&moe, "q4_k_m"), (&e, "q4_k_m")] {
+            let spec =
+                Spec { arch: "gemma4", geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| g.keys(w), ftype, path, 3));
         }
     }
 
