@@ -243,3 +243,34 @@ fn malformed_deepseek2_files_are_typed_errors() {
         }
     }
 }
+
+/// The file's DeepSeek-V3.1 template renders as jinja2 renders it (the
+/// expected strings are jinja2 3.1's output for the same template and
+/// messages), thinking off by default and on when asked.
+#[test]
+fn deepseek2_chat_template_renders() {
+    use pocket_core::chat::ChatMessage;
+    let model = Model::load(common::fixtures().join("models/deepseek2-tiny-Q8_0.gguf")).unwrap();
+    let t = model.chat_template().unwrap();
+    let first = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hello!")];
+    assert_eq!(
+        t.render(&first, true, &[]).unwrap(),
+        "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hello!<｜Assistant｜><think></think>"
+    );
+    let mut history = first.to_vec();
+    history.push(ChatMessage::new("assistant", "<think>hm</think>Hi there."));
+    history.push(ChatMessage::new("user", "Who are you?"));
+    let turns = "<｜begin▁of▁sentence｜>Be brief.<｜User｜>Hello!<｜Assistant｜><think></think>Hi there.\
+                 <｜end▁of▁sentence｜><｜User｜>Who are you?<｜Assistant｜>";
+    assert_eq!(t.render(&history, true, &[]).unwrap(), format!("{turns}<think></think>"));
+    let thinking = [("thinking".to_string(), serde_json::json!(true))];
+    assert_eq!(t.render(&history, true, &thinking).unwrap(), format!("{turns}<think>"));
+    // The turns' markers are single tokens of the vocabulary, BOS first.
+    let tok = model.tokenizer();
+    for marker in ["<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"]
+    {
+        assert_eq!(tok.encode(marker, false, true).unwrap().len(), 1, "{marker}");
+    }
+    let ids = tok.encode(&t.render(&first, true, &[]).unwrap(), false, true).unwrap();
+    assert_eq!(ids[0], 1009, "BOS");
+}
