@@ -512,7 +512,9 @@ impl Moe {
             if plain {
                 top_k(p, chosen);
             } else {
-                self.select(p, &mut s.select, &mut s.group_scores, &mut s.top_groups, chosen);
+                let groups = (self.p.n_group, self.p.n_group_used);
+                let scratch = (&mut s.select, &mut s.group_scores, &mut s.top_groups);
+                select_experts(p, self.selection_bias.as_deref(), groups, scratch, chosen);
             }
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
@@ -526,44 +528,6 @@ impl Moe {
                 w.iter_mut().for_each(|x| *x *= self.p.weights_scale);
             }
         }
-    }
-
-    /// Choose a token's experts from its probabilities `p` plus the selection
-    /// bias, among the experts of the best groups only (scratch: `sel`,
-    /// `group_scores`, `top_groups`).
-    fn select(
-        &self,
-        p: &[f32],
-        sel: &mut Vec<f32>,
-        group_scores: &mut Vec<f32>,
-        top_groups: &mut Vec<u32>,
-        chosen: &mut [u32],
-    ) {
-        sel.clear();
-        sel.extend_from_slice(p);
-        if let Some(b) = &self.selection_bias {
-            ops::add(sel, b);
-        }
-        let (n_group, used) = (self.p.n_group, self.p.n_group_used);
-        if n_group > 1 {
-            // A group's score: the sum of its two best selection scores.
-            let per = sel.len() / n_group;
-            let mut best = [0u32; 2];
-            group_scores.clear();
-            for g in sel.chunks_exact(per) {
-                top_k(g, &mut best);
-                group_scores.push(g[best[0] as usize] + g[best[1] as usize]);
-            }
-            top_groups.resize(used, 0);
-            top_k(group_scores, top_groups);
-            // The other groups' experts cannot be chosen.
-            for (gi, g) in sel.chunks_exact_mut(per).enumerate() {
-                if !top_groups.contains(&(gi as u32)) {
-                    g.fill(f32::NEG_INFINITY);
-                }
-            }
-        }
-        top_k(sel, chosen);
     }
 
     /// Guess the next MoE layer's experts (its router applied to this
@@ -715,6 +679,42 @@ impl Moe {
     }
 }
 
+/// Choose a token's experts (`chosen.len()` of them) by their probabilities
+/// `p` plus the selection `bias`, among the experts of the best `used` of
+/// `n_group` groups only; a group scores the sum of its two best. Scratch:
+/// the selection scores, the groups' scores, the best groups.
+fn select_experts(
+    p: &[f32],
+    bias: Option<&[f32]>,
+    (n_group, used): (usize, usize),
+    (sel, group_scores, top_groups): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<u32>),
+    chosen: &mut [u32],
+) {
+    sel.clear();
+    sel.extend_from_slice(p);
+    if let Some(b) = bias {
+        ops::add(sel, b);
+    }
+    if n_group > 1 {
+        let per = sel.len() / n_group;
+        let mut best = [0u32; 2];
+        group_scores.clear();
+        for g in sel.chunks_exact(per) {
+            top_k(g, &mut best);
+            group_scores.push(g[best[0] as usize] + g[best[1] as usize]);
+        }
+        top_groups.resize(used, 0);
+        top_k(group_scores, top_groups);
+        // The other groups' experts cannot be chosen.
+        for (gi, g) in sel.chunks_exact_mut(per).enumerate() {
+            if !top_groups.contains(&(gi as u32)) {
+                g.fill(f32::NEG_INFINITY);
+            }
+        }
+    }
+    top_k(sel, chosen);
+}
+
 fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
@@ -744,7 +744,28 @@ pub fn top_k(values: &[f32], out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{top_k, Groups};
+    use super::{select_experts, top_k, Groups};
+
+    #[test]
+    fn selection_bias_and_groups_choose_the_experts() {
+        // 6 experts in 3 groups of 2.
+        let p = [0.9, 0.1, 0.5, 0.45, 0.6, 0.0];
+        let mut scratch = (Vec::new(), Vec::new(), Vec::new());
+        let mut chosen = [0u32; 2];
+        let mut pick = |bias: Option<&[f32]>, groups| {
+            select_experts(&p, bias, groups, (&mut scratch.0, &mut scratch.1, &mut scratch.2), &mut chosen);
+            chosen
+        };
+        // Plain top-2; then within the best group by the sum of its top 2 (group 0: 1.0, 1: 0.95, 2: 0.6).
+        assert_eq!(pick(None, (1, 1)), [0, 4]);
+        assert_eq!(pick(None, (3, 1)), [0, 1]);
+        // Groups 0 (1.0) and 1 (0.95) beat group 2 (0.6): expert 4 is out.
+        assert_eq!(pick(None, (3, 2)), [0, 2]);
+        // A bias lifts expert 5 and its group (0.6 + 0.8 = 1.4) over the others.
+        let bias = [0.0, 0.0, 0.0, 0.0, 0.0, 0.8];
+        assert_eq!(pick(Some(&bias), (3, 1)), [5, 4]);
+        assert_eq!(pick(Some(&bias), (1, 1)), [0, 5]);
+    }
 
     #[test]
     fn top_k_picks_largest_in_order() {
