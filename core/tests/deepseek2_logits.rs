@@ -274,3 +274,44 @@ fn deepseek2_chat_template_renders() {
     let ids = tok.encode(&t.render(&first, true, &[]).unwrap(), false, true).unwrap();
     assert_eq!(ids[0], 1009, "BOS");
 }
+
+/// A file without q LoRA (DeepSeek-V2-Lite: `attn_q` projects the query
+/// directly) loads and runs, as a batch as token by token. Its `attn_q` is
+/// made from the first rows of the F16 file's embedding table; the logits
+/// must differ from the q-LoRA file's (the query changed) and agree
+/// between batch and decode.
+#[test]
+fn a_file_without_q_lora_projects_the_query_directly() {
+    let src = "models/deepseek2-tiny-F16.gguf";
+    let g = GgufFile::open(common::fixtures().join(src)).unwrap();
+    let embd = g.tensor("token_embd.weight").unwrap();
+    let q_bytes = 192 * 256 * 2; // [256, 192] F16
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        if k != "deepseek2.attention.q_lora_rank" {
+            w.kv(k, v.clone());
+        }
+    }
+    let kept: Vec<_> = g.tensors().iter().filter(|t| !t.name.contains(".attn_q_")).collect();
+    for t in &kept {
+        w.tensor(&t.name, t.ty, t.shape());
+    }
+    for il in 0..3 {
+        w.tensor(&format!("blk.{il}.attn_q.weight"), embd.ty, &[256, 192]);
+    }
+    let bytes = w.to_bytes(|i, out| match kept.get(i) {
+        Some(t) => out.copy_from_slice(g.tensor_data(t)),
+        None => out.copy_from_slice(&g.tensor_data(embd)[..q_bytes]),
+    });
+    let lite = Model::from_gguf(GgufFile::from_bytes(bytes).unwrap()).unwrap();
+    let lora = Model::load(common::fixtures().join(src)).unwrap();
+    let tokens = common::ids(&model_entry(), "prompt");
+    let (batch, decode) = common::batch_and_decode_logits(&lite, &pool(), &tokens);
+    assert!(batch.iter().all(|v| v.is_finite()));
+    let d = max_abs_diff(&batch, &decode);
+    assert!(d < 1e-4, "batch vs decode: {d}");
+    let (with_lora, _) = common::batch_and_decode_logits(&lora, &pool(), &tokens);
+    let apart = max_abs_diff(&batch, &with_lora);
+    eprintln!("without q LoRA: batch vs decode {d:.2e}; {apart:.2e} from the q-LoRA file");
+    assert!(apart > 1e-2, "the direct query changed nothing ({apart})");
+}

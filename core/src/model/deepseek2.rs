@@ -121,7 +121,7 @@ fn rope_scaling(m: &Meta, n_rot: usize, k_mla: usize) -> Result<(Yarn, f32)> {
             let f = 1.0 / freq_scale;
             let asked = if log_mul != 0.0 { 1.0 } else { yarn_mscale(f, 1.0) };
             let af = asked / (1.0 + 0.1 * ln_f) * attn_factor;
-            (Yarn::yarn(n_rot, base, freq_scale, orig, beta, af * (1.0 + 0.1 * ln_f)), af)
+            (Yarn::extended(n_rot, base, freq_scale, orig, beta, af * (1.0 + 0.1 * ln_f)), af)
         }
         other => {
             return Err(Error::InvalidHyperparameter {
@@ -141,7 +141,7 @@ enum Ffn {
     Dense(Dense),
     /// Router `[n_expert, n_embd]`, experts `[n_expert][n_ff_exp, n_embd]`,
     /// shared experts `[n_ff_shexp, n_embd]`.
-    Moe(Moe),
+    Moe(Box<Moe>),
 }
 
 struct Layer {
@@ -174,7 +174,7 @@ impl Deepseek2 {
                 if hp.n_ff_shexp > 0 && moe.shared.is_none() {
                     return Err(Error::MissingTensor(TensorKind::FfnUpShexp.weight(il)));
                 }
-                Ffn::Moe(moe)
+                Ffn::Moe(Box::new(moe))
             };
             layers.push(Layer {
                 attn_norm: RmsNorm::load(&ld, TensorKind::AttnNorm, il, e, eps)?,

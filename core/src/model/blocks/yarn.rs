@@ -30,7 +30,7 @@ impl Yarn {
 
     /// YaRN over an original context of `n_ctx_orig` with ramp bounds
     /// `beta_fast`/`beta_slow` (turns), scaling cos and sin by `mscale`.
-    pub fn yarn(n_rot: usize, base: f32, freq_scale: f32, n_ctx_orig: usize, beta: [f32; 2], mscale: f32) -> Yarn {
+    pub fn extended(n_rot: usize, base: f32, freq_scale: f32, n_ctx_orig: usize, beta: [f32; 2], mscale: f32) -> Yarn {
         // The dim whose wavelength makes `turns` turns over the original context.
         let dim = |turns: f32| {
             n_rot as f32 * (n_ctx_orig as f32 / (turns * 2.0 * std::f32::consts::PI)).ln() / (2.0 * base.ln())
@@ -92,7 +92,7 @@ mod tests {
     #[test]
     fn yarn_keeps_fast_pairs_and_interpolates_slow_ones() {
         // DeepSeek tiny: 16 dims, base 1e4, factor 4, original context 128, beta 32/1.
-        let y = Yarn::yarn(16, 10_000.0, 0.25, 128, [32.0, 1.0], 1.0);
+        let y = Yarn::extended(16, 10_000.0, 0.25, 128, [32.0, 1.0], 1.0);
         // start = floor(16 ln(128 / 64π) / 2 ln 1e4) = floor(-0.39) -> 0; end = ceil(16 ln(128/2π) / 2 ln 1e4) = 3.
         assert_eq!(y.corr_dims, [0.0, 3.0]);
         let mut cs = [(0.0, 0.0); 8];
