@@ -315,3 +315,31 @@ fn a_file_without_q_lora_projects_the_query_directly() {
     eprintln!("without q LoRA: batch vs decode {d:.2e}; {apart:.2e} from the q-LoRA file");
     assert!(apart > 1e-2, "the direct query changed nothing ({apart})");
 }
+
+/// The latent cache is what the memory plan counts: 80 values (latent 64 +
+/// rotary key 16) per position and layer, in f16 by default; under the
+/// smallest budget the plan allows (routed experts read through the expert
+/// cache) the logits are the mapped model's.
+#[test]
+fn the_memory_plan_counts_the_latent_cache_and_a_budget_keeps_the_logits() {
+    use pocket_core::model::{default_context, LoadOptions};
+    let path = common::fixtures().join("models/deepseek2-tiny-Q8_0.gguf");
+    let model = Model::load(&path).unwrap();
+    let n_ctx = default_context(Some(512));
+    for (kv, bytes) in [(KvType::F16, 2), (KvType::F32, 4), (KvType::Q8_0, 2)] {
+        let st = model.new_state(n_ctx, kv).unwrap();
+        assert_eq!(st.cache_bytes(), 3 * n_ctx * 80 * bytes, "{}", kv.name());
+    }
+    let plan = model.memory_plan(0);
+    let f16_state = (3 * n_ctx * 80 * 2) as u64;
+    // The plan's session: the f16 state and a fixed scratch allowance (160 MiB).
+    assert_eq!(plan.session_bytes, f16_state + (160 << 20));
+
+    let tokens = common::ids(&model_entry(), "prompt");
+    let (mapped_batch, mapped_decode) = common::batch_and_decode_logits(&model, &pool(), &tokens);
+    let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..Default::default() };
+    let budgeted = Model::load_with(&path, &opts).unwrap();
+    let (batch, decode) = common::batch_and_decode_logits(&budgeted, &pool(), &tokens);
+    assert_eq!(max_abs_diff(&batch, &mapped_batch), 0.0, "batch under a budget");
+    assert_eq!(max_abs_diff(&decode, &mapped_decode), 0.0, "decode under a budget");
+}
