@@ -254,3 +254,9 @@ fn gemma_3_270m_chat_tokens() {
     assert!(!tok.is_end_of_generation(105));
     assert_eq!(tok.decode(&ids, false), "user\nHi");
 }
+
+/// `deepseek-v3` pre-tokenizer (its three split regexes), ids from the HF tokenizer.
+#[test]
+fn tiny_deepseek2() {
+    model_corpus("deepseek2-tiny", "deepseek2-tiny-F16.gguf");
+}

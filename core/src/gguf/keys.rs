@@ -18,6 +18,9 @@ pub enum Arch {
     /// Gemma 4: sliding and global attention of different head sizes, MoE
     /// beside a dense MLP (26B-A4B), per-layer embeddings and shared KV (E models).
     Gemma4,
+    /// DeepSeek-V2/V3 (and Moonlight, GLM-4.7-Flash): Multi-head Latent
+    /// Attention over a compressed KV cache, group-limited MoE routing.
+    Deepseek2,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -28,6 +31,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Qwen35Moe, "qwen35moe"),
     (Arch::Gemma3, "gemma3"),
     (Arch::Gemma4, "gemma4"),
+    (Arch::Deepseek2, "deepseek2"),
 ];
 
 impl Arch {
@@ -121,6 +125,33 @@ impl Arch {
                 PerLayerProj,
                 PerLayerPostNorm,
             ],
+            Arch::Deepseek2 => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnQA,
+                AttnQANorm,
+                AttnQB,
+                AttnKvAMqa,
+                AttnKvANorm,
+                AttnKB,
+                AttnVB,
+                AttnOut,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
+            ],
             Arch::Qwen35Moe => &[
                 TokenEmbd,
                 OutputNorm,
@@ -179,6 +210,12 @@ pub enum Key {
     ExpertWeightsScale,
     ExpertWeightsNorm,
     ExpertGatingFunc,
+    /// Experts fall into this many groups; a token's experts come from the
+    /// best `ExpertGroupUsedCount` of them (DeepSeek-V3; 0 or 1 = no groups).
+    ExpertGroupCount,
+    ExpertGroupUsedCount,
+    /// The first N layers have a dense FFN instead of experts.
+    LeadingDenseBlockCount,
     NextnPredictLayers,
     FullAttentionInterval,
     AttnLogitSoftcapping,
@@ -201,6 +238,12 @@ pub enum Key {
     SlidingWindowPattern,
     AttentionScale,
     RecurrentLayers,
+    /// Multi-head Latent Attention: the query and key-value compression
+    /// ranks, and the per-head key/value sizes of the decompressed heads.
+    QLoraRank,
+    KvLoraRank,
+    KeyLengthMla,
+    ValueLengthMla,
 
     RopeDimensionCount,
     RopeDimensionCountSwa,
@@ -212,6 +255,10 @@ pub enum Key {
     RopeScalingFactor,
     RopeScalingOrigCtxLen,
     RopeScalingAttnFactor,
+    RopeScalingYarnBetaFast,
+    RopeScalingYarnBetaSlow,
+    /// DeepSeek's `mscale_all_dim`, times 0.1 as the converter writes it.
+    RopeScalingYarnLogMultiplier,
 
     SsmConvKernel,
     SsmInnerSize,
@@ -274,6 +321,9 @@ impl Key {
             ExpertWeightsScale => "{arch}.expert_weights_scale",
             ExpertWeightsNorm => "{arch}.expert_weights_norm",
             ExpertGatingFunc => "{arch}.expert_gating_func",
+            ExpertGroupCount => "{arch}.expert_group_count",
+            ExpertGroupUsedCount => "{arch}.expert_group_used_count",
+            LeadingDenseBlockCount => "{arch}.leading_dense_block_count",
             NextnPredictLayers => "{arch}.nextn_predict_layers",
             FullAttentionInterval => "{arch}.full_attention_interval",
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
@@ -293,6 +343,10 @@ impl Key {
             SlidingWindowPattern => "{arch}.attention.sliding_window_pattern",
             AttentionScale => "{arch}.attention.scale",
             RecurrentLayers => "{arch}.attention.recurrent_layers",
+            QLoraRank => "{arch}.attention.q_lora_rank",
+            KvLoraRank => "{arch}.attention.kv_lora_rank",
+            KeyLengthMla => "{arch}.attention.key_length_mla",
+            ValueLengthMla => "{arch}.attention.value_length_mla",
 
             RopeDimensionCount => "{arch}.rope.dimension_count",
             RopeDimensionCountSwa => "{arch}.rope.dimension_count_swa",
@@ -304,6 +358,9 @@ impl Key {
             RopeScalingFactor => "{arch}.rope.scaling.factor",
             RopeScalingOrigCtxLen => "{arch}.rope.scaling.original_context_length",
             RopeScalingAttnFactor => "{arch}.rope.scaling.attn_factor",
+            RopeScalingYarnBetaFast => "{arch}.rope.scaling.yarn_beta_fast",
+            RopeScalingYarnBetaSlow => "{arch}.rope.scaling.yarn_beta_slow",
+            RopeScalingYarnLogMultiplier => "{arch}.rope.scaling.yarn_log_multiplier",
 
             SsmConvKernel => "{arch}.ssm.conv_kernel",
             SsmInnerSize => "{arch}.ssm.inner_size",
@@ -393,6 +450,19 @@ pub enum TensorKind {
     PerLayerInpGate,
     PerLayerProj,
     PerLayerPostNorm,
+    /// Multi-head Latent Attention: the query compression `[q_lora, n_embd]`
+    /// and its norm, its decompression `[n_head*k_mla, q_lora]`; the joint KV
+    /// compression with the rotary key `[kv_lora+rope, n_embd]` and its norm;
+    /// per head, the key decompression `[kv_lora, nope]` and the value's `[v, kv_lora]`.
+    AttnQA,
+    AttnQANorm,
+    AttnQB,
+    AttnKvAMqa,
+    AttnKvANorm,
+    AttnKB,
+    AttnVB,
+    /// The router's selection bias `[n_expert]` (`exp_probs_b.bias`).
+    FfnExpProbsB,
     SsmA,
     SsmConv1d,
     SsmDt,
@@ -442,6 +512,14 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::PerLayerInpGate, "blk.{layer}.inp_gate"),
     (TensorKind::PerLayerProj, "blk.{layer}.proj"),
     (TensorKind::PerLayerPostNorm, "blk.{layer}.post_norm"),
+    (TensorKind::AttnQA, "blk.{layer}.attn_q_a"),
+    (TensorKind::AttnQANorm, "blk.{layer}.attn_q_a_norm"),
+    (TensorKind::AttnQB, "blk.{layer}.attn_q_b"),
+    (TensorKind::AttnKvAMqa, "blk.{layer}.attn_kv_a_mqa"),
+    (TensorKind::AttnKvANorm, "blk.{layer}.attn_kv_a_norm"),
+    (TensorKind::AttnKB, "blk.{layer}.attn_k_b"),
+    (TensorKind::AttnVB, "blk.{layer}.attn_v_b"),
+    (TensorKind::FfnExpProbsB, "blk.{layer}.exp_probs_b"),
     (TensorKind::SsmA, "blk.{layer}.ssm_a"),
     (TensorKind::SsmConv1d, "blk.{layer}.ssm_conv1d"),
     (TensorKind::SsmDt, "blk.{layer}.ssm_dt"),

@@ -8,6 +8,7 @@
 pub mod blocks;
 mod budget;
 mod cache;
+mod deepseek2;
 mod expert_cache;
 mod gemma3;
 mod gemma4;
@@ -47,5 +48,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Gemma3 => Box::new(gemma3::Gemma3::load(file)?),
         Arch::Gemma4 => Box::new(gemma4::Gemma4::load(file)?),
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
+        Arch::Deepseek2 => Box::new(deepseek2::Deepseek2::load(file)?),
     })
 }

@@ -9,6 +9,7 @@ use super::blocks::attention::{AttnParams, AttnScratch};
 use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta};
 use super::blocks::ffn::FfnScratch;
 use super::blocks::gemma4::Gemma4Scratch;
+use super::blocks::mla::{LatentCache, MlaParams, MlaScratch};
 use super::blocks::moe::{MoeScratch, Routing};
 use super::cache::{KvCache, KvType};
 use super::expert_cache::ExpertIo;
@@ -27,6 +28,9 @@ pub enum LayerKind<'a> {
     Shared {
         source: usize,
     },
+    /// Multi-head Latent Attention: one compressed latent and one rotary
+    /// key per position, shared by every head.
+    Latent(&'a MlaParams),
 }
 
 impl LayerKind<'_> {
@@ -36,6 +40,7 @@ impl LayerKind<'_> {
             LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
             LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
             LayerKind::Shared { source } => LayerState::Shared { source },
+            LayerKind::Latent(p) => LayerState::Latent(p.new_cache(kv, n_ctx)?),
         })
     }
 
@@ -45,6 +50,7 @@ impl LayerKind<'_> {
             LayerKind::Attention(p) => n_ctx * p.n_kv_head * (kv.bytes_for(p.head_dim) + kv.bytes_for(p.head_dim_v)),
             LayerKind::Recurrent(p) => p.state_floats() * 4,
             LayerKind::Shared { .. } => 0,
+            LayerKind::Latent(p) => n_ctx * p.width() * LatentCache::value_bytes(kv),
         }
     }
 }
@@ -57,6 +63,8 @@ pub enum LayerState {
     Recurrent(DeltaState),
     /// Nothing: the layer attends over layer `source`'s cache.
     Shared { source: usize },
+    /// The latents and rotary keys of an MLA layer.
+    Latent(LatentCache),
 }
 
 /// Everything one sequence carries between forward passes.
@@ -146,6 +154,7 @@ pub struct BlockScratch {
     pub ffn: FfnScratch,
     pub moe: MoeScratch,
     pub gemma4: Gemma4Scratch,
+    pub mla: MlaScratch,
 }
 
 /// The trunk's rows for one pass: the residual stream, a block's input and
@@ -171,6 +180,7 @@ impl Scratch {
             + b.ffn.heap_bytes()
             + b.moe.heap_bytes()
             + b.gemma4.heap_bytes()
+            + b.mla.heap_bytes()
     }
 
     /// The rows for `n` tokens of `n_embd`.
@@ -316,7 +326,7 @@ impl State {
             .enumerate()
             .filter_map(|(il, l)| match l {
                 LayerState::Recurrent(r) => Some(r.save().map(|s| (il, s))),
-                LayerState::Attention(_) | LayerState::Shared { .. } => None,
+                LayerState::Attention(_) | LayerState::Shared { .. } | LayerState::Latent(_) => None,
             })
             .collect::<Result<_>>()?;
         Ok(Checkpoint { n_past: self.n_past, clock: self.clock, recurrent })
@@ -366,6 +376,7 @@ impl State {
                 LayerState::Attention(c) => c.allocated_bytes(),
                 LayerState::Recurrent(r) => r.bytes(),
                 LayerState::Shared { .. } => 0,
+                LayerState::Latent(c) => c.allocated_bytes(),
             })
             .sum()
     }

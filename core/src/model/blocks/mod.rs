@@ -8,5 +8,7 @@ pub mod attention;
 pub mod deltanet;
 pub mod ffn;
 pub mod gemma4;
+pub mod mla;
 pub mod moe;
 pub mod norm;
+pub mod yarn;

@@ -67,6 +67,11 @@ pub struct MoeParams {
     pub norm_weights: bool,
     /// Multiply the weights by this (1 = off).
     pub weights_scale: f32,
+    /// Group-limited routing (DeepSeek-V3): the experts form `n_group` equal
+    /// groups, each scored by the sum of its two best selection scores, and
+    /// a token's experts come from the best `n_group_used` groups (1 = off).
+    pub n_group: usize,
+    pub n_group_used: usize,
 }
 
 impl MoeParams {
@@ -79,6 +84,21 @@ impl MoeParams {
                 reason: format!("{n_used} of {n_expert} experts"),
             });
         }
+        let n_group = m.usize_or(Key::ExpertGroupCount, 1)?.max(1);
+        let n_group_used = m.usize_or(Key::ExpertGroupUsedCount, n_group)?;
+        if n_group > 1 {
+            let per = n_expert / n_group;
+            m.ensure(
+                Key::ExpertGroupCount,
+                n_expert.is_multiple_of(n_group) && per >= 2,
+                format!("{n_group} groups of {n_expert} experts (each needs at least 2)"),
+            )?;
+            m.ensure(
+                Key::ExpertGroupUsedCount,
+                n_group_used >= 1 && n_group_used <= n_group && n_used <= n_group_used * per,
+                format!("{n_group_used} of {n_group} groups of {per} for {n_used} experts"),
+            )?;
+        }
         Ok(MoeParams {
             n_expert,
             n_used,
@@ -86,6 +106,8 @@ impl MoeParams {
             gating: Gating::from_meta(m, Gating::Softmax)?,
             norm_weights: m.bool_or(Key::ExpertWeightsNorm, true)?,
             weights_scale: m.f32_or(Key::ExpertWeightsScale, 1.0)?,
+            n_group,
+            n_group_used: if n_group > 1 { n_group_used } else { 1 },
         })
     }
 }
@@ -127,6 +149,9 @@ pub struct Moe {
     pub up: Experts,
     pub down: Experts,
     pub shared: Option<SharedExpert>,
+    /// `[n_expert]`, added to the probabilities to choose the experts but
+    /// not to their weights (DeepSeek-V3's `e_score_correction_bias`).
+    pub selection_bias: Option<Vec<f32>>,
     /// The next layer's router and experts, when it is a MoE layer too: under
     /// a memory budget its likely experts are read while this layer computes.
     pub ahead: Option<Box<Ahead>>,
@@ -156,6 +181,10 @@ pub struct MoeScratch {
     input: ActCache,
     /// Router probabilities `[n][n_expert]`.
     probs: Vec<f32>,
+    /// One token's selection scores (biased, groups masked) and its groups' scores.
+    select: Vec<f32>,
+    group_scores: Vec<f32>,
+    top_groups: Vec<u32>,
     /// Chosen experts and their weights, `[n][n_used]`.
     chosen: Vec<u32>,
     weights: Vec<f32>,
@@ -205,6 +234,9 @@ impl MoeScratch {
         let groups = self.groups.heap_bytes();
         self.input.heap_bytes()
             + heap(&self.probs)
+            + heap(&self.select)
+            + heap(&self.group_scores)
+            + heap(&self.top_groups)
             + heap(&self.chosen)
             + heap(&self.weights)
             + groups
@@ -350,7 +382,23 @@ impl Moe {
             p,
             layer: il,
             shared: None,
+            selection_bias: None,
         })
+    }
+
+    /// Add layer `il`'s selection bias (`exp_probs_b.bias`, `[n_expert]`)
+    /// when the file has one.
+    pub fn with_selection_bias(mut self, ld: &Loader, il: usize) -> Result<Moe> {
+        let name = TensorKind::FfnExpProbsB.bias(il);
+        if ld.file.tensor(&name).is_none() {
+            return Ok(self);
+        }
+        let b = ld.vector_shaped(&name, &[self.p.n_expert as u64])?;
+        if !b.iter().all(|v| v.is_finite()) {
+            return Err(Error::InvalidHyperparameter { key: name, reason: "selection bias is not finite".into() });
+        }
+        self.selection_bias = Some(b);
+        Ok(self)
     }
 
     /// Add layer `il`'s shared expert (`*_shexp`, hidden size `n_ff`) and its
@@ -472,11 +520,18 @@ impl Moe {
         }]);
         s.chosen.resize(n * k, 0);
         s.weights.resize(n * k, 0.0);
+        let plain = self.selection_bias.is_none() && self.p.n_group <= 1;
         for t in 0..n {
             let p = &mut probs[t * n_expert..(t + 1) * n_expert];
             self.p.gating.apply(p);
             let chosen = &mut s.chosen[t * k..(t + 1) * k];
-            top_k(p, chosen);
+            if plain {
+                top_k(p, chosen);
+            } else {
+                let groups = (self.p.n_group, self.p.n_group_used);
+                let scratch = (&mut s.select, &mut s.group_scores, &mut s.top_groups);
+                select_experts(p, self.selection_bias.as_deref(), groups, scratch, chosen);
+            }
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
                 *wi = p[e as usize];
@@ -640,6 +695,42 @@ impl Moe {
     }
 }
 
+/// Choose a token's experts (`chosen.len()` of them) by their probabilities
+/// `p` plus the selection `bias`, among the experts of the best `used` of
+/// `n_group` groups only; a group scores the sum of its two best. Scratch:
+/// the selection scores, the groups' scores, the best groups.
+fn select_experts(
+    p: &[f32],
+    bias: Option<&[f32]>,
+    (n_group, used): (usize, usize),
+    (sel, group_scores, top_groups): (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<u32>),
+    chosen: &mut [u32],
+) {
+    sel.clear();
+    sel.extend_from_slice(p);
+    if let Some(b) = bias {
+        ops::add(sel, b);
+    }
+    if n_group > 1 {
+        let per = sel.len() / n_group;
+        let mut best = [0u32; 2];
+        group_scores.clear();
+        for g in sel.chunks_exact(per) {
+            top_k(g, &mut best);
+            group_scores.push(g[best[0] as usize] + g[best[1] as usize]);
+        }
+        top_groups.resize(used, 0);
+        top_k(group_scores, top_groups);
+        // The other groups' experts cannot be chosen.
+        for (gi, g) in sel.chunks_exact_mut(per).enumerate() {
+            if !top_groups.contains(&(gi as u32)) {
+                g.fill(f32::NEG_INFINITY);
+            }
+        }
+    }
+    top_k(sel, chosen);
+}
+
 fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
@@ -669,7 +760,28 @@ pub fn top_k(values: &[f32], out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{top_k, Groups};
+    use super::{select_experts, top_k, Groups};
+
+    #[test]
+    fn selection_bias_and_groups_choose_the_experts() {
+        // 6 experts in 3 groups of 2.
+        let p = [0.9, 0.1, 0.5, 0.45, 0.6, 0.0];
+        let mut scratch = (Vec::new(), Vec::new(), Vec::new());
+        let mut chosen = [0u32; 2];
+        let mut pick = |bias: Option<&[f32]>, groups| {
+            select_experts(&p, bias, groups, (&mut scratch.0, &mut scratch.1, &mut scratch.2), &mut chosen);
+            chosen
+        };
+        // Plain top-2; then within the best group by the sum of its top 2 (group 0: 1.0, 1: 0.95, 2: 0.6).
+        assert_eq!(pick(None, (1, 1)), [0, 4]);
+        assert_eq!(pick(None, (3, 1)), [0, 1]);
+        // Groups 0 (1.0) and 1 (0.95) beat group 2 (0.6): expert 4 is out.
+        assert_eq!(pick(None, (3, 2)), [0, 2]);
+        // A bias lifts expert 5 and its group (0.6 + 0.8 = 1.4) over the others.
+        let bias = [0.0, 0.0, 0.0, 0.0, 0.0, 0.8];
+        assert_eq!(pick(Some(&bias), (3, 1)), [5, 4]);
+        assert_eq!(pick(Some(&bias), (1, 1)), [0, 5]);
+    }
 
     #[test]
     fn top_k_picks_largest_in_order() {

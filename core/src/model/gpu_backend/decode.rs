@@ -62,14 +62,14 @@ fn state_id(state: &State) -> Option<u64> {
     match state.layers.first()? {
         LayerState::Attention(c) => Some(c.identity().0),
         LayerState::Recurrent(r) => Some(r.ssm.identity().0),
-        LayerState::Shared { .. } => None,
+        LayerState::Shared { .. } | LayerState::Latent(_) => None,
     }
 }
 
 fn shape(state: &State) -> Shape {
     let kv = state.layers.iter().find_map(|l| match l {
         LayerState::Attention(c) => Some(c.ty.name()),
-        LayerState::Recurrent(_) | LayerState::Shared { .. } => None,
+        LayerState::Recurrent(_) | LayerState::Shared { .. } | LayerState::Latent(_) => None,
     });
     (state.n_ctx, kv.unwrap_or(""))
 }

@@ -145,6 +145,11 @@ pub(super) fn write(w: &mut dyn Write, s: &Saved) -> Result<()> {
                 c.save_positions(kept, &mut p);
                 w.section(ATTENTION, &p)?;
             }
+            // An MLA layer's latent cache, in an attention section of its own size.
+            LayerState::Latent(c) => {
+                c.save_positions(kept, &mut p);
+                w.section(ATTENTION, &p)?;
+            }
             LayerState::Recurrent(r) => {
                 let now = r.save()?;
                 put_f32s(&mut p, &now.conv);
@@ -263,6 +268,14 @@ pub(super) fn read(
                 layer_index(&mut f, il, &what)?;
                 c.load_positions(kept, f.rest()).map_err(|e| invalid(format!("{what}: {e}")))?;
             }
+            LayerState::Latent(c) => {
+                let what = format!("latent cache of layer {il}");
+                let n = 4 + c.bytes_for(kept) as u64;
+                reader.section(ATTENTION, &what, n, n, &mut buf)?;
+                let mut f = Fields::new(&buf, &what);
+                layer_index(&mut f, il, &what)?;
+                c.load_positions(kept, f.rest()).map_err(|e| invalid(format!("{what}: {e}")))?;
+            }
             LayerState::Recurrent(r) => {
                 let what = format!("recurrent state of layer {il}");
                 let floats = (r.conv.len() + r.ssm.len()) as u64;
@@ -296,7 +309,7 @@ pub(super) fn read(
         check_tokens(&tokens, &what)?;
         let recurrent = state.layers.iter().enumerate().filter_map(|(il, l)| match l {
             LayerState::Recurrent(r) => Some((il, r)),
-            LayerState::Attention(_) | LayerState::Shared { .. } => None,
+            LayerState::Attention(_) | LayerState::Shared { .. } | LayerState::Latent(_) => None,
         });
         let recurrent: Vec<(usize, SavedDelta)> = match f.u8()? {
             1 => recurrent.map(|(il, r)| r.save().map(|s| (il, s))).collect::<Result<_>>()?,
