@@ -18,6 +18,9 @@ pub enum Arch {
     /// Gemma 4: sliding and global attention of different head sizes, MoE
     /// beside a dense MLP (26B-A4B), per-layer embeddings and shared KV (E models).
     Gemma4,
+    /// Granite 4.0-H: Mamba2 layers beside attention without positions,
+    /// MoE with a shared expert, Granite's multipliers.
+    GraniteHybrid,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -28,6 +31,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Qwen35Moe, "qwen35moe"),
     (Arch::Gemma3, "gemma3"),
     (Arch::Gemma4, "gemma4"),
+    (Arch::GraniteHybrid, "granitehybrid"),
 ];
 
 impl Arch {
@@ -152,6 +156,35 @@ impl Arch {
                 FfnUpShexp,
                 FfnDownShexp,
             ],
+            Arch::GraniteHybrid => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                RopeFreqs,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
+                SsmIn,
+                SsmConv1d,
+                SsmDt,
+                SsmA,
+                SsmD,
+                SsmNorm,
+                SsmOut,
+            ],
         }
     }
 }
@@ -184,6 +217,10 @@ pub enum Key {
     AttnLogitSoftcapping,
     FinalLogitSoftcapping,
     EmbeddingScale,
+    /// Granite: a block's output is scaled by this before it joins the residual.
+    ResidualScale,
+    /// Granite: the logits are divided by this.
+    LogitScale,
     /// Width of the per-layer input embeddings (Gemma 4 E models; 0 = none).
     EmbeddingLengthPerLayer,
 
@@ -212,6 +249,8 @@ pub enum Key {
     RopeScalingFactor,
     RopeScalingOrigCtxLen,
     RopeScalingAttnFactor,
+    /// Granite: false turns RoPE off (attention without positions).
+    RopeScalingFinetuned,
 
     SsmConvKernel,
     SsmInnerSize,
@@ -279,6 +318,8 @@ impl Key {
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
             FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
             EmbeddingScale => "{arch}.embedding_scale",
+            ResidualScale => "{arch}.residual_scale",
+            LogitScale => "{arch}.logit_scale",
             EmbeddingLengthPerLayer => "{arch}.embedding_length_per_layer_input",
 
             HeadCount => "{arch}.attention.head_count",
@@ -304,6 +345,7 @@ impl Key {
             RopeScalingFactor => "{arch}.rope.scaling.factor",
             RopeScalingOrigCtxLen => "{arch}.rope.scaling.original_context_length",
             RopeScalingAttnFactor => "{arch}.rope.scaling.attn_factor",
+            RopeScalingFinetuned => "{arch}.rope.scaling.finetuned",
 
             SsmConvKernel => "{arch}.ssm.conv_kernel",
             SsmInnerSize => "{arch}.ssm.inner_size",
@@ -401,6 +443,10 @@ pub enum TensorKind {
     SsmBetaAlpha,
     SsmNorm,
     SsmOut,
+    /// Mamba2's input projection (z | xBC | dt).
+    SsmIn,
+    /// Mamba2's skip `D`, per head (stored without a suffix, as `ssm_a`).
+    SsmD,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -450,6 +496,8 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::SsmBetaAlpha, "blk.{layer}.ssm_ba"),
     (TensorKind::SsmNorm, "blk.{layer}.ssm_norm"),
     (TensorKind::SsmOut, "blk.{layer}.ssm_out"),
+    (TensorKind::SsmIn, "blk.{layer}.ssm_in"),
+    (TensorKind::SsmD, "blk.{layer}.ssm_d"),
 ];
 
 impl TensorKind {
@@ -484,8 +532,8 @@ impl TensorKind {
     fn name(self, layer: usize, suffix: &str) -> String {
         let p = self.pattern();
         let base = if p.contains("{layer}") { p.replace("{layer}", &layer.to_string()) } else { p.to_string() };
-        if matches!(self, TensorKind::SsmA) {
-            // Stored without a suffix (`blk.N.ssm_a`); a bias never exists.
+        if matches!(self, TensorKind::SsmA | TensorKind::SsmD) {
+            // Stored without a suffix (`blk.N.ssm_a`, `blk.N.ssm_d`); a bias never exists.
             return base;
         }
         format!("{base}.{suffix}")
@@ -544,6 +592,7 @@ mod tests {
         assert_eq!(TensorKind::AttnQ.weight(3), "blk.3.attn_q.weight");
         assert_eq!(TensorKind::Output.weight(0), "output.weight");
         assert_eq!(TensorKind::SsmA.weight(1), "blk.1.ssm_a");
+        assert_eq!(TensorKind::SsmD.weight(0), "blk.0.ssm_d");
         assert_eq!(TensorName::parse("blk.x.attn_q.weight"), None);
         assert_eq!(TensorName::parse("mystery.weight"), None);
         let p = TensorName::parse("blk.12.ffn_down_exps.weight").unwrap();

@@ -12,6 +12,7 @@ mod expert_cache;
 mod gemma3;
 mod gemma4;
 mod gpu_backend;
+mod granitehybrid;
 mod hparams;
 mod identity;
 mod llama;
@@ -47,5 +48,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Gemma3 => Box::new(gemma3::Gemma3::load(file)?),
         Arch::Gemma4 => Box::new(gemma4::Gemma4::load(file)?),
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
+        Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
     })
 }

@@ -8,5 +8,6 @@ pub mod attention;
 pub mod deltanet;
 pub mod ffn;
 pub mod gemma4;
+pub mod mamba2;
 pub mod moe;
 pub mod norm;
