@@ -232,3 +232,43 @@ fn granite_routing_is_traced() {
         assert!(r.experts.chunks_exact(2).all(|t| t[0] != t[1] && t.iter().all(|&e| e < 4)), "{r:?}");
     }
 }
+
+/// The file's chat template (Granite 4.0's, `templates/ibm-granite-granite-4.0.jinja`)
+/// renders as transformers' Jinja does (strings from jinja2 3.1 with
+/// transformers' settings), with its default system message when none is
+/// given; the role markers tokenize as single special tokens and no BOS is
+/// added.
+#[test]
+fn granite_chat_template_renders() {
+    use pocket_core::chat::ChatMessage;
+    let model = Model::load(common::model_file("granitehybrid-tiny-Q8_0")).unwrap();
+    let file = std::fs::read_to_string(common::fixtures().join("templates/ibm-granite-granite-4.0.jinja")).unwrap();
+    assert_eq!(model.file().get_str("tokenizer.chat_template").unwrap(), Some(file.as_str()));
+    let t = model.chat_template().unwrap();
+    let hello = t.render(&[ChatMessage::new("user", "Hello!")], true, &[]).unwrap();
+    assert_eq!(
+        hello,
+        "<|start_of_role|>system<|end_of_role|>You are a helpful assistant. Please ensure responses are \
+         professional, accurate, and safe.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Hello!<|end_of_text|>\n\
+         <|start_of_role|>assistant<|end_of_role|>"
+    );
+    let turns = [
+        ChatMessage::new("system", "Be brief."),
+        ChatMessage::new("user", "Hello!"),
+        ChatMessage::new("assistant", "Hi."),
+        ChatMessage::new("user", "Bye"),
+    ];
+    assert_eq!(
+        t.render(&turns, true, &[]).unwrap(),
+        "<|start_of_role|>system<|end_of_role|>Be brief.<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>Hello!\
+         <|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>Hi.<|end_of_text|>\n<|start_of_role|>user\
+         <|end_of_role|>Bye<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>"
+    );
+    let ids = model.tokenizer().encode(&hello, true, true).unwrap();
+    let (start, end_role, end_text) = (1021, 1022, 1020);
+    assert_eq!(ids[0], start, "no BOS before the first role");
+    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 3);
+    assert_eq!(ids.iter().filter(|&&i| i == end_role).count(), 3);
+    assert_eq!(ids.iter().filter(|&&i| i == end_text).count(), 2);
+    assert_eq!(ids.last(), Some(&end_role));
+}
