@@ -272,3 +272,61 @@ fn granite_chat_template_renders() {
     assert_eq!(ids.iter().filter(|&&i| i == end_text).count(), 2);
     assert_eq!(ids.last(), Some(&end_role));
 }
+
+/// The dense variant (Granite 4.0-H-Micro's FFN) and a MoE without a shared
+/// expert, built from the fixture so that they must agree: the dense file's
+/// `ffn_gate`/`ffn_up`/`ffn_down` are the shared expert's matrices, the MoE
+/// file's four experts are four copies of them (the router's weights sum to
+/// one, so the routed sum is that one FFN's output).
+#[test]
+fn dense_ffn_equals_a_moe_of_identical_experts() {
+    let src = common::fixtures().join("models/granitehybrid-tiny-F16.gguf");
+    let g = GgufFile::open(&src).unwrap();
+    let build = |dense: bool| {
+        let mut w = GgufWriter::new();
+        for (k, v) in g.metadata() {
+            let drop = k == "granitehybrid.expert_shared_feed_forward_length"
+                || (dense && (k == "granitehybrid.expert_count" || k == "granitehybrid.expert_used_count"));
+            if !drop {
+                w.kv(k, v.clone());
+            }
+        }
+        // (name, source tensor, copies of it stacked as experts; 0: one plain matrix)
+        let mut plan: Vec<(String, String, u64)> = Vec::new();
+        for t in g.tensors() {
+            let n = &t.name;
+            if n.contains("_exps") || n.contains("_shexp") || (dense && n.contains("ffn_gate_inp")) {
+                if let Some(stem) = n.strip_suffix("_shexp.weight") {
+                    let name = if dense { format!("{stem}.weight") } else { format!("{stem}_exps.weight") };
+                    plan.push((name, n.clone(), if dense { 0 } else { 4 }));
+                }
+                continue;
+            }
+            plan.push((n.clone(), n.clone(), 0));
+        }
+        for (name, source, copies) in &plan {
+            let t = g.tensor(source).unwrap();
+            let mut shape = t.shape().to_vec();
+            if *copies > 0 {
+                shape.push(*copies);
+            }
+            w.tensor(name, t.ty, &shape);
+        }
+        let bytes = w.to_bytes(|i, out| {
+            let data = g.tensor_data(g.tensor(&plan[i].1).unwrap());
+            out.chunks_exact_mut(data.len()).for_each(|c| c.copy_from_slice(data));
+        });
+        Model::from_gguf(GgufFile::from_bytes(bytes).unwrap()).unwrap()
+    };
+    let (dense, moe) = (build(true), build(false));
+    let tokens = common::ids(&granite(), "prompt");
+    let (a, a1) = common::batch_and_decode_logits(&dense, &pool(), &tokens);
+    let (b, b1) = common::batch_and_decode_logits(&moe, &pool(), &tokens);
+    let (d, d1) = (max_abs_diff(&a, &b), max_abs_diff(&a1, &b1));
+    eprintln!("dense vs MoE of identical experts: max |Δ| {d:.2e} (batch), {d1:.2e} (decode)");
+    assert!(d < 1e-3 && d1 < 1e-3, "{d} {d1}");
+    // And neither is the fixture's model (which adds the shared expert to the routed ones).
+    let full = Model::load(&src).unwrap();
+    let (c, _) = common::batch_and_decode_logits(&full, &pool(), &tokens);
+    assert!(max_abs_diff(&a, &c) > 0.1);
+}

@@ -151,7 +151,7 @@ enum Mixer {
 
 enum Ffn {
     /// router [n_expert, n_embd]; experts [n_expert][n_ff, n_embd] / [n_embd, n_ff]; shared expert
-    Moe(Moe),
+    Moe(Box<Moe>),
     /// gate/up [n_ff, n_embd], down [n_embd, n_ff]
     Dense(Dense),
 }
@@ -191,7 +191,7 @@ impl GraniteHybrid {
                         }
                         block = block.with_shared_expert(&ld, il, e, n_ff_shexp)?;
                     }
-                    Ffn::Moe(block)
+                    Ffn::Moe(Box::new(block))
                 }
                 FfnShape::Dense { n_ff } => Ffn::Dense(Dense::load(&ld, il, e, n_ff, Act::Silu)?),
             };
