@@ -330,3 +330,48 @@ fn dense_ffn_equals_a_moe_of_identical_experts() {
     let (c, _) = common::batch_and_decode_logits(&full, &pool(), &tokens);
     assert!(max_abs_diff(&a, &c) > 0.1);
 }
+
+/// With `--backend gpu` the products run on the GPU and the Mamba2 scan on
+/// the CPU (Granite does not record a one-submission decode): the same
+/// logits as the CPU's, a checkpoint restoring the scan state. Without an
+/// adapter it says why and passes, unless `POCKET_REQUIRE_GPU=1`.
+#[cfg(feature = "gpu")]
+#[test]
+fn granite_on_the_gpu_backend_matches_the_cpu() {
+    use pocket_core::model::{BackendKind, LoadOptions};
+    let file = common::model_file("granitehybrid-tiny-Q8_0");
+    let gpu = match Model::load_with(&file, &LoadOptions { backend: BackendKind::Gpu, ..Default::default() }) {
+        Ok(m) => m,
+        Err(e @ Error::GpuUnavailable(_)) => {
+            assert!(std::env::var("POCKET_REQUIRE_GPU").as_deref() != Ok("1"), "POCKET_REQUIRE_GPU=1 but {e}");
+            eprintln!("skipping the GPU test: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let cpu = Model::load(&file).unwrap();
+    let tokens = common::ids(&granite(), "prompt");
+    let p = pool();
+    let run = |model: &Model| {
+        let mut st = model.new_state(tokens.len(), KvType::F32).unwrap();
+        model.forward(&p, &mut st, &tokens[..8], Logits::All).unwrap();
+        let cp = st.checkpoint().unwrap();
+        let mut all = st.logits().to_vec();
+        for &t in &tokens[8..] {
+            model.forward(&p, &mut st, &[t], Logits::Last).unwrap();
+            all.extend_from_slice(st.logits());
+        }
+        st.restore(&cp).unwrap();
+        model.forward(&p, &mut st, &tokens[8..], Logits::All).unwrap();
+        all.extend_from_slice(st.logits());
+        all
+    };
+    let (want, got) = (run(&cpu), run(&gpu));
+    let v = cpu.n_vocab();
+    let worst = max_abs_diff(&want, &got);
+    let agree = want.chunks(v).zip(got.chunks(v)).filter(|(a, b)| argmax(a) == argmax(b)).count();
+    let c = gpu.backend_counters().unwrap();
+    eprintln!("granitehybrid-tiny-Q8_0: GPU vs CPU max |Δ| {worst:.2e}, top-1 {agree}/24, {c:?}");
+    assert!(c.gpu_products > 0, "nothing ran on the GPU: {c:?}");
+    assert!(agree >= 23 && worst < 0.2, "GPU max |Δ| {worst}, top-1 {agree}/24");
+}
