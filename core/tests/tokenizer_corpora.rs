@@ -220,6 +220,12 @@ fn tiny_mixtral() {
     model_corpus("mixtral-tiny", "mixtral-tiny-Q8_0.gguf");
 }
 
+/// Granite 4.0-H's `dbrx` pre-tokenizer (the llama3 regex), no BOS.
+#[test]
+fn tiny_granitehybrid() {
+    model_corpus("granitehybrid-tiny", "granitehybrid-tiny-F16.gguf");
+}
+
 /// The real Gemma 3 270M file, or `None` (test skipped) when it is absent and
 /// `POCKET_REQUIRE_GEMMA=1` is not set.
 pub fn gemma_or_skip(test: &str) -> Option<PathBuf> {

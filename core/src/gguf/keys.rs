@@ -21,6 +21,9 @@ pub enum Arch {
     /// DeepSeek-V2/V3 (and Moonlight, GLM-4.7-Flash): Multi-head Latent
     /// Attention over a compressed KV cache, group-limited MoE routing.
     Deepseek2,
+    /// Granite 4.0-H: Mamba2 layers beside attention without positions,
+    /// MoE with a shared expert, Granite's multipliers.
+    GraniteHybrid,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -32,6 +35,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Gemma3, "gemma3"),
     (Arch::Gemma4, "gemma4"),
     (Arch::Deepseek2, "deepseek2"),
+    (Arch::GraniteHybrid, "granitehybrid"),
 ];
 
 impl Arch {
@@ -183,6 +187,35 @@ impl Arch {
                 FfnUpShexp,
                 FfnDownShexp,
             ],
+            Arch::GraniteHybrid => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                RopeFreqs,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
+                SsmIn,
+                SsmConv1d,
+                SsmDt,
+                SsmA,
+                SsmD,
+                SsmNorm,
+                SsmOut,
+            ],
         }
     }
 }
@@ -221,6 +254,10 @@ pub enum Key {
     AttnLogitSoftcapping,
     FinalLogitSoftcapping,
     EmbeddingScale,
+    /// Granite: a block's output is scaled by this before it joins the residual.
+    ResidualScale,
+    /// Granite: the logits are divided by this.
+    LogitScale,
     /// Width of the per-layer input embeddings (Gemma 4 E models; 0 = none).
     EmbeddingLengthPerLayer,
 
@@ -259,6 +296,8 @@ pub enum Key {
     RopeScalingYarnBetaSlow,
     /// DeepSeek's `mscale_all_dim`, times 0.1 as the converter writes it.
     RopeScalingYarnLogMultiplier,
+    /// Granite: false turns RoPE off (attention without positions).
+    RopeScalingFinetuned,
 
     SsmConvKernel,
     SsmInnerSize,
@@ -329,6 +368,8 @@ impl Key {
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
             FinalLogitSoftcapping => "{arch}.final_logit_softcapping",
             EmbeddingScale => "{arch}.embedding_scale",
+            ResidualScale => "{arch}.residual_scale",
+            LogitScale => "{arch}.logit_scale",
             EmbeddingLengthPerLayer => "{arch}.embedding_length_per_layer_input",
 
             HeadCount => "{arch}.attention.head_count",
@@ -361,6 +402,7 @@ impl Key {
             RopeScalingYarnBetaFast => "{arch}.rope.scaling.yarn_beta_fast",
             RopeScalingYarnBetaSlow => "{arch}.rope.scaling.yarn_beta_slow",
             RopeScalingYarnLogMultiplier => "{arch}.rope.scaling.yarn_log_multiplier",
+            RopeScalingFinetuned => "{arch}.rope.scaling.finetuned",
 
             SsmConvKernel => "{arch}.ssm.conv_kernel",
             SsmInnerSize => "{arch}.ssm.inner_size",
@@ -471,6 +513,10 @@ pub enum TensorKind {
     SsmBetaAlpha,
     SsmNorm,
     SsmOut,
+    /// Mamba2's input projection (z | xBC | dt).
+    SsmIn,
+    /// Mamba2's skip `D`, per head (stored without a suffix, as `ssm_a`).
+    SsmD,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -528,6 +574,8 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::SsmBetaAlpha, "blk.{layer}.ssm_ba"),
     (TensorKind::SsmNorm, "blk.{layer}.ssm_norm"),
     (TensorKind::SsmOut, "blk.{layer}.ssm_out"),
+    (TensorKind::SsmIn, "blk.{layer}.ssm_in"),
+    (TensorKind::SsmD, "blk.{layer}.ssm_d"),
 ];
 
 impl TensorKind {
@@ -562,8 +610,8 @@ impl TensorKind {
     fn name(self, layer: usize, suffix: &str) -> String {
         let p = self.pattern();
         let base = if p.contains("{layer}") { p.replace("{layer}", &layer.to_string()) } else { p.to_string() };
-        if matches!(self, TensorKind::SsmA) {
-            // Stored without a suffix (`blk.N.ssm_a`); a bias never exists.
+        if matches!(self, TensorKind::SsmA | TensorKind::SsmD) {
+            // Stored without a suffix (`blk.N.ssm_a`, `blk.N.ssm_d`); a bias never exists.
             return base;
         }
         format!("{base}.{suffix}")
@@ -622,6 +670,7 @@ mod tests {
         assert_eq!(TensorKind::AttnQ.weight(3), "blk.3.attn_q.weight");
         assert_eq!(TensorKind::Output.weight(0), "output.weight");
         assert_eq!(TensorKind::SsmA.weight(1), "blk.1.ssm_a");
+        assert_eq!(TensorKind::SsmD.weight(0), "blk.0.ssm_d");
         assert_eq!(TensorName::parse("blk.x.attn_q.weight"), None);
         assert_eq!(TensorName::parse("mystery.weight"), None);
         let p = TensorName::parse("blk.12.ffn_down_exps.weight").unwrap();

@@ -58,24 +58,6 @@ struct Hparams {
     final_softcap: Option<f32>,
 }
 
-/// A per-layer integer: a scalar for every layer, or an array of exactly
-/// `n_layer` values; `default` when the key is absent.
-fn per_layer(m: &Meta, k: Key, n_layer: usize, default: Option<usize>) -> Result<Vec<usize>> {
-    let name = m.key(k);
-    match m.file.get_array(&name) {
-        Ok(Some(a)) => {
-            let v = a.to_i64_vec().ok_or_else(|| m.bad(k, "expected an integer array"))?;
-            m.ensure(k, v.len() == n_layer, format!("has {} values for {n_layer} layers", v.len()))?;
-            v.into_iter()
-                .map(|x| usize::try_from(x).ok().filter(|&x| x <= 1 << 24).ok_or_else(|| m.bad(k, format!("{x}"))))
-                .collect()
-        }
-        Ok(None) => default.map(|d| vec![d; n_layer]).ok_or(Error::MissingKey(name)),
-        // Not an array: a scalar for every layer.
-        Err(_) => Ok(vec![m.usize(k)?; n_layer]),
-    }
-}
-
 impl Hparams {
     fn read(m: &Meta) -> Result<Hparams> {
         let n_layer = m.nonzero(Key::BlockCount)?;
@@ -90,8 +72,8 @@ impl Hparams {
             None => return Err(Error::MissingKey(m.key(Key::SlidingWindowPattern))),
         };
         let window = m.nonzero(Key::SlidingWindow)?;
-        let n_head = per_layer(m, Key::HeadCount, n_layer, None)?;
-        let n_kv = per_layer(m, Key::HeadCountKv, n_layer, None)?;
+        let n_head = m.per_layer(Key::HeadCount, n_layer, None)?;
+        let n_kv = m.per_layer(Key::HeadCountKv, n_layer, None)?;
         let hd_full = m.nonzero(Key::KeyLength)?;
         let hd_swa = m.usize_or(Key::KeyLengthSwa, hd_full)?;
         m.ensure(Key::ValueLength, m.usize_or(Key::ValueLength, hd_full)? == hd_full, "must equal key_length")?;
@@ -150,7 +132,7 @@ impl Hparams {
         Ok(Hparams {
             n_embd,
             n_layer,
-            n_ff: per_layer(m, Key::FeedForwardLength, n_layer, None)?,
+            n_ff: m.per_layer(Key::FeedForwardLength, n_layer, None)?,
             attn,
             is_swa,
             kv_source,

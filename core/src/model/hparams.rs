@@ -78,6 +78,26 @@ impl<'a> Meta<'a> {
         }
     }
 
+    /// One value per layer: an integer array of `n_layer` values, or a
+    /// scalar for every layer, or `default` when absent (none: required).
+    pub fn per_layer(&self, k: Key, n_layer: usize, default: Option<usize>) -> Result<Vec<usize>> {
+        let name = self.key(k);
+        match self.file.get_array(&name) {
+            Ok(Some(a)) => {
+                let v = a.to_i64_vec().ok_or_else(|| self.bad(k, "expected an integer array"))?;
+                self.ensure(k, v.len() == n_layer, format!("has {} values for {n_layer} layers", v.len()))?;
+                v.into_iter()
+                    .map(|x| {
+                        usize::try_from(x).ok().filter(|&x| x <= MAX_DIM).ok_or_else(|| self.bad(k, format!("{x}")))
+                    })
+                    .collect()
+            }
+            Ok(None) => default.map(|d| vec![d; n_layer]).ok_or(Error::MissingKey(name)),
+            // Not an array: a scalar for every layer.
+            Err(_) => Ok(vec![self.usize(k)?; n_layer]),
+        }
+    }
+
     /// A bool array, if present.
     pub fn bools(&self, k: Key) -> Result<Option<Vec<bool>>> {
         let name = self.key(k);

@@ -13,6 +13,7 @@ mod expert_cache;
 mod gemma3;
 mod gemma4;
 mod gpu_backend;
+mod granitehybrid;
 mod hparams;
 mod identity;
 mod llama;
@@ -49,5 +50,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Gemma4 => Box::new(gemma4::Gemma4::load(file)?),
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
         Arch::Deepseek2 => Box::new(deepseek2::Deepseek2::load(file)?),
+        Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
     })
 }

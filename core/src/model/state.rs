@@ -10,6 +10,7 @@ use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta}
 use super::blocks::ffn::FfnScratch;
 use super::blocks::gemma4::Gemma4Scratch;
 use super::blocks::mla::{LatentCache, MlaParams, MlaScratch};
+use super::blocks::mamba2::{Mamba2Params, Mamba2Scratch};
 use super::blocks::moe::{MoeScratch, Routing};
 use super::cache::{KvCache, KvType};
 use super::expert_cache::ExpertIo;
@@ -23,6 +24,9 @@ use crate::kernels::QActs;
 pub enum LayerKind<'a> {
     Attention(&'a AttnParams),
     Recurrent(&'a DeltaParams),
+    /// A Mamba2 layer: its conv window and scan state are a
+    /// [`LayerState::Recurrent`] state's two buffers.
+    Mamba2(&'a Mamba2Params),
     /// An attention layer that reads the KV cache of the earlier layer
     /// `source` and keeps no state of its own (Gemma 4's shared KV).
     Shared {
@@ -39,6 +43,7 @@ impl LayerKind<'_> {
         Ok(match self {
             LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
             LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
+            LayerKind::Mamba2(p) => LayerState::Recurrent(p.new_state()),
             LayerKind::Shared { source } => LayerState::Shared { source },
             LayerKind::Latent(p) => LayerState::Latent(p.new_cache(kv, n_ctx)?),
         })
@@ -49,6 +54,10 @@ impl LayerKind<'_> {
         match self {
             LayerKind::Attention(p) => n_ctx * p.n_kv_head * (kv.bytes_for(p.head_dim) + kv.bytes_for(p.head_dim_v)),
             LayerKind::Recurrent(p) => p.state_floats() * 4,
+            LayerKind::Mamba2(p) => {
+                let (conv, ssm) = p.state_floats();
+                (conv + ssm) * 4
+            }
             LayerKind::Shared { .. } => 0,
             LayerKind::Latent(p) => n_ctx * p.width() * LatentCache::value_bytes(kv),
         }
@@ -59,7 +68,8 @@ impl LayerKind<'_> {
 pub enum LayerState {
     /// Keys and values of an attention layer.
     Attention(KvCache),
-    /// Conv window and delta-rule state of a linear-attention layer.
+    /// Conv window and delta-rule state of a linear-attention layer (or
+    /// conv window and scan state of a Mamba2 layer).
     Recurrent(DeltaState),
     /// Nothing: the layer attends over layer `source`'s cache.
     Shared { source: usize },
@@ -155,6 +165,7 @@ pub struct BlockScratch {
     pub moe: MoeScratch,
     pub gemma4: Gemma4Scratch,
     pub mla: MlaScratch,
+    pub mamba2: Mamba2Scratch,
 }
 
 /// The trunk's rows for one pass: the residual stream, a block's input and
@@ -181,6 +192,7 @@ impl Scratch {
             + b.moe.heap_bytes()
             + b.gemma4.heap_bytes()
             + b.mla.heap_bytes()
+            + b.mamba2.heap_bytes()
     }
 
     /// The rows for `n` tokens of `n_embd`.

@@ -26,6 +26,8 @@ pub struct Trunk {
     pub output: Matrix,
     /// Final logit soft-capping `cap * tanh(logit / cap)` (Gemma 2 style).
     pub softcap: Option<f32>,
+    /// Multiply the logits by this (Granite: 1 / `logit_scale`).
+    pub logit_mul: Option<f32>,
 }
 
 impl Trunk {
@@ -43,6 +45,7 @@ impl Trunk {
             embed_scale: None,
             output,
             softcap: None,
+            logit_mul: None,
         })
     }
 
@@ -76,6 +79,9 @@ impl Trunk {
         self.norm.forward(&s.x[first * e..n * e], xn);
         let out = take(logits, rows * self.n_vocab);
         pass.project(&self.output, &mut s.head, xn, out);
+        if let Some(m) = self.logit_mul {
+            ops::scale(out, m);
+        }
         if let Some(cap) = self.softcap {
             out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         }

@@ -110,7 +110,7 @@ impl DeltaNet {
 }
 
 /// `[channels][taps]` -> `[taps][channels]`.
-fn taps_major(w: &[f32], taps: usize) -> Vec<f32> {
+pub(super) fn taps_major(w: &[f32], taps: usize) -> Vec<f32> {
     let channels = w.len() / taps;
     (0..taps * channels).map(|i| w[(i % channels) * taps + i / channels]).collect()
 }

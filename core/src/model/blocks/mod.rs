@@ -9,6 +9,7 @@ pub mod deltanet;
 pub mod ffn;
 pub mod gemma4;
 pub mod mla;
+pub mod mamba2;
 pub mod moe;
 pub mod norm;
 pub mod yarn;
