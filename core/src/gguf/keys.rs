@@ -18,6 +18,9 @@ pub enum Arch {
     /// Gemma 4: sliding and global attention of different head sizes, MoE
     /// beside a dense MLP (26B-A4B), per-layer embeddings and shared KV (E models).
     Gemma4,
+    /// LFM2-MoE: gated short-convolution layers beside GQA attention,
+    /// leading dense layers, then MoE with a selection-biased sigmoid router.
+    Lfm2Moe,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -28,6 +31,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Qwen35Moe, "qwen35moe"),
     (Arch::Gemma3, "gemma3"),
     (Arch::Gemma4, "gemma4"),
+    (Arch::Lfm2Moe, "lfm2moe"),
 ];
 
 impl Arch {
@@ -152,6 +156,30 @@ impl Arch {
                 FfnUpShexp,
                 FfnDownShexp,
             ],
+            Arch::Lfm2Moe => &[
+                TokenEmbd,
+                TokenEmbdNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                ShortConvConv,
+                ShortConvInProj,
+                ShortConvOutProj,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
         }
     }
 }
@@ -179,6 +207,8 @@ pub enum Key {
     ExpertWeightsScale,
     ExpertWeightsNorm,
     ExpertGatingFunc,
+    /// Layers before the first MoE layer that run a dense FFN.
+    LeadingDenseBlockCount,
     NextnPredictLayers,
     FullAttentionInterval,
     AttnLogitSoftcapping,
@@ -218,6 +248,8 @@ pub enum Key {
     SsmStateSize,
     SsmTimeStepRank,
     SsmGroupCount,
+    /// Taps of LFM2's short convolution (the window is one less).
+    ShortConvLCache,
 
     TokenizerModel,
     TokenizerPre,
@@ -274,6 +306,7 @@ impl Key {
             ExpertWeightsScale => "{arch}.expert_weights_scale",
             ExpertWeightsNorm => "{arch}.expert_weights_norm",
             ExpertGatingFunc => "{arch}.expert_gating_func",
+            LeadingDenseBlockCount => "{arch}.leading_dense_block_count",
             NextnPredictLayers => "{arch}.nextn_predict_layers",
             FullAttentionInterval => "{arch}.full_attention_interval",
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",
@@ -310,6 +343,7 @@ impl Key {
             SsmStateSize => "{arch}.ssm.state_size",
             SsmTimeStepRank => "{arch}.ssm.time_step_rank",
             SsmGroupCount => "{arch}.ssm.group_count",
+            ShortConvLCache => "{arch}.shortconv.l_cache",
 
             TokenizerModel => "tokenizer.ggml.model",
             TokenizerPre => "tokenizer.ggml.pre",
@@ -401,6 +435,15 @@ pub enum TensorKind {
     SsmBetaAlpha,
     SsmNorm,
     SsmOut,
+    /// LFM2's final norm (named after the embedding by its converter).
+    TokenEmbdNorm,
+    /// Per-expert bias added to the router's scores for the top-k
+    /// selection only (`.bias`).
+    FfnExpProbsB,
+    /// LFM2's short convolution: taps `[n_embd][l_cache]`, in/out projections.
+    ShortConvConv,
+    ShortConvInProj,
+    ShortConvOutProj,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -450,6 +493,11 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::SsmBetaAlpha, "blk.{layer}.ssm_ba"),
     (TensorKind::SsmNorm, "blk.{layer}.ssm_norm"),
     (TensorKind::SsmOut, "blk.{layer}.ssm_out"),
+    (TensorKind::TokenEmbdNorm, "token_embd_norm"),
+    (TensorKind::FfnExpProbsB, "blk.{layer}.exp_probs_b"),
+    (TensorKind::ShortConvConv, "blk.{layer}.shortconv.conv"),
+    (TensorKind::ShortConvInProj, "blk.{layer}.shortconv.in_proj"),
+    (TensorKind::ShortConvOutProj, "blk.{layer}.shortconv.out_proj"),
 ];
 
 impl TensorKind {

@@ -14,6 +14,7 @@ mod gemma4;
 mod gpu_backend;
 mod hparams;
 mod identity;
+mod lfm2moe;
 mod llama;
 mod network;
 pub mod pass;
@@ -47,5 +48,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Gemma3 => Box::new(gemma3::Gemma3::load(file)?),
         Arch::Gemma4 => Box::new(gemma4::Gemma4::load(file)?),
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
+        Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
     })
 }

@@ -10,6 +10,7 @@ use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta}
 use super::blocks::ffn::FfnScratch;
 use super::blocks::gemma4::Gemma4Scratch;
 use super::blocks::moe::{MoeScratch, Routing};
+use super::blocks::shortconv::{ShortConvParams, ShortConvScratch};
 use super::cache::{KvCache, KvType};
 use super::expert_cache::ExpertIo;
 use super::scratch::take;
@@ -22,6 +23,8 @@ use crate::kernels::QActs;
 pub enum LayerKind<'a> {
     Attention(&'a AttnParams),
     Recurrent(&'a DeltaParams),
+    /// A short convolution (LFM2): a recurrent state of its window only.
+    ShortConv(&'a ShortConvParams),
     /// An attention layer that reads the KV cache of the earlier layer
     /// `source` and keeps no state of its own (Gemma 4's shared KV).
     Shared {
@@ -35,6 +38,7 @@ impl LayerKind<'_> {
         Ok(match self {
             LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
             LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
+            LayerKind::ShortConv(p) => LayerState::Recurrent(p.new_state()),
             LayerKind::Shared { source } => LayerState::Shared { source },
         })
     }
@@ -44,6 +48,7 @@ impl LayerKind<'_> {
         match self {
             LayerKind::Attention(p) => n_ctx * p.n_kv_head * (kv.bytes_for(p.head_dim) + kv.bytes_for(p.head_dim_v)),
             LayerKind::Recurrent(p) => p.state_floats() * 4,
+            LayerKind::ShortConv(p) => p.state_floats() * 4,
             LayerKind::Shared { .. } => 0,
         }
     }
@@ -53,7 +58,8 @@ impl LayerKind<'_> {
 pub enum LayerState {
     /// Keys and values of an attention layer.
     Attention(KvCache),
-    /// Conv window and delta-rule state of a linear-attention layer.
+    /// Conv window and delta-rule state of a linear-attention layer (a
+    /// short convolution's window, with an empty delta-rule state).
     Recurrent(DeltaState),
     /// Nothing: the layer attends over layer `source`'s cache.
     Shared { source: usize },
@@ -146,6 +152,7 @@ pub struct BlockScratch {
     pub ffn: FfnScratch,
     pub moe: MoeScratch,
     pub gemma4: Gemma4Scratch,
+    pub shortconv: ShortConvScratch,
 }
 
 /// The trunk's rows for one pass: the residual stream, a block's input and
@@ -171,6 +178,7 @@ impl Scratch {
             + b.ffn.heap_bytes()
             + b.moe.heap_bytes()
             + b.gemma4.heap_bytes()
+            + b.shortconv.heap_bytes()
     }
 
     /// The rows for `n` tokens of `n_embd`.

@@ -10,3 +10,4 @@ pub mod ffn;
 pub mod gemma4;
 pub mod moe;
 pub mod norm;
+pub mod shortconv;

@@ -126,6 +126,9 @@ pub struct Moe {
     pub up: Experts,
     pub down: Experts,
     pub shared: Option<SharedExpert>,
+    /// `[n_expert]` added to the router's probabilities to choose the top k
+    /// (the weights stay the unbiased probabilities): LFM2's `exp_probs_b`.
+    pub selection_bias: Option<Vec<f32>>,
     /// The next layer's router and experts, when it is a MoE layer too: under
     /// a memory budget its likely experts are read while this layer computes.
     pub ahead: Option<Box<Ahead>>,
@@ -155,6 +158,8 @@ pub struct MoeScratch {
     input: ActCache,
     /// Router probabilities `[n][n_expert]`.
     probs: Vec<f32>,
+    /// One token's probabilities plus the selection bias `[n_expert]`.
+    biased: Vec<f32>,
     /// Chosen experts and their weights, `[n][n_used]`.
     chosen: Vec<u32>,
     weights: Vec<f32>,
@@ -204,6 +209,7 @@ impl MoeScratch {
         let groups = self.groups.heap_bytes();
         self.input.heap_bytes()
             + heap(&self.probs)
+            + heap(&self.biased)
             + heap(&self.chosen)
             + heap(&self.weights)
             + groups
@@ -334,7 +340,20 @@ impl Moe {
             p,
             layer: il,
             shared: None,
+            selection_bias: None,
         })
+    }
+
+    /// Add layer `il`'s selection bias (`exp_probs_b.bias`, `[n_expert]`,
+    /// required): it decides which experts run, not their weights.
+    pub fn with_selection_bias(mut self, ld: &Loader, il: usize) -> Result<Moe> {
+        let name = TensorKind::FfnExpProbsB.bias(il);
+        let bias = ld.vector_shaped(&name, &[self.p.n_expert as u64])?;
+        if !bias.iter().all(|b| b.is_finite()) {
+            return Err(Error::InvalidHyperparameter { key: name, reason: "expert biases must be finite".into() });
+        }
+        self.selection_bias = Some(bias);
+        Ok(self)
     }
 
     /// Add layer `il`'s shared expert (`*_shexp`, hidden size `n_ff`) and its
@@ -460,7 +479,14 @@ impl Moe {
             let p = &mut probs[t * n_expert..(t + 1) * n_expert];
             self.p.gating.apply(p);
             let chosen = &mut s.chosen[t * k..(t + 1) * k];
-            top_k(p, chosen);
+            match &self.selection_bias {
+                None => top_k(p, chosen),
+                Some(bias) => {
+                    let biased = take(&mut s.biased, n_expert);
+                    biased.iter_mut().zip(p.iter().zip(bias)).for_each(|(b, (&p, &x))| *b = p + x);
+                    top_k(biased, chosen);
+                }
+            }
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
                 *wi = p[e as usize];
