@@ -24,7 +24,7 @@ run() {
         cargo test -q -p pocket-core --target "$TARGET" --lib -- "${FILTERS[@]}" --nocapture 2>&1 \
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
-        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits 2>&1 \
+        cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits --test lfm2moe_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

@@ -119,3 +119,105 @@ fn lfm2moe_greedy_continuations() {
         }
     }
 }
+
+/// A checkpoint holds the short convs' windows (2 tokens x 256 channels
+/// each, 2 conv layers): turn 1, checkpoint, a detour thrown away, restore,
+/// turn 2 gives the logits of one run over both turns.
+#[test]
+fn lfm2moe_checkpoint_restores_the_conv_windows() {
+    let (m, p) = (load("F16"), pool());
+    let tokens = common::ids(&entry(), "prompt");
+    let (turn1, turn2) = tokens.split_at(9);
+    let mut fresh = m.new_state(32, KvType::F32).unwrap();
+    m.forward(&p, &mut fresh, &tokens, Logits::Last).unwrap();
+
+    let mut st = m.new_state(32, KvType::F32).unwrap();
+    assert!(st.is_recurrent());
+    m.forward(&p, &mut st, turn1, Logits::Last).unwrap();
+    let cp = st.checkpoint().unwrap();
+    assert_eq!(cp.bytes(), 2 * 2 * 256 * 4, "two conv layers' windows");
+    m.forward(&p, &mut st, &[7, 8, 9], Logits::Last).unwrap();
+    assert!(st.truncate(9).is_err(), "a conv window cannot be rewound without a checkpoint");
+    st.restore(&cp).unwrap();
+    m.forward(&p, &mut st, turn2, Logits::Last).unwrap();
+    let d = max_abs_diff(st.logits(), fresh.logits());
+    eprintln!("checkpoint + continue vs one run: max |Δ| {d:.3e}");
+    assert!(d <= 1e-5, "{d}");
+    // Without the restore, the detour stays in the windows and the cache.
+    let mut detoured = m.new_state(32, KvType::F32).unwrap();
+    m.forward(&p, &mut detoured, turn1, Logits::Last).unwrap();
+    m.forward(&p, &mut detoured, &[7, 8, 9], Logits::Last).unwrap();
+    m.forward(&p, &mut detoured, turn2, Logits::Last).unwrap();
+    assert!(max_abs_diff(detoured.logits(), fresh.logits()) > 1e-2);
+}
+
+/// A session saved after a request and restored elsewhere continues
+/// exactly as the one it was saved from (the windows, the KV cache and the
+/// checkpoints travel in the snapshot), reusing the saved prefix.
+#[test]
+fn lfm2moe_session_snapshot_continues_identically() {
+    use pocket_core::sampler::SamplerConfig;
+    use pocket_core::session::{GenerateOptions, Session, SessionOptions};
+    use std::sync::Arc;
+    let m = Arc::new(load("Q8_0"));
+    let opts = SessionOptions { context_length: 96, kv_type: KvType::F16, threads: 2, seed: 7, ..Default::default() };
+    let prompt = common::ids(&entry(), "prompt");
+    let greedy =
+        GenerateOptions { max_tokens: 6, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let mut a = Session::new(m.clone(), opts.clone()).unwrap();
+    let first = a.generate_tokens(&prompt, &greedy, &mut |_| true).unwrap();
+    let mut bytes = Vec::new();
+    a.write_snapshot(&mut bytes).unwrap();
+    let mut r = &bytes[..];
+    let mut b = Session::restore_from(m.clone(), &mut r, bytes.len() as u64, opts).unwrap();
+    assert_eq!(a.cached_tokens(), b.cached_tokens());
+
+    // Seeded sampling over the context plus two new tokens: any difference
+    // in the restored logits would show in the sampled tokens.
+    let seeded = GenerateOptions {
+        max_tokens: 16,
+        sampler: SamplerConfig { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, ..Default::default() },
+        seed: Some(99),
+        ignore_eos: true,
+        ..Default::default()
+    };
+    let mut next: Vec<u32> = prompt.iter().chain(&first.tokens).copied().collect();
+    next.extend([285, 11]);
+    let sa = a.generate_tokens(&next, &seeded, &mut |_| true).unwrap();
+    let sb = b.generate_tokens(&next, &seeded, &mut |_| true).unwrap();
+    eprintln!("after the snapshot: {:?} ({} evaluated)", sb.tokens, sb.prompt_tokens_evaluated);
+    assert_eq!(sa.tokens, sb.tokens);
+    assert_eq!(sa.prompt_tokens_evaluated, sb.prompt_tokens_evaluated);
+    assert!(sb.prompt_tokens_evaluated < next.len(), "the restored prefix was evaluated again");
+}
+
+/// The prompt as LFM2's tokenizer makes it: BOS `<|startoftext|>` first.
+#[test]
+fn lfm2moe_tokenizer_adds_bos() {
+    let (m, e) = (load("F16"), entry());
+    let tok = m.tokenizer();
+    assert_eq!((tok.bos(), tok.add_bos()), (Some(1014), true));
+    let ids = tok.encode(e["prompt_text"].as_str().unwrap(), true, false).unwrap();
+    let want = common::ids(&e, "prompt");
+    assert_eq!(ids[..want.len()], want[..]);
+}
+
+/// The file's LFM2 template renders a chat with the model's BOS, and its
+/// turn markers tokenize to the special ids; `<|im_end|>` ends generation.
+#[test]
+fn lfm2moe_chat_template_renders_and_tokenizes() {
+    use pocket_core::chat::ChatMessage;
+    let m = load("F16");
+    let t = m.chat_template().unwrap();
+    let messages = [ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi")];
+    let text = t.render(&messages, true, &[]).unwrap();
+    assert_eq!(
+        text,
+        "<|startoftext|><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let tok = m.tokenizer();
+    let ids = tok.encode(&text, false, true).unwrap();
+    assert_eq!(ids[..2], [1014, 1016], "BOS and <|im_start|> as single tokens");
+    assert_eq!(ids.iter().filter(|&&i| i == 1017).count(), 2, "two <|im_end|>");
+    assert!(tok.is_end_of_generation(1017), "<|im_end|> ends a turn");
+}
