@@ -221,3 +221,39 @@ fn lfm2moe_chat_template_renders_and_tokenizes() {
     assert_eq!(ids.iter().filter(|&&i| i == 1017).count(), 2, "two <|im_end|>");
     assert!(tok.is_end_of_generation(1017), "<|im_end|> ends a turn");
 }
+
+/// With `--backend gpu` the model runs per operation (LFM2 does not record
+/// its layers as one submission; the load logs so): the products and the
+/// attention on the device, the short convs and the routing on the CPU,
+/// with the CPU's logits. Skipped without a GPU unless `POCKET_REQUIRE_GPU=1`.
+#[cfg(feature = "gpu")]
+#[test]
+fn lfm2moe_gpu_backend_runs_per_operation() {
+    use pocket_core::model::{BackendKind, LoadOptions};
+    use pocket_core::Error;
+    let path = common::fixtures().join(file_of("Q8_0"));
+    let gpu = match Model::load_with(&path, &LoadOptions { backend: BackendKind::Gpu, ..Default::default() }) {
+        Ok(m) => m,
+        Err(e @ Error::GpuUnavailable(_)) if std::env::var("POCKET_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("POCKET_REQUIRE_GPU=1 but {e}")
+        }
+        Err(Error::GpuUnavailable(e)) => return eprintln!("skipping the GPU test: {e}"),
+        Err(e) => panic!("{e}"),
+    };
+    let cpu = load("Q8_0");
+    let tokens = common::ids(&entry(), "prompt");
+    let p = pool();
+    let (want_b, want_d) = common::batch_and_decode_logits(&cpu, &p, &tokens);
+    let (got_b, got_d) = common::batch_and_decode_logits(&gpu, &p, &tokens);
+    let c = gpu.backend_counters().unwrap();
+    eprintln!("gpu counters: {c:?}");
+    assert!(c.gpu_products > 0 && c.gpu_attention > 0, "{c:?}");
+    assert_eq!(c.graph_tokens, 0, "no recorded decode");
+    let v = cpu.n_vocab();
+    for (path, want, got) in [("batch", &want_b, &got_b), ("decode", &want_d, &got_d)] {
+        let (med, top1) = compare(want, got, v);
+        let d = max_abs_diff(want, got);
+        eprintln!("gpu {path} vs cpu: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e}");
+        assert!(med <= 1e-3 && top1 >= 15, "{path}");
+    }
+}
