@@ -7,6 +7,7 @@
 mod common;
 
 use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+use pocket_core::gguf::{GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
 
@@ -256,4 +257,95 @@ fn lfm2moe_gpu_backend_runs_per_operation() {
         eprintln!("gpu {path} vs cpu: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e}");
         assert!(med <= 1e-3 && top1 >= 15, "{path}");
     }
+}
+
+/// A copy of the Q8_0 file with its metadata changed by `edit` and the
+/// tensors `keep` accepts.
+fn rewrite(edit: impl Fn(&str, &Value) -> Option<Value>, keep: impl Fn(&str) -> bool) -> Vec<u8> {
+    let g = GgufFile::open(common::fixtures().join(file_of("Q8_0"))).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        if let Some(v) = edit(k, v) {
+            w.kv(k, v);
+        }
+    }
+    let kept: Vec<_> = g.tensors().iter().filter(|t| keep(&t.name)).collect();
+    for t in &kept {
+        w.tensor(&t.name, t.ty, t.shape());
+    }
+    w.to_bytes(|i, out| out.copy_from_slice(g.tensor_data(kept[i])))
+}
+
+/// `key` set to `value`, everything else kept.
+fn with(key: &'static str, value: Value) -> impl Fn(&str, &Value) -> Option<Value> {
+    move |k, v| Some(if k == key { value.clone() } else { v.clone() })
+}
+
+#[test]
+fn lfm2moe_malformed_files_are_typed_errors() {
+    use pocket_core::gguf::Array;
+    use pocket_core::Error;
+    let load = |bytes: Vec<u8>| Model::from_gguf(GgufFile::from_bytes(bytes).unwrap());
+    let all = |_: &str| true;
+    // Unchanged, the rewrite loads, and every tensor of the file is used.
+    let m = load(rewrite(|_, v| Some(v.clone()), all)).unwrap();
+    assert!(m.summary().ignored_tensors.is_empty(), "{:?}", m.summary().ignored_tensors);
+
+    let bad_key = |bytes: Vec<u8>, key: &str| match load(bytes) {
+        Err(Error::InvalidHyperparameter { key: k, reason }) if k == key => eprintln!("{key}: {reason}"),
+        other => panic!("{key}: {:?}", other.err()),
+    };
+    let kv = "lfm2moe.attention.head_count_kv";
+    bad_key(rewrite(with(kv, Value::Array(Array::U32(vec![0, 2]))), all), kv);
+    bad_key(rewrite(with(kv, Value::Array(Array::I32(vec![0, 0, 3]))), all), kv);
+    bad_key(rewrite(with(kv, Value::Array(Array::I32(vec![0, -1, 2]))), all), kv);
+    let l = "lfm2moe.shortconv.l_cache";
+    bad_key(rewrite(with(l, Value::U32(1)), all), l);
+    bad_key(rewrite(with(l, Value::U32(1 << 30)), all), l);
+    let dense = "lfm2moe.leading_dense_block_count";
+    bad_key(rewrite(with(dense, Value::U32(4)), all), dense);
+    let used = "lfm2moe.expert_used_count";
+    bad_key(rewrite(with(used, Value::U32(7)), all), used);
+    let gating = "lfm2moe.expert_gating_func";
+    bad_key(rewrite(with(gating, Value::U32(9)), all), gating);
+    // 6 heads do not split 256 channels.
+    bad_key(rewrite(with("lfm2moe.attention.head_count", Value::U32(6)), all), "lfm2moe.attention.head_count");
+
+    // A missing key or tensor names itself.
+    let err = load(rewrite(|k, v| (k != l).then(|| v.clone()), all)).err().expect("no l_cache");
+    assert!(matches!(err, Error::MissingKey(ref k) if k == l), "{err}");
+    for gone in [
+        "blk.1.exp_probs_b.bias",
+        "blk.2.attn_q_norm.weight",
+        "blk.0.shortconv.conv.weight",
+        "blk.1.shortconv.in_proj.weight",
+        "token_embd_norm.weight",
+        "blk.0.ffn_up.weight",
+        "blk.2.ffn_down_exps.weight",
+    ] {
+        let err = load(rewrite(|_, v| Some(v.clone()), |n| n != gone)).err().expect("missing tensor");
+        assert!(matches!(err, Error::MissingTensor(ref t) if t == gone), "{gone}: {err}");
+    }
+    // Taps that do not match l_cache, and a conv layer made attention, are shape errors.
+    let err = load(rewrite(with(l, Value::U32(4)), all)).err().expect("4 taps for 3");
+    assert!(matches!(err, Error::TensorShape { ref tensor, .. } if tensor == "blk.0.shortconv.conv.weight"), "{err}");
+    let err = load(rewrite(with(kv, Value::Array(Array::U32(vec![2, 0, 2]))), all)).err().expect("layer 0 attention");
+    assert!(matches!(err, Error::MissingTensor(_) | Error::TensorShape { .. }), "{err}");
+}
+
+/// Under a memory budget the experts come from the expert cache and the
+/// rest (conv taps, selection biases included) from resident copies: the
+/// same logits.
+#[test]
+fn lfm2moe_runs_under_a_memory_budget() {
+    use pocket_core::model::LoadOptions;
+    let path = common::fixtures().join(file_of("F16"));
+    let plain = load("F16");
+    let plan = plain.memory_plan(1 << 30);
+    let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..LoadOptions::default() };
+    let budgeted = Model::load_with(&path, &opts).unwrap();
+    let tokens = common::ids(&entry(), "prompt");
+    let (a, _) = common::batch_and_decode_logits(&plain, &pool(), &tokens);
+    let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &tokens);
+    assert_eq!(a, b);
 }
