@@ -115,14 +115,14 @@ enum Mixer {
     /// in_proj [3*n_embd, n_embd], conv [l_cache][n_embd], out_proj [n_embd, n_embd]
     Conv(ShortConv),
     /// q [n_head*hd, n_embd], k/v [n_kv*hd, n_embd], o [n_embd, n_head*hd], q/k norm [hd]
-    Attention(Attention),
+    Attention(Box<Attention>),
 }
 
 enum Ffn {
     /// gate/up [n_ff, n_embd], down [n_embd, n_ff]
     Dense(Dense),
     /// router [n_expert, n_embd], selection bias [n_expert]; experts [n_expert][n_ff_exp, n_embd] / [n_embd, n_ff_exp]
-    Moe(Moe),
+    Moe(Box<Moe>),
 }
 
 struct Layer {
@@ -155,11 +155,11 @@ impl Lfm2Moe {
                             return Err(Error::MissingTensor(kind.weight(il)));
                         }
                     }
-                    Mixer::Attention(a)
+                    Mixer::Attention(Box::new(a))
                 }
             };
             let ffn = match hp.moe {
-                Some(p) if il >= hp.n_dense => Ffn::Moe(Moe::load(&ld, il, e, p)?.with_selection_bias(&ld, il)?),
+                Some(p) if il >= hp.n_dense => Ffn::Moe(Box::new(Moe::load(&ld, il, e, p)?.with_selection_bias(&ld, il)?)),
                 _ => Ffn::Dense(Dense::load(&ld, il, e, hp.n_ff, Act::Silu)?),
             };
             layers.push(Layer {
