@@ -349,3 +349,21 @@ fn lfm2moe_runs_under_a_memory_budget() {
     let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &tokens);
     assert_eq!(a, b);
 }
+
+/// `pocket quantize` remakes the fixture's Q8_0 file from its F16 file
+/// byte for byte, as llama-quantize made it (the conv taps, norms, router
+/// and selection biases kept as they are).
+#[test]
+fn lfm2moe_q8_0_is_remade_byte_for_byte() {
+    use pocket_core::quantize::file::{quantize_file, Options};
+    use pocket_core::quantize::mix::FileType;
+    let dir = std::env::temp_dir().join(format!("pocket-lfm2moe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("lfm2moe-tiny-Q8_0.gguf");
+    let o = Options { ftype: FileType::from_name("Q8_0").unwrap(), imatrix: None, allow_requantize: false, threads: 2 };
+    quantize_file(&common::fixtures().join(file_of("F16")), &out, &o, &mut |_, _, _| {}).unwrap();
+    let ours = std::fs::read(&out).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let theirs = std::fs::read(common::fixtures().join(file_of("Q8_0"))).unwrap();
+    assert!(ours == theirs, "not the fixture file ({} vs {} bytes)", ours.len(), theirs.len());
+}

@@ -159,7 +159,9 @@ impl Lfm2Moe {
                 }
             };
             let ffn = match hp.moe {
-                Some(p) if il >= hp.n_dense => Ffn::Moe(Box::new(Moe::load(&ld, il, e, p)?.with_selection_bias(&ld, il)?)),
+                Some(p) if il >= hp.n_dense => {
+                    Ffn::Moe(Box::new(Moe::load(&ld, il, e, p)?.with_selection_bias(&ld, il)?))
+                }
                 _ => Ffn::Dense(Dense::load(&ld, il, e, hp.n_ff, Act::Silu)?),
             };
             layers.push(Layer {
