@@ -25,7 +25,7 @@ run() {
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
-            --test deepseek2_logits --test granitehybrid_logits 2>&1 \
+            --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

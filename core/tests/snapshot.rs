@@ -32,13 +32,15 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// One family per fixture, each with another KV precision so that all three are restored.
-const MODELS: [(&str, KvType); 5] = [
+const MODELS: [(&str, KvType); 6] = [
     ("qwen35moe-tiny-Q4_K_M", KvType::F16),
     ("qwen3moe-tiny-Q4_K_M", KvType::Q8_0),
     ("gemma3-tiny-Q8_0", KvType::F32),
     ("mixtral-tiny-Q8_0", KvType::F16),
     // Two layers read earlier layers' caches (shared KV): they have no section.
     ("gemma4-e-tiny-Q8_0", KvType::F16),
+    // Short convs: a window of two tokens per conv layer.
+    ("lfm2moe-tiny-Q8_0", KvType::F32),
 ];
 
 fn options(kv: KvType) -> SessionOptions {

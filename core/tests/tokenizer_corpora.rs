@@ -216,6 +216,11 @@ fn tiny_gemma3() {
 }
 
 #[test]
+fn tiny_lfm2moe() {
+    model_corpus("lfm2moe-tiny", "lfm2moe-tiny-F16.gguf");
+}
+
+#[test]
 fn tiny_mixtral() {
     model_corpus("mixtral-tiny", "mixtral-tiny-Q8_0.gguf");
 }

@@ -24,6 +24,9 @@ pub enum Arch {
     /// Granite 4.0-H: Mamba2 layers beside attention without positions,
     /// MoE with a shared expert, Granite's multipliers.
     GraniteHybrid,
+    /// LFM2-MoE: gated short-convolution layers beside GQA attention,
+    /// leading dense layers, then MoE with a selection-biased sigmoid router.
+    Lfm2Moe,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -36,6 +39,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Gemma4, "gemma4"),
     (Arch::Deepseek2, "deepseek2"),
     (Arch::GraniteHybrid, "granitehybrid"),
+    (Arch::Lfm2Moe, "lfm2moe"),
 ];
 
 impl Arch {
@@ -216,6 +220,30 @@ impl Arch {
                 SsmNorm,
                 SsmOut,
             ],
+            Arch::Lfm2Moe => &[
+                TokenEmbd,
+                TokenEmbdNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                ShortConvConv,
+                ShortConvInProj,
+                ShortConvOutProj,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
         }
     }
 }
@@ -304,6 +332,8 @@ pub enum Key {
     SsmStateSize,
     SsmTimeStepRank,
     SsmGroupCount,
+    /// Taps of LFM2's short convolution (the window is one less).
+    ShortConvLCache,
 
     TokenizerModel,
     TokenizerPre,
@@ -409,6 +439,7 @@ impl Key {
             SsmStateSize => "{arch}.ssm.state_size",
             SsmTimeStepRank => "{arch}.ssm.time_step_rank",
             SsmGroupCount => "{arch}.ssm.group_count",
+            ShortConvLCache => "{arch}.shortconv.l_cache",
 
             TokenizerModel => "tokenizer.ggml.model",
             TokenizerPre => "tokenizer.ggml.pre",
@@ -517,6 +548,12 @@ pub enum TensorKind {
     SsmIn,
     /// Mamba2's skip `D`, per head (stored without a suffix, as `ssm_a`).
     SsmD,
+    /// LFM2's final norm (named after the embedding by its converter).
+    TokenEmbdNorm,
+    /// LFM2's short convolution: taps `[n_embd][l_cache]`, in/out projections.
+    ShortConvConv,
+    ShortConvInProj,
+    ShortConvOutProj,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -576,6 +613,10 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::SsmOut, "blk.{layer}.ssm_out"),
     (TensorKind::SsmIn, "blk.{layer}.ssm_in"),
     (TensorKind::SsmD, "blk.{layer}.ssm_d"),
+    (TensorKind::TokenEmbdNorm, "token_embd_norm"),
+    (TensorKind::ShortConvConv, "blk.{layer}.shortconv.conv"),
+    (TensorKind::ShortConvInProj, "blk.{layer}.shortconv.in_proj"),
+    (TensorKind::ShortConvOutProj, "blk.{layer}.shortconv.out_proj"),
 ];
 
 impl TensorKind {

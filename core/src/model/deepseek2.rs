@@ -170,7 +170,7 @@ impl Deepseek2 {
             } else {
                 let moe = Moe::load(&ld, il, e, hp.moe)?
                     .with_shared_expert(&ld, il, e, hp.n_ff_shexp)?
-                    .with_selection_bias(&ld, il)?;
+                    .with_selection_bias(&ld, il, false)?;
                 if hp.n_ff_shexp > 0 && moe.shared.is_none() {
                     return Err(Error::MissingTensor(TensorKind::FfnUpShexp.weight(il)));
                 }

@@ -16,6 +16,7 @@ mod gpu_backend;
 mod granitehybrid;
 mod hparams;
 mod identity;
+mod lfm2moe;
 mod llama;
 mod network;
 pub mod pass;
@@ -51,5 +52,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Qwen35Moe => Box::new(qwen35moe::Qwen35Moe::load(file)?),
         Arch::Deepseek2 => Box::new(deepseek2::Deepseek2::load(file)?),
         Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
+        Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
     })
 }

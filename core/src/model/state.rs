@@ -9,9 +9,10 @@ use super::blocks::attention::{AttnParams, AttnScratch};
 use super::blocks::deltanet::{DeltaParams, DeltaScratch, DeltaState, SavedDelta};
 use super::blocks::ffn::FfnScratch;
 use super::blocks::gemma4::Gemma4Scratch;
-use super::blocks::mla::{LatentCache, MlaParams, MlaScratch};
 use super::blocks::mamba2::{Mamba2Params, Mamba2Scratch};
+use super::blocks::mla::{LatentCache, MlaParams, MlaScratch};
 use super::blocks::moe::{MoeScratch, Routing};
+use super::blocks::shortconv::{ShortConvParams, ShortConvScratch};
 use super::cache::{KvCache, KvType};
 use super::expert_cache::ExpertIo;
 use super::scratch::take;
@@ -27,6 +28,8 @@ pub enum LayerKind<'a> {
     /// A Mamba2 layer: its conv window and scan state are a
     /// [`LayerState::Recurrent`] state's two buffers.
     Mamba2(&'a Mamba2Params),
+    /// A short convolution (LFM2): a recurrent state of its window only.
+    ShortConv(&'a ShortConvParams),
     /// An attention layer that reads the KV cache of the earlier layer
     /// `source` and keeps no state of its own (Gemma 4's shared KV).
     Shared {
@@ -44,6 +47,7 @@ impl LayerKind<'_> {
             LayerKind::Attention(p) => LayerState::Attention(p.new_cache(kv, n_ctx)?),
             LayerKind::Recurrent(p) => LayerState::Recurrent(DeltaState::new(p)),
             LayerKind::Mamba2(p) => LayerState::Recurrent(p.new_state()),
+            LayerKind::ShortConv(p) => LayerState::Recurrent(p.new_state()),
             LayerKind::Shared { source } => LayerState::Shared { source },
             LayerKind::Latent(p) => LayerState::Latent(p.new_cache(kv, n_ctx)?),
         })
@@ -58,6 +62,7 @@ impl LayerKind<'_> {
                 let (conv, ssm) = p.state_floats();
                 (conv + ssm) * 4
             }
+            LayerKind::ShortConv(p) => p.state_floats() * 4,
             LayerKind::Shared { .. } => 0,
             LayerKind::Latent(p) => n_ctx * p.width() * LatentCache::value_bytes(kv),
         }
@@ -70,6 +75,8 @@ pub enum LayerState {
     Attention(KvCache),
     /// Conv window and delta-rule state of a linear-attention layer (or
     /// conv window and scan state of a Mamba2 layer).
+    /// Conv window and delta-rule state of a linear-attention layer (a
+    /// short convolution's window, with an empty delta-rule state).
     Recurrent(DeltaState),
     /// Nothing: the layer attends over layer `source`'s cache.
     Shared { source: usize },
@@ -166,6 +173,7 @@ pub struct BlockScratch {
     pub gemma4: Gemma4Scratch,
     pub mla: MlaScratch,
     pub mamba2: Mamba2Scratch,
+    pub shortconv: ShortConvScratch,
 }
 
 /// The trunk's rows for one pass: the residual stream, a block's input and
@@ -193,6 +201,7 @@ impl Scratch {
             + b.gemma4.heap_bytes()
             + b.mla.heap_bytes()
             + b.mamba2.heap_bytes()
+            + b.shortconv.heap_bytes()
     }
 
     /// The rows for `n` tokens of `n_embd`.

@@ -33,6 +33,12 @@ pub struct Trunk {
 impl Trunk {
     /// The embedding, final norm (with `eps`) and output head of a model of width `n_embd`.
     pub fn load(ld: &Loader, n_embd: usize, eps: f32) -> Result<Trunk> {
+        Trunk::load_with_norm(ld, n_embd, eps, TensorKind::OutputNorm)
+    }
+
+    /// [`load`](Self::load) with the final norm of another name (LFM2's
+    /// `token_embd_norm`).
+    pub fn load_with_norm(ld: &Loader, n_embd: usize, eps: f32, norm: TensorKind) -> Result<Trunk> {
         let embd_name = TensorKind::TokenEmbd.weight(0);
         let n_vocab = ld.file.tensor(&embd_name).ok_or(Error::MissingTensor(embd_name))?.dims[1] as usize;
         let token_embd = ld.matrix(TensorKind::TokenEmbd, 0, n_vocab, n_embd)?;
@@ -40,7 +46,7 @@ impl Trunk {
         Ok(Trunk {
             n_embd,
             n_vocab,
-            norm: RmsNorm::load(ld, TensorKind::OutputNorm, 0, n_embd, eps)?,
+            norm: RmsNorm::load(ld, norm, 0, n_embd, eps)?,
             token_embd,
             embed_scale: None,
             output,

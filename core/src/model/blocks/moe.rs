@@ -387,10 +387,10 @@ impl Moe {
     }
 
     /// Add layer `il`'s selection bias (`exp_probs_b.bias`, `[n_expert]`)
-    /// when the file has one.
-    pub fn with_selection_bias(mut self, ld: &Loader, il: usize) -> Result<Moe> {
+    /// when the file has one; a `required` one missing is an error.
+    pub fn with_selection_bias(mut self, ld: &Loader, il: usize, required: bool) -> Result<Moe> {
         let name = TensorKind::FfnExpProbsB.bias(il);
-        if ld.file.tensor(&name).is_none() {
+        if !required && ld.file.tensor(&name).is_none() {
             return Ok(self);
         }
         let b = ld.vector_shaped(&name, &[self.p.n_expert as u64])?;

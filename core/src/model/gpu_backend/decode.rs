@@ -324,6 +324,9 @@ impl Recorder<'_> {
     /// device, the chosen experts' gate, up and down read by their ids there.
     pub fn moe(&mut self, m: &Moe, x: Tensor, out: Tensor) -> Result<()> {
         let (n_expert, k, n_ff, n_embd) = (m.p.n_expert, m.p.n_used, m.p.n_ff, m.router.cols);
+        if m.selection_bias.is_some() {
+            return Err(unsupported("a router with a selection bias is not recorded"));
+        }
         let logits = self.temp("router", n_expert)?;
         self.matvec(&m.router, x, logits)?;
         let route = self.temp("route", 2 * k + 1 + n_expert)?;
