@@ -306,8 +306,8 @@ mod tests {
 
     #[test]
     fn a_drafter_that_keeps_missing_backs_off_and_probes_again() {
-        // A history where lookup always finds a match.
-        let h = [7, 7, 7, 7];
+        // A history where lookup always finds a match (with 5 tokens after it).
+        let h = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2];
         let mut d = Drafter::lookup(2, 4);
         let mut passes = Vec::new();
         for step in 0..200 {
