@@ -28,7 +28,7 @@ pub enum KvCacheType {
 }
 
 /// Settings fixed for the life of a session. Every field has a default.
-#[derive(Clone, Debug, PartialEq, uniffi::Record)]
+#[derive(Clone, uniffi::Record)]
 pub struct SessionOptions {
     /// Context length in tokens; 0 = the model's training context, at most 4096.
     #[uniffi(default = 0)]
@@ -46,6 +46,38 @@ pub struct SessionOptions {
     /// Sampler seed of requests that do not set their own.
     #[uniffi(default = 24301)]
     pub seed: u64,
+    /// The drafter of `Speculation.DraftModel`: a smaller model with the same
+    /// vocabulary (a different one is `InvalidArgument` naming the first
+    /// difference, when the session is created).
+    #[uniffi(default = None)]
+    pub draft_model: Option<Arc<PocketModel>>,
+}
+
+impl std::fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionOptions")
+            .field("context_length", &self.context_length)
+            .field("kv_cache_type", &self.kv_cache_type)
+            .field("sliding_window", &self.sliding_window)
+            .field("threads", &self.threads)
+            .field("seed", &self.seed)
+            .field("draft_model", &self.draft_model.is_some())
+            .finish()
+    }
+}
+
+/// Equal settings; draft models are equal when they are the same object.
+impl PartialEq for SessionOptions {
+    fn eq(&self, other: &Self) -> bool {
+        let same_draft = match (&self.draft_model, &other.draft_model) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_draft
+            && (self.context_length, self.kv_cache_type, self.sliding_window, self.threads, self.seed)
+                == (other.context_length, other.kv_cache_type, other.sliding_window, other.threads, other.seed)
+    }
 }
 
 impl Default for SessionOptions {
@@ -56,6 +88,7 @@ impl Default for SessionOptions {
             sliding_window: false,
             threads: 0,
             seed: core::DEFAULT_SEED,
+            draft_model: None,
         }
     }
 }
@@ -121,7 +154,7 @@ pub struct GenerateOptions {
 }
 
 /// How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
-/// optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+/// optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
 pub enum Speculation {
     /// One token per forward pass.
@@ -131,7 +164,8 @@ pub enum Speculation {
     Lookup { ngram: u32, max_draft: u32 },
     /// The model's multi-token-prediction head (not yet supported).
     Mtp { max_draft: u32 },
-    /// A smaller model of the same vocabulary (not yet supported).
+    /// A smaller model of the same vocabulary, `SessionOptions.draftModel`
+    /// (without one: `InvalidArgument`), drafting greedily up to `maxDraft` tokens.
     DraftModel { max_draft: u32 },
 }
 
@@ -390,6 +424,7 @@ fn core_session_options(model: &PocketModel, options: &SessionOptions) -> core::
         threads: threads as usize,
         context_policy: if options.sliding_window { ContextPolicy::Slide { sink: None } } else { ContextPolicy::Error },
         seed: options.seed,
+        draft_model: options.draft_model.as_ref().map(|m| m.core().clone()),
     }
 }
 

@@ -1,7 +1,8 @@
-//! Speculative decoding (prompt lookup): the same tokens as without it,
-//! greedy and seeded, on every fixture architecture (the hybrid's rollback
-//! included) and the real Gemma 3 270M; the same next-token distribution
-//! over seeds; the requests it refuses or switches off.
+//! Speculative decoding (prompt lookup, a draft model): the same tokens as
+//! without it, greedy and seeded, on every fixture architecture (the
+//! hybrid's rollback included) and the real Gemma 3 270M; the same
+//! next-token distribution over seeds; the requests and draft models it
+//! refuses or switches off.
 
 mod common;
 
@@ -339,7 +340,7 @@ fn a_constrained_request_decodes_without_speculation() {
 }
 
 #[test]
-fn mtp_and_draft_models_are_refused_by_name() {
+fn mtp_and_draft_model_without_one_are_refused_by_name() {
     let m = tiny("gemma3-tiny-Q4_K_M");
     let mut s = session(&m);
     let refused = |s: &mut Session, speculation| {
@@ -352,7 +353,127 @@ fn mtp_and_draft_models_are_refused_by_name() {
     let e = refused(&mut s, Speculation::Mtp { max_draft: 4 });
     assert!(e.contains("no MTP layer"), "{e}");
     let e = refused(&mut s, Speculation::DraftModel { max_draft: 4 });
-    assert!(e.contains("draft model"), "{e}");
+    assert!(e.contains("no draft model"), "{e}");
     let e = refused(&mut s, Speculation::Lookup { ngram: 0, max_draft: 4 });
     assert!(e.contains("ngram"), "{e}");
+}
+
+// ---- a draft model ----
+
+const DRAFT: Speculation = Speculation::DraftModel { max_draft: 4 };
+
+fn with_draft(model: &Arc<Model>, draft: &Arc<Model>) -> pocket_core::Result<Session> {
+    let opts =
+        SessionOptions { context_length: 512, threads: 2, draft_model: Some(draft.clone()), ..Default::default() };
+    Session::new(model.clone(), opts)
+}
+
+/// Greedy on `model` without speculation and with `draft` drafting:
+/// identical tokens, text and cache, over two turns (the second reuses the
+/// state the rollbacks left, in both sessions). The first turn's figures.
+fn greedy_identical_with_draft(model: &Arc<Model>, draft: &Arc<Model>, max_tokens: usize) -> GenerationStats {
+    let off = GenerateOptions { max_tokens, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let on = GenerateOptions { speculation: DRAFT, ..off.clone() };
+    let (mut a, mut b) = (session(model), with_draft(model, draft).unwrap());
+    let (text_off, stats_off) = run(&mut a, REPETITIVE, &off);
+    let (text_on, stats_on) = run(&mut b, REPETITIVE, &on);
+    assert_eq!(stats_on.tokens, stats_off.tokens, "tokens differ with a draft model");
+    assert_eq!(text_on, text_off);
+    assert_eq!(b.cached_tokens(), a.cached_tokens(), "the caches hold different conversations");
+    let next = format!("{REPETITIVE}{text_off} seven eight");
+    let (t2_off, s2_off) = run(&mut a, &next, &off);
+    let (t2_on, s2_on) = run(&mut b, &next, &on);
+    assert_eq!(s2_on.tokens, s2_off.tokens, "second turn differs");
+    assert_eq!(t2_on, t2_off);
+    assert!(s2_on.drafted_tokens > 0, "no drafts in the second turn");
+    stats_on
+}
+
+#[test]
+fn a_model_drafting_for_itself_has_every_draft_accepted() {
+    // The draft session computes each token as the session does, so its
+    // greedy drafts are the session's own tokens (attention and hybrid).
+    for name in ["gemma3-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M"] {
+        let m = tiny(name);
+        let s = greedy_identical_with_draft(&m, &m, 48);
+        eprintln!("{name} drafting for itself: drafted {}, accepted {}", s.drafted_tokens, s.accepted_tokens);
+        assert!(s.drafted_tokens > 0);
+        assert_eq!(s.accepted_tokens, s.drafted_tokens, "{name}: a draft of the model itself was rejected");
+    }
+}
+
+#[test]
+fn another_quantisation_drafts_and_rolls_back_its_rejected_drafts() {
+    // Drafts both accepted and rejected: the draft session truncates its KV
+    // cache (gemma3) or restores its checkpoint and replays (qwen35moe).
+    for (model, draft) in [("gemma3-tiny-F32", "gemma3-tiny-Q4_1"), ("qwen35moe-tiny-F32", "qwen35moe-tiny-Q4_K_M")] {
+        let s = greedy_identical_with_draft(&tiny(model), &tiny(draft), 64);
+        eprintln!("{draft} drafting for {model}: drafted {}, accepted {}", s.drafted_tokens, s.accepted_tokens);
+        assert!(s.accepted_tokens > 0, "{draft} for {model}: no draft accepted");
+        assert!(s.accepted_tokens < s.drafted_tokens, "{draft} for {model}: no draft rejected");
+    }
+}
+
+#[test]
+fn a_draft_model_rolls_back_the_drafts_sampling_rejects() {
+    // The model drafting for itself, sampled from its top 2 tokens: a draft
+    // (the argmax) is accepted with its probability, about 1/2 on the
+    // fixtures' flat distributions, and rejected otherwise. A draft state
+    // left wrong by a rollback would draft other tokens than the model's top
+    // one (agreement then falls to chance, near 0 on random weights), so
+    // acceptance above a quarter shows the rollbacks (KV truncation,
+    // checkpoint and replay) exact. (Checked while writing: every draft was
+    // the verify row's argmax; the counts are deterministic for the seed.)
+    let sampler = SamplerConfig { temperature: 1.0, top_k: 2, top_p: 1.0, min_p: 0.0, ..Default::default() };
+    for name in ["gemma3-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M", "qwen35moe-tiny-F32"] {
+        let m = tiny(name);
+        let off = GenerateOptions {
+            max_tokens: 64,
+            sampler: sampler.clone(),
+            seed: Some(7),
+            ignore_eos: true,
+            ..Default::default()
+        };
+        let on = GenerateOptions { speculation: DRAFT, ..off.clone() };
+        let (_, a) = run(&mut session(&m), REPETITIVE, &off);
+        let (_, b) = run(&mut with_draft(&m, &m).unwrap(), REPETITIVE, &on);
+        let (drafted, accepted) = (b.drafted_tokens, b.accepted_tokens);
+        eprintln!("{name} sampled from its top 2: drafted {drafted}, accepted {accepted}");
+        assert_eq!(a.tokens, b.tokens, "{name}");
+        assert!(accepted < drafted, "{name}: no draft rejected");
+        assert!(accepted * 4 > drafted, "{name}: drafted {drafted}, accepted {accepted}");
+    }
+}
+
+#[test]
+fn seeded_sampling_gives_the_same_tokens_with_a_draft_model() {
+    let sampler = SamplerConfig { temperature: 0.5, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
+    for (model, draft) in [("gemma3-tiny-F32", "gemma3-tiny-Q4_1"), ("qwen35moe-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M")]
+    {
+        let (m, d) = (tiny(model), tiny(draft));
+        let (mut drafted, mut accepted) = (0, 0);
+        for seed in [1, 2, 3] {
+            let off =
+                GenerateOptions { max_tokens: 40, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
+            let on = GenerateOptions { speculation: DRAFT, ..off.clone() };
+            let (_, a) = run(&mut session(&m), REPETITIVE, &off);
+            let (_, b) = run(&mut with_draft(&m, &d).unwrap(), REPETITIVE, &on);
+            assert_eq!(a.tokens, b.tokens, "{draft} for {model}, seed {seed}");
+            (drafted, accepted) = (drafted + b.drafted_tokens, accepted + b.accepted_tokens);
+        }
+        eprintln!("{draft} for {model}, seeded: drafted {drafted}, accepted {accepted}");
+        assert!(accepted > 0 && accepted < drafted, "{draft} for {model}: drafted {drafted}, accepted {accepted}");
+    }
+}
+
+#[test]
+fn a_draft_model_of_another_vocabulary_is_refused() {
+    let (gemma, qwen) = (tiny("gemma3-tiny-Q4_K_M"), tiny("qwen3moe-tiny-Q4_K_M"));
+    match with_draft(&gemma, &qwen) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("vocabulary") && m.contains("tokens"), "{m}"),
+        Err(e) => panic!("expected InvalidArgument, got {e:?}"),
+        Ok(_) => panic!("a draft model of another vocabulary was accepted"),
+    }
+    // The same model is its own valid draft; another file of it too.
+    assert!(with_draft(&gemma, &tiny("gemma3-tiny-F32")).is_ok());
 }

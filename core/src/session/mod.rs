@@ -12,6 +12,7 @@
 //! one, exactly where it stood (`session/snapshot/mod.rs` says what a snapshot holds).
 
 mod cancel;
+mod draft;
 mod options;
 mod output;
 mod shared;
@@ -37,6 +38,7 @@ use crate::threads::ThreadPool;
 pub use crate::sampler::DEFAULT_SEED;
 pub use cancel::CancelHandle;
 pub(crate) use cancel::Ticket;
+use draft::DraftSession;
 pub use options::{
     ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
     DEFAULT_SLIDE_SINK,
@@ -45,7 +47,7 @@ pub use output::Plan;
 use output::{check_reasoning, sample_under, text_only, Output};
 pub use shared::SharedSession;
 use speculate::Drafter;
-pub use speculate::{testing, Speculation, MAX_DRAFT, MAX_NGRAM};
+pub use speculate::{testing, Speculation, MAX_DRAFT, MAX_NGRAM, MAX_PAUSE};
 
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
@@ -62,6 +64,8 @@ pub struct Session {
     cached: Vec<u32>,
     checkpoints: Vec<(Vec<u32>, Checkpoint)>,
     cancel: CancelHandle,
+    /// The session on [`SessionOptions::draft_model`], if any.
+    draft: Option<Box<DraftSession>>,
 }
 
 impl Session {
@@ -71,11 +75,7 @@ impl Session {
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> Result<Session> {
         let opts = Self::resolve(&model, opts)?;
         let state = model.new_state(opts.context_length, opts.kv_type)?;
-        Ok(Session::assemble(
-            model,
-            opts,
-            snapshot::Conversation { state, cached: Vec::new(), checkpoints: Vec::new() },
-        ))
+        Session::assemble(model, opts, snapshot::Conversation { state, cached: Vec::new(), checkpoints: Vec::new() })
     }
 
     /// A session restored from the snapshot at `path` (written by
@@ -93,7 +93,7 @@ impl Session {
         let path = path.as_ref();
         let opts = Self::resolve(&model, opts)?;
         let conversation = read_file(path, &model, &opts)?;
-        Ok(Session::assemble(model, opts, conversation))
+        Session::assemble(model, opts, conversation)
     }
 
     /// [`restore`](Self::restore) from `len` bytes of `r` (a snapshot kept
@@ -101,7 +101,7 @@ impl Session {
     pub fn restore_from(model: Arc<Model>, r: &mut dyn Read, len: u64, opts: SessionOptions) -> Result<Session> {
         let opts = Self::resolve(&model, opts)?;
         let conversation = snapshot::read(r, len, &model, opts.context_length, opts.kv_type, MAX_CHECKPOINTS)?;
-        Ok(Session::assemble(model, opts, conversation))
+        Session::assemble(model, opts, conversation)
     }
 
     /// Save the conversation to `path`, replacing the file crash-safely: a
@@ -147,9 +147,14 @@ impl Session {
         Ok(opts)
     }
 
-    /// A session of resolved `opts` over `conversation`.
-    fn assemble(model: Arc<Model>, opts: SessionOptions, conversation: snapshot::Conversation) -> Session {
-        Session {
+    /// A session of resolved `opts` over `conversation`, with its draft
+    /// model's session (whose vocabulary must be the model's).
+    fn assemble(model: Arc<Model>, opts: SessionOptions, conversation: snapshot::Conversation) -> Result<Session> {
+        let draft = match &opts.draft_model {
+            Some(d) => Some(Box::new(DraftSession::open(&model, d.clone(), &opts)?)),
+            None => None,
+        };
+        Ok(Session {
             pool: ThreadPool::new(crate::threads::resolve(opts.threads).threads),
             model,
             opts,
@@ -157,7 +162,8 @@ impl Session {
             cached: conversation.cached,
             checkpoints: conversation.checkpoints,
             cancel: CancelHandle::default(),
-        }
+            draft,
+        })
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -183,9 +189,11 @@ impl Session {
         self.cancel.clone()
     }
 
-    /// Bytes held by the KV cache, recurrent state and checkpoints.
+    /// Bytes held by the KV cache, recurrent state and checkpoints (the
+    /// draft model's included).
     pub fn memory_bytes(&self) -> usize {
-        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>()
+        let draft = self.draft.as_ref().map_or(0, |d| d.memory_bytes());
+        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>() + draft
     }
 
     /// Forget the conversation.
@@ -403,7 +411,7 @@ impl Session {
         }
         let model = self.model.clone();
         let tok = model.tokenizer();
-        let mut drafter = opts.speculation.drafter(&model)?;
+        let mut drafter = opts.speculation.drafter(&model, self.draft.is_some())?;
         // The structure of the answer is compiled on a worker thread while
         // the prompt is evaluated (the vocabulary's engine, built on a
         // model's first constrained request, takes a second on a 262k vocabulary).
@@ -445,6 +453,12 @@ impl Session {
             // No mask per verified position yet: a constrained answer decodes one token per pass.
             drafter = None;
         }
+        if let (Some(draft), Some(_), Speculation::DraftModel { .. }, false) =
+            (self.draft.as_mut(), &drafter, opts.speculation, cancelled)
+        {
+            // The draft model evaluates the prompt as the model just did.
+            draft.prefill(ticket, &prompt)?;
+        }
         if cancelled {
             stats.stop_reason = StopReason::Cancelled;
             stats.set_expert_io(self.state.expert_io() - io_start);
@@ -464,7 +478,7 @@ impl Session {
         // evaluated as the verify pass did, row by row.
         let mut replayed = false;
         loop {
-            let drafts = match &drafter {
+            let drafts = match drafter.as_mut() {
                 Some(d) if !pending.is_empty() => {
                     // Room in the context (no slide inside a verify pass) and in the token budget.
                     let room = n_ctx.saturating_sub(self.state.n_past() + pending.len());
@@ -472,7 +486,7 @@ impl Session {
                     let mut history = Vec::with_capacity(self.cached.len() + pending.len());
                     history.extend_from_slice(&self.cached);
                     history.extend_from_slice(&pending);
-                    d.propose(&history, room.min(left))
+                    d.propose(&history, room.min(left), self.draft.as_deref_mut())?
                 }
                 _ => Vec::new(),
             };

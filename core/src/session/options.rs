@@ -1,8 +1,11 @@
 //! What a caller chooses for a session and for each request, and the
 //! defaults every front end (the CLI, the bindings, Rust callers) shares.
 
+use std::fmt;
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
-use crate::model::{ExpertIo, KvType};
+use crate::model::{ExpertIo, KvType, Model};
 use crate::sampler::{SamplerConfig, DEFAULT_SEED};
 use crate::structured::{Constraint, Reasoning, ToolCall, ToolChoice, ToolSpec};
 
@@ -28,7 +31,7 @@ pub enum ContextPolicy {
 }
 
 /// Settings fixed for the life of a session.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone)]
 pub struct SessionOptions {
     /// Context length in tokens; 0 = the model's training context, at most 4096.
     pub context_length: usize,
@@ -39,6 +42,37 @@ pub struct SessionOptions {
     pub context_policy: ContextPolicy,
     /// Seed of the sampler when a request does not set one.
     pub seed: u64,
+    /// The drafter of [`Speculation::DraftModel`]: a smaller model with the
+    /// same vocabulary (checked when the session is created), run in a
+    /// session of its own with these options.
+    pub draft_model: Option<Arc<Model>>,
+}
+
+impl fmt::Debug for SessionOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionOptions")
+            .field("context_length", &self.context_length)
+            .field("kv_type", &self.kv_type)
+            .field("threads", &self.threads)
+            .field("context_policy", &self.context_policy)
+            .field("seed", &self.seed)
+            .field("draft_model", &self.draft_model.as_ref().map(|m| m.summary().architecture.clone()))
+            .finish()
+    }
+}
+
+/// Equal settings; draft models are equal when they are the same loaded model.
+impl PartialEq for SessionOptions {
+    fn eq(&self, other: &Self) -> bool {
+        let same_draft = match (&self.draft_model, &other.draft_model) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        same_draft
+            && (self.context_length, self.kv_type, self.threads, self.context_policy, self.seed)
+                == (other.context_length, other.kv_type, other.threads, other.context_policy, other.seed)
+    }
 }
 
 impl Default for SessionOptions {
@@ -49,6 +83,7 @@ impl Default for SessionOptions {
             threads: 0,
             context_policy: ContextPolicy::Error,
             seed: DEFAULT_SEED,
+            draft_model: None,
         }
     }
 }

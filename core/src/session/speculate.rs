@@ -33,7 +33,14 @@
 //! verification that accepts every draft grows k by one (up to
 //! `max_draft`); one that rejects a draft sets k to the accepted count plus
 //! one (at least 1): the next draft is about as long as the last run of
-//! agreement, and a drafter that keeps missing costs one extra position per pass.
+//! agreement. A verify pass is wider than a decode step (on the small models
+//! a row costs most of what a one-token pass costs), so a drafter that keeps
+//! missing must stop drafting, not just draft less: after two verifications
+//! in a row that accept nothing, the drafter pauses for 2 decode steps, then
+//! 4, 8, ... up to [`MAX_PAUSE`] (each pause ends with one probe: a draft of
+//! one token); any accepted draft ends the back-off. Free chat, where lookup
+//! finds n-grams that the answer does not follow, then costs one probe row
+//! every [`MAX_PAUSE`] tokens instead of one wasted row per token.
 //!
 //! Speculation is switched off for a request with a constraint or tools (a
 //! mask per verified position would need the matcher advanced over accepted
@@ -43,6 +50,8 @@
 use crate::error::{Error, Result};
 use crate::gguf::Key;
 use crate::model::Model;
+
+use super::draft::DraftSession;
 
 /// How a request drafts tokens for verification.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,7 +65,9 @@ pub enum Speculation {
     Lookup { ngram: usize, max_draft: usize },
     /// The model's multi-token-prediction head (not yet supported).
     Mtp { max_draft: usize },
-    /// A smaller model of the same vocabulary (not yet supported).
+    /// A smaller model of the same vocabulary, the session's
+    /// [`SessionOptions::draft_model`](super::SessionOptions::draft_model),
+    /// drafting greedily: up to `max_draft` tokens.
     DraftModel { max_draft: usize },
 }
 
@@ -89,15 +100,15 @@ impl Speculation {
         }
     }
 
-    /// The drafter for a request on `model`, or why this kind cannot run.
-    pub(super) fn drafter(&self, model: &Model) -> Result<Option<Drafter>> {
+    /// The drafter for a request on `model` (in a session with a draft
+    /// model or not), or why this kind cannot run.
+    pub(super) fn drafter(&self, model: &Model, has_draft_model: bool) -> Result<Option<Drafter>> {
         self.validate()?;
         match *self {
             Speculation::Off => Ok(None),
             Speculation::Lookup { ngram, max_draft } => {
-                let mut d = Drafter::new(ngram, max_draft);
-                d.script = testing::SCRIPT.with(|s| s.borrow().clone());
-                Ok(Some(d))
+                let script = testing::SCRIPT.with(|s| s.borrow().clone());
+                Ok(Some(Drafter::with(Source::Lookup { ngram, script }, max_draft)))
             }
             Speculation::Mtp { .. } => {
                 let file = model.file();
@@ -113,51 +124,98 @@ impl Speculation {
                     Err(Error::InvalidArgument("speculation: mtp: this file has no MTP layer; use lookup".into()))
                 }
             }
-            Speculation::DraftModel { .. } => {
-                Err(Error::InvalidArgument("speculation: draft model drafting is not yet supported; use lookup".into()))
+            Speculation::DraftModel { max_draft } if has_draft_model => {
+                Ok(Some(Drafter::with(Source::Model, max_draft)))
             }
+            Speculation::DraftModel { .. } => Err(no_draft_model()),
         }
     }
 }
 
-/// Prompt lookup with an adaptive draft length.
-#[derive(Clone, Debug)]
+/// Decode steps a drafter that keeps missing waits, at most, between probes.
+pub const MAX_PAUSE: usize = 32;
+
+/// A drafter with an adaptive draft length and back-off.
 pub(super) struct Drafter {
-    ngram: usize,
+    source: Source,
     max_draft: usize,
     /// The current draft length.
     k: usize,
-    /// Tests: drafts read from this token sequence at the history's length
-    /// instead of looked up (see [`testing`]).
-    script: Option<Vec<u32>>,
+    /// Verifications in a row that accepted no draft.
+    misses: u32,
+    /// Decode steps left before the next draft.
+    pause: usize,
+}
+
+/// Where drafts come from.
+enum Source {
+    /// Prompt lookup; `script`: tests' drafts read from this token sequence
+    /// at the history's length instead of looked up (see [`testing`]).
+    Lookup { ngram: usize, script: Option<Vec<u32>> },
+    /// The session's draft model, greedy (`session/draft.rs`).
+    Model,
 }
 
 impl Drafter {
-    pub fn new(ngram: usize, max_draft: usize) -> Drafter {
-        Drafter { ngram, max_draft, k: max_draft, script: None }
+    #[cfg(test)]
+    pub fn lookup(ngram: usize, max_draft: usize) -> Drafter {
+        Drafter::with(Source::Lookup { ngram, script: None }, max_draft)
     }
 
-    /// Up to `min(k, limit)` drafts to follow `history` (prompt and answer so far).
-    pub fn propose(&self, history: &[u32], limit: usize) -> Vec<u32> {
-        let k = self.k.min(limit);
-        if let Some(script) = &self.script {
-            let from = history.len().min(script.len());
-            return script[from..(from + k).min(script.len())].to_vec();
+    fn with(source: Source, max_draft: usize) -> Drafter {
+        Drafter { source, max_draft, k: max_draft, misses: 0, pause: 0 }
+    }
+
+    /// Up to `min(k, limit)` drafts to follow `history` (prompt and answer
+    /// so far); none while backing off. Called once per decode step.
+    /// `draft`: the session's draft model, which [`Source::Model`] drafts with.
+    pub fn propose(&mut self, history: &[u32], limit: usize, draft: Option<&mut DraftSession>) -> Result<Vec<u32>> {
+        if self.pause > 0 {
+            self.pause -= 1;
+            return Ok(Vec::new());
         }
-        lookup(history, self.ngram, k)
+        let k = self.k.min(limit);
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        match (&self.source, draft) {
+            (Source::Lookup { script: Some(script), .. }, _) => {
+                let from = history.len().min(script.len());
+                Ok(script[from..(from + k).min(script.len())].to_vec())
+            }
+            (Source::Lookup { ngram, script: None }, _) => Ok(lookup(history, *ngram, k)),
+            (Source::Model, Some(d)) => d.propose(history, k),
+            (Source::Model, None) => Err(no_draft_model()),
+        }
     }
 
-    /// Adapt the draft length after a verification that accepted
-    /// `accepted` of `drafted` drafts.
+    /// Adapt the draft length and the back-off after a verification that
+    /// accepted `accepted` of `drafted` drafts.
     pub fn update(&mut self, drafted: usize, accepted: usize) {
         self.k =
             if accepted == drafted { (self.k + 1).min(self.max_draft) } else { (accepted + 1).min(self.max_draft) };
+        if accepted > 0 {
+            self.misses = 0;
+        } else {
+            self.misses = self.misses.saturating_add(1);
+            // 0 after the first miss, then 2, 4, 8, ... steps.
+            self.pause = match self.misses {
+                0 | 1 => 0,
+                m => 1usize.checked_shl(m - 1).unwrap_or(MAX_PAUSE).min(MAX_PAUSE),
+            };
+        }
     }
 
     #[cfg(test)]
     fn k(&self) -> usize {
         self.k
     }
+}
+
+fn no_draft_model() -> Error {
+    Error::InvalidArgument(
+        "speculation: draft model: the session has no draft model (SessionOptions.draft_model)".into(),
+    )
 }
 
 /// The up to `max` tokens that followed the most recent earlier occurrence
@@ -227,7 +285,7 @@ mod tests {
 
     #[test]
     fn draft_length_shrinks_on_rejection_and_grows_on_full_acceptance() {
-        let mut d = Drafter::new(3, 6);
+        let mut d = Drafter::lookup(3, 6);
         assert_eq!(d.k(), 6);
         d.update(6, 1);
         assert_eq!(d.k(), 2);
@@ -244,6 +302,30 @@ mod tests {
         // A short proposal (the history ran out) fully accepted still grows.
         d.update(2, 2);
         assert_eq!(d.k(), 4);
+    }
+
+    #[test]
+    fn a_drafter_that_keeps_missing_backs_off_and_probes_again() {
+        // A history where lookup always finds a match (with 5 tokens after it).
+        let h = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2];
+        let mut d = Drafter::lookup(2, 4);
+        let mut passes = Vec::new();
+        for step in 0..200 {
+            let drafts = d.propose(&h, 8, None).unwrap();
+            if !drafts.is_empty() {
+                passes.push(step);
+                d.update(drafts.len(), 0);
+            }
+        }
+        // Two misses, then pauses of 2, 4, 8, 16 and 32 steps between probes.
+        assert_eq!(&passes[..7], &[0, 1, 4, 9, 18, 35, 68]);
+        assert!(passes.windows(2).all(|w| w[1] - w[0] <= MAX_PAUSE + 1), "{passes:?}");
+        assert!(passes.len() <= 11, "{} verify passes in 200 steps", passes.len());
+        // Every probe is one draft (k fell to 1), and an accepted one ends the back-off.
+        assert_eq!(d.k(), 1);
+        while d.propose(&h, 8, None).unwrap().is_empty() {}
+        d.update(1, 1);
+        assert_eq!(d.propose(&h, 8, None).unwrap().len(), 2);
     }
 
     #[test]

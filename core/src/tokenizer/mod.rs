@@ -437,6 +437,31 @@ impl Tokenizer {
     pub fn is_control(&self, id: u32) -> bool {
         self.vocab.has_attr(id, attr::CONTROL)
     }
+
+    /// The first way `other`'s vocabulary differs from this one (the token
+    /// count, then each token's text and type in id order), or `None` when
+    /// they are the same (a draft model must be: `session/draft.rs`).
+    pub fn first_difference(&self, other: &Tokenizer) -> Option<String> {
+        let (a, b) = (&self.vocab, &other.vocab);
+        if a.len() != b.len() {
+            return Some(format!("{} tokens, not {}", b.len(), a.len()));
+        }
+        (0..a.len() as u32).find_map(|id| {
+            let (ta, tb) = (a.text(id), b.text(id));
+            if ta != tb {
+                Some(format!("token {id} is {:?}, not {:?}", String::from_utf8_lossy(tb), String::from_utf8_lossy(ta)))
+            } else if a.attr(id) != b.attr(id) {
+                Some(format!(
+                    "token {id} ({:?}) has attributes {:#x}, not {:#x}",
+                    String::from_utf8_lossy(ta),
+                    b.attr(id),
+                    a.attr(id)
+                ))
+            } else {
+                None
+            }
+        })
+    }
 }
 
 /// SentencePiece's whitespace escape: ' ' -> '▁'.

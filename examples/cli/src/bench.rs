@@ -131,6 +131,7 @@ pub fn run(args: Args) -> Result<(), String> {
     }
     let model = std::sync::Arc::new(model);
     let speculation = args.speculate.speculation()?;
+    let draft_model = args.speculate.draft_model()?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
     let gpu_at_load = model.backend_counters();
     let n_ctx = args.ctx.unwrap_or(n_prompt + n_gen + 1).max(n_prompt + n_gen + 1);
@@ -200,7 +201,13 @@ pub fn run(args: Args) -> Result<(), String> {
         if speculation != Speculation::Off {
             let prompt: Vec<u32> =
                 (0..n_prompt.max(1) as u64).map(|i| token(if varied { d as u64 } else { 0 }, i)).collect();
-            let opts = SessionOptions { context_length: n_ctx, kv_type: kv, threads, ..Default::default() };
+            let opts = SessionOptions {
+                context_length: n_ctx,
+                kv_type: kv,
+                threads,
+                draft_model: draft_model.clone(),
+                ..Default::default()
+            };
             let mut session = Session::new(model.clone(), opts).map_err(|e| e.to_string())?;
             let gen = GenerateOptions {
                 max_tokens: n_gen.max(1),

@@ -176,6 +176,7 @@ fn open(path: &str, args: &Common) -> Result<(Session, GenerateOptions, Follow),
         threads: args.threads,
         context_policy,
         seed: args.seed,
+        draft_model: args.speculate.draft_model()?,
     };
     let session = Session::new(model, opts).map_err(|e| e.to_string())?;
     let sampler = SamplerConfig {

@@ -1,5 +1,8 @@
 //! The speculative decoding flags `run`, `chat` and `bench` share.
 
+use std::sync::Arc;
+
+use pocket_core::model::Model;
 use pocket_core::session::Speculation;
 
 /// How drafts are made (`--speculate`).
@@ -11,7 +14,7 @@ pub enum Kind {
     Lookup,
     // The model's multi-token-prediction head (not yet supported).
     Mtp,
-    // A smaller draft model (not yet supported).
+    // A smaller draft model of the same vocabulary (--draft-model FILE).
     Draft,
 }
 
@@ -26,7 +29,7 @@ pub struct Speculate {
     /// With --speculate lookup: the longest n-gram matched
     #[arg(long, value_name = "N", default_value_t = 3, allow_negative_numbers = true)]
     ngram: usize,
-    /// With --speculate draft: the draft model (not yet supported)
+    /// With --speculate draft: the draft model (a GGUF with the model's vocabulary)
     #[arg(long, value_name = "FILE")]
     draft_model: Option<String>,
 }
@@ -39,17 +42,24 @@ impl Speculate {
             Kind::Off => Speculation::Off,
             Kind::Lookup => Speculation::Lookup { ngram: self.ngram, max_draft },
             Kind::Mtp => Speculation::Mtp { max_draft },
-            Kind::Draft => {
-                if self.draft_model.is_none() {
-                    return Err("--speculate draft needs --draft-model FILE".into());
-                }
-                return Err(
-                    "--speculate draft: draft-model drafting is not yet supported; use --speculate lookup".into()
-                );
+            Kind::Draft if self.draft_model.is_none() => {
+                return Err("--speculate draft needs --draft-model FILE".into());
             }
+            Kind::Draft => Speculation::DraftModel { max_draft },
         };
         s.validate().map_err(|e| e.to_string())?;
         Ok(s)
+    }
+
+    /// The model `--draft-model` names, loaded (with `--speculate draft` only).
+    pub fn draft_model(&self) -> Result<Option<Arc<Model>>, String> {
+        match (&self.draft_model, self.kind) {
+            (None, _) => Ok(None),
+            (Some(path), Kind::Draft) => {
+                Model::load(path).map(|m| Some(Arc::new(m))).map_err(|e| format!("--draft-model {path}: {e}"))
+            }
+            (Some(_), _) => Err("--draft-model needs --speculate draft".into()),
+        }
     }
 
     pub fn is_off(&self) -> bool {

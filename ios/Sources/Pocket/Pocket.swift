@@ -3714,6 +3714,12 @@ public struct SessionOptions {
      * Sampler seed of requests that do not set their own.
      */
     public var seed: UInt64
+    /**
+     * The drafter of `Speculation.DraftModel`: a smaller model with the same
+     * vocabulary (a different one is `InvalidArgument` naming the first
+     * difference, when the session is created).
+     */
+    public var draftModel: PocketModel?
 
     // Default memberwise initializers are never public by default, so we
     // declare one manually.
@@ -3733,48 +3739,24 @@ public struct SessionOptions {
          */threads: UInt32 = UInt32(0), 
         /**
          * Sampler seed of requests that do not set their own.
-         */seed: UInt64 = UInt64(24301)) {
+         */seed: UInt64 = UInt64(24301), 
+        /**
+         * The drafter of `Speculation.DraftModel`: a smaller model with the same
+         * vocabulary (a different one is `InvalidArgument` naming the first
+         * difference, when the session is created).
+         */draftModel: PocketModel? = nil) {
         self.contextLength = contextLength
         self.kvCacheType = kvCacheType
         self.slidingWindow = slidingWindow
         self.threads = threads
         self.seed = seed
+        self.draftModel = draftModel
     }
 }
 
 #if compiler(>=6)
 extension SessionOptions: Sendable {}
 #endif
-
-
-extension SessionOptions: Equatable, Hashable {
-    public static func ==(lhs: SessionOptions, rhs: SessionOptions) -> Bool {
-        if lhs.contextLength != rhs.contextLength {
-            return false
-        }
-        if lhs.kvCacheType != rhs.kvCacheType {
-            return false
-        }
-        if lhs.slidingWindow != rhs.slidingWindow {
-            return false
-        }
-        if lhs.threads != rhs.threads {
-            return false
-        }
-        if lhs.seed != rhs.seed {
-            return false
-        }
-        return true
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(contextLength)
-        hasher.combine(kvCacheType)
-        hasher.combine(slidingWindow)
-        hasher.combine(threads)
-        hasher.combine(seed)
-    }
-}
 
 
 
@@ -3789,7 +3771,8 @@ public struct FfiConverterTypeSessionOptions: FfiConverterRustBuffer {
                 kvCacheType: FfiConverterOptionTypeKvCacheType.read(from: &buf), 
                 slidingWindow: FfiConverterBool.read(from: &buf), 
                 threads: FfiConverterUInt32.read(from: &buf), 
-                seed: FfiConverterUInt64.read(from: &buf)
+                seed: FfiConverterUInt64.read(from: &buf), 
+                draftModel: FfiConverterOptionTypePocketModel.read(from: &buf)
         )
     }
 
@@ -3799,6 +3782,7 @@ public struct FfiConverterTypeSessionOptions: FfiConverterRustBuffer {
         FfiConverterBool.write(value.slidingWindow, into: &buf)
         FfiConverterUInt32.write(value.threads, into: &buf)
         FfiConverterUInt64.write(value.seed, into: &buf)
+        FfiConverterOptionTypePocketModel.write(value.draftModel, into: &buf)
     }
 }
 
@@ -4590,7 +4574,7 @@ extension Reasoning: Equatable, Hashable {}
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
 /**
  * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
- * optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+ * optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
  */
 
 public enum Speculation {
@@ -4611,7 +4595,8 @@ public enum Speculation {
     case mtp(maxDraft: UInt32
     )
     /**
-     * A smaller model of the same vocabulary (not yet supported).
+     * A smaller model of the same vocabulary, `SessionOptions.draftModel`
+     * (without one: `InvalidArgument`), drafting greedily up to `maxDraft` tokens.
      */
     case draftModel(maxDraft: UInt32
     )
@@ -4981,6 +4966,30 @@ fileprivate struct FfiConverterOptionTypeLoadProgressListener: FfiConverterRustB
         switch try readInt(&buf) as Int8 {
         case 0: return nil
         case 1: return try FfiConverterTypeLoadProgressListener.read(from: &buf)
+        default: throw UniffiInternalError.unexpectedOptionalTag
+        }
+    }
+}
+
+#if swift(>=5.8)
+@_documentation(visibility: private)
+#endif
+fileprivate struct FfiConverterOptionTypePocketModel: FfiConverterRustBuffer {
+    typealias SwiftType = PocketModel?
+
+    public static func write(_ value: SwiftType, into buf: inout [UInt8]) {
+        guard let value = value else {
+            writeInt(&buf, Int8(0))
+            return
+        }
+        writeInt(&buf, Int8(1))
+        FfiConverterTypePocketModel.write(value, into: &buf)
+    }
+
+    public static func read(from buf: inout (data: Data, offset: Data.Index)) throws -> SwiftType {
+        switch try readInt(&buf) as Int8 {
+        case 0: return nil
+        case 1: return try FfiConverterTypePocketModel.read(from: &buf)
         default: throw UniffiInternalError.unexpectedOptionalTag
         }
     }

@@ -4878,8 +4878,27 @@ data class SessionOptions (
     /**
      * Sampler seed of requests that do not set their own.
      */
-    var `seed`: kotlin.ULong = 24301uL
-) {
+    var `seed`: kotlin.ULong = 24301uL, 
+    /**
+     * The drafter of `Speculation.DraftModel`: a smaller model with the same
+     * vocabulary (a different one is `InvalidArgument` naming the first
+     * difference, when the session is created).
+     */
+    var `draftModel`: PocketModel? = null
+) : Disposable {
+    
+    @Suppress("UNNECESSARY_SAFE_CALL") // codegen is much simpler if we unconditionally emit safe calls here
+    override fun destroy() {
+        
+    Disposable.destroy(
+        this.`contextLength`,
+        this.`kvCacheType`,
+        this.`slidingWindow`,
+        this.`threads`,
+        this.`seed`,
+        this.`draftModel`
+    )
+    }
     
     companion object
 }
@@ -4895,6 +4914,7 @@ public object FfiConverterTypeSessionOptions: FfiConverterRustBuffer<SessionOpti
             FfiConverterBoolean.read(buf),
             FfiConverterUInt.read(buf),
             FfiConverterULong.read(buf),
+            FfiConverterOptionalTypePocketModel.read(buf),
         )
     }
 
@@ -4903,7 +4923,8 @@ public object FfiConverterTypeSessionOptions: FfiConverterRustBuffer<SessionOpti
             FfiConverterOptionalTypeKvCacheType.allocationSize(value.`kvCacheType`) +
             FfiConverterBoolean.allocationSize(value.`slidingWindow`) +
             FfiConverterUInt.allocationSize(value.`threads`) +
-            FfiConverterULong.allocationSize(value.`seed`)
+            FfiConverterULong.allocationSize(value.`seed`) +
+            FfiConverterOptionalTypePocketModel.allocationSize(value.`draftModel`)
     )
 
     override fun write(value: SessionOptions, buf: ByteBuffer) {
@@ -4912,6 +4933,7 @@ public object FfiConverterTypeSessionOptions: FfiConverterRustBuffer<SessionOpti
             FfiConverterBoolean.write(value.`slidingWindow`, buf)
             FfiConverterUInt.write(value.`threads`, buf)
             FfiConverterULong.write(value.`seed`, buf)
+            FfiConverterOptionalTypePocketModel.write(value.`draftModel`, buf)
     }
 }
 
@@ -5611,7 +5633,7 @@ public object FfiConverterTypeReasoning : FfiConverterRustBuffer<Reasoning>{
 
 /**
  * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
- * optional there: absent = `Off`). `Mtp` and `DraftModel` are `InvalidArgument` for now.
+ * optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
  */
 sealed class Speculation {
     
@@ -5640,7 +5662,8 @@ sealed class Speculation {
     }
     
     /**
-     * A smaller model of the same vocabulary (not yet supported).
+     * A smaller model of the same vocabulary, `SessionOptions.draftModel`
+     * (without one: `InvalidArgument`), drafting greedily up to `maxDraft` tokens.
      */
     data class DraftModel(
         val `maxDraft`: kotlin.UInt) : Speculation() {
@@ -5982,6 +6005,38 @@ public object FfiConverterOptionalTypeLoadProgressListener: FfiConverterRustBuff
         } else {
             buf.put(1)
             FfiConverterTypeLoadProgressListener.write(value, buf)
+        }
+    }
+}
+
+
+
+
+/**
+ * @suppress
+ */
+public object FfiConverterOptionalTypePocketModel: FfiConverterRustBuffer<PocketModel?> {
+    override fun read(buf: ByteBuffer): PocketModel? {
+        if (buf.get().toInt() == 0) {
+            return null
+        }
+        return FfiConverterTypePocketModel.read(buf)
+    }
+
+    override fun allocationSize(value: PocketModel?): ULong {
+        if (value == null) {
+            return 1UL
+        } else {
+            return 1UL + FfiConverterTypePocketModel.allocationSize(value)
+        }
+    }
+
+    override fun write(value: PocketModel?, buf: ByteBuffer) {
+        if (value == null) {
+            buf.put(0)
+        } else {
+            buf.put(1)
+            FfiConverterTypePocketModel.write(value, buf)
         }
     }
 }
