@@ -222,7 +222,9 @@ impl Gemma4 {
             add(w("attn_output"), &[q, e], Fill::Random);
             add(w("attn_q_norm"), &[hd as u64], Fill::Const(1.0));
             add(w("attn_q"), &[e, q], Fill::Random);
-            if !self.is_shared(il) && !(self.k_eq_v && !self.is_swa(il)) {
+            // V of its own: not a KV-shared layer, and not a global layer of a K = V model.
+            let k_is_v = self.k_eq_v && !self.is_swa(il);
+            if !self.is_shared(il) && !k_is_v {
                 add(w("attn_v"), &[e, kv], Fill::Random);
             }
         }
