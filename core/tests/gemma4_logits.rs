@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
 use pocket_core::gguf::{GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, LoadOptions, Logits, Model};
 use pocket_core::threads::ThreadPool;
@@ -22,40 +22,9 @@ fn models() -> Vec<serde_json::Value> {
     models
 }
 
-/// Median KL(reference ‖ ours) over the rows and top-1 agreements.
-fn compare(reference: &[f32], ours: &[f32], v: usize) -> (f64, usize) {
-    let (mut kls, mut top1) = (Vec::new(), 0);
-    for (a, b) in reference.chunks_exact(v).zip(ours.chunks_exact(v)) {
-        kls.push(kl(a, b));
-        top1 += (argmax(a) == argmax(b)) as usize;
-    }
-    (median(kls), top1)
-}
-
 #[test]
 fn every_gemma4_file_matches_llama_cpp_as_a_batch_and_decoding() {
-    let dir = common::fixtures();
-    let p = pool();
-    let mut checked = 0;
-    for m in models() {
-        let tokens = common::ids(&m, "prompt");
-        for f in m["files"].as_array().unwrap() {
-            let file = f["gguf"].as_str().unwrap();
-            let model = Model::load(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-            let v = model.n_vocab();
-            let (batch, decode) = common::batch_and_decode_logits(&model, &p, &tokens);
-            let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
-            assert_eq!(reference.shape, [tokens.len(), v]);
-            for (path, ours) in [("batch", &batch), ("decode", &decode)] {
-                let (med, top1) = compare(&reference.f32, ours, v);
-                let d = max_abs_diff(ours, &reference.f32);
-                eprintln!("{file} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
-                assert!(med <= 5e-3, "{file} {path}: median KL {med}");
-                assert!(top1 >= 12, "{file} {path}: top-1 {top1}/16");
-            }
-            checked += 1;
-        }
-    }
+    let checked: usize = models().iter().map(|m| common::files_match_llama_cpp(m).len()).sum();
     assert_eq!(checked, 6, "F16, Q8_0 and Q4_K_M of both models");
 }
 
@@ -79,7 +48,7 @@ fn gemma4_f16_files_match_transformers() {
         assert_eq!(hf.shape, [tokens.len(), model.n_vocab()]);
         for (path, ours) in [("batch", &batch), ("decode", &decode)] {
             let d = max_abs_diff(ours, &hf.f32);
-            let (med, top1) = compare(&hf.f32, ours, model.n_vocab());
+            let (med, top1) = median_kl_and_top1(&hf.f32, ours, model.n_vocab());
             eprintln!("{name} F16 {path} vs transformers fp32: max |Δ| {d:.3e}, median KL {med:.2e}, top-1 {top1}/16");
             assert!(d <= F16_VS_HF, "{name} {path}: max |Δ| {d} > {F16_VS_HF}");
             assert_eq!(top1, 16, "{name} {path}");

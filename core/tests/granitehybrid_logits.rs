@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
 use pocket_core::gguf::{Array, GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::sampler::SamplerConfig;
@@ -19,42 +19,12 @@ fn pool() -> ThreadPool {
 }
 
 fn granite() -> serde_json::Value {
-    let m = common::manifest_named("manifest_moe_families.json");
-    let models = m["models"].as_array().unwrap();
-    models.iter().find(|m| m["name"] == "granitehybrid-tiny").expect("granitehybrid-tiny in the manifest").clone()
-}
-
-/// Median KL(reference ‖ ours) over the rows and top-1 agreements.
-fn compare(reference: &[f32], ours: &[f32], v: usize) -> (f64, usize) {
-    let (mut kls, mut top1) = (Vec::new(), 0);
-    for (a, b) in reference.chunks_exact(v).zip(ours.chunks_exact(v)) {
-        kls.push(kl(a, b));
-        top1 += (argmax(a) == argmax(b)) as usize;
-    }
-    (median(kls), top1)
+    common::manifest_model("manifest_moe_families.json", "granitehybrid-tiny")
 }
 
 #[test]
 fn both_granite_files_match_llama_cpp_as_a_batch_and_decoding() {
-    let (dir, m, p) = (common::fixtures(), granite(), pool());
-    let tokens = common::ids(&m, "prompt");
-    let files = m["files"].as_array().unwrap();
-    assert_eq!(files.len(), 2, "F16 and Q8_0");
-    for f in files {
-        let file = f["gguf"].as_str().unwrap();
-        let model = Model::load(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let v = model.n_vocab();
-        let (batch, decode) = common::batch_and_decode_logits(&model, &p, &tokens);
-        let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
-        assert_eq!(reference.shape, [tokens.len(), v]);
-        for (path, ours) in [("batch", &batch), ("decode", &decode)] {
-            let (med, top1) = compare(&reference.f32, ours, v);
-            let d = max_abs_diff(ours, &reference.f32);
-            eprintln!("{file} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
-            assert!(med <= 5e-3, "{file} {path}: median KL {med}");
-            assert!(top1 >= 12, "{file} {path}: top-1 {top1}/16");
-        }
-    }
+    assert_eq!(common::files_match_llama_cpp(&granite()).len(), 2, "F16 and Q8_0");
 }
 
 /// The exact-weight F16 file against transformers' fp32 logits (llama.cpp
@@ -71,7 +41,7 @@ fn granite_f16_file_matches_transformers() {
     assert_eq!(hf.shape, [tokens.len(), model.n_vocab()]);
     for (path, ours) in [("batch", &batch), ("decode", &decode)] {
         let d = max_abs_diff(ours, &hf.f32);
-        let (med, top1) = compare(&hf.f32, ours, model.n_vocab());
+        let (med, top1) = median_kl_and_top1(&hf.f32, ours, model.n_vocab());
         eprintln!(
             "granitehybrid-tiny F16 {path} vs transformers fp32: max |Δ| {d:.3e}, median KL {med:.2e}, top-1 {top1}/16"
         );

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::arrays::{argmax, kl, max_abs_diff, median, read_npy};
+use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
 use pocket_core::gguf::{GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, Logits, Model};
 use pocket_core::threads::ThreadPool;
@@ -17,9 +17,7 @@ fn pool() -> ThreadPool {
 
 /// The manifest's `lfm2moe-tiny` entry.
 fn entry() -> serde_json::Value {
-    let m = common::manifest_named("manifest_moe_families.json");
-    let models = m["models"].as_array().unwrap();
-    models.iter().find(|e| e["name"] == "lfm2moe-tiny").expect("lfm2moe-tiny in the manifest").clone()
+    common::manifest_model("manifest_moe_families.json", "lfm2moe-tiny")
 }
 
 fn file_of(kind: &str) -> String {
@@ -30,36 +28,11 @@ fn load(kind: &str) -> Model {
     Model::load(common::fixtures().join(file_of(kind))).unwrap_or_else(|e| panic!("{kind}: {e}"))
 }
 
-/// Median KL(reference ‖ ours) over the rows and top-1 agreements.
-fn compare(reference: &[f32], ours: &[f32], v: usize) -> (f64, usize) {
-    let (mut kls, mut top1) = (Vec::new(), 0);
-    for (a, b) in reference.chunks_exact(v).zip(ours.chunks_exact(v)) {
-        kls.push(kl(a, b));
-        top1 += (argmax(a) == argmax(b)) as usize;
-    }
-    (median(kls), top1)
-}
-
 #[test]
 fn lfm2moe_files_match_llama_cpp_as_a_batch_and_decoding() {
-    let (dir, m, p) = (common::fixtures(), entry(), pool());
-    let tokens = common::ids(&m, "prompt");
-    let files = m["files"].as_array().unwrap();
+    let files = common::files_match_llama_cpp(&entry());
     assert_eq!(files.len(), 2, "F16 and Q8_0");
-    for f in files {
-        let file = f["gguf"].as_str().unwrap();
-        let model = Model::load(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-        let v = model.n_vocab();
-        let (batch, decode) = common::batch_and_decode_logits(&model, &p, &tokens);
-        let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
-        assert_eq!(reference.shape, [tokens.len(), v]);
-        for (path, ours) in [("batch", &batch), ("decode", &decode)] {
-            let (med, top1) = compare(&reference.f32, ours, v);
-            let d = max_abs_diff(ours, &reference.f32);
-            eprintln!("{file} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
-            assert!(med <= 5e-3, "{file} {path}: median KL {med}");
-            assert!(top1 >= 12, "{file} {path}: top-1 {top1}/16");
-        }
+    for (file, batch, decode) in files {
         let d = max_abs_diff(&batch, &decode);
         eprintln!("{file}: batch vs decode max |Δ| {d:.3e}");
         assert!(d <= 1e-3, "{file}: batch and decode differ by {d}");
@@ -81,7 +54,7 @@ fn lfm2moe_f16_matches_transformers() {
     assert_eq!(hf.shape, [tokens.len(), model.n_vocab()]);
     for (path, ours) in [("batch", &batch), ("decode", &decode)] {
         let d = max_abs_diff(ours, &hf.f32);
-        let (med, top1) = compare(&hf.f32, ours, model.n_vocab());
+        let (med, top1) = median_kl_and_top1(&hf.f32, ours, model.n_vocab());
         eprintln!("F16 {path} vs transformers fp32: max |Δ| {d:.3e}, median KL {med:.2e}, top-1 {top1}/16");
         assert!(d <= 1e-3, "{path}: max |Δ| {d}");
         assert_eq!(top1, 16, "{path}");

@@ -110,3 +110,13 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// Median KL(reference ‖ ours) over the `v`-wide rows, and the rows whose top-1 agree.
+pub fn median_kl_and_top1(reference: &[f32], ours: &[f32], v: usize) -> (f64, usize) {
+    let (mut kls, mut top1) = (Vec::new(), 0);
+    for (a, b) in reference.chunks_exact(v).zip(ours.chunks_exact(v)) {
+        kls.push(kl(a, b));
+        top1 += (argmax(a) == argmax(b)) as usize;
+    }
+    (median(kls), top1)
+}

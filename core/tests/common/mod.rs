@@ -119,3 +119,38 @@ pub fn batch_and_decode_logits(
     }
     (batch, decode)
 }
+
+/// Model `name`'s entry in the fixture manifest `manifest` (e.g. `manifest_moe_families.json`).
+pub fn manifest_model(manifest: &str, name: &str) -> serde_json::Value {
+    let m = manifest_named(manifest);
+    let models = m["models"].as_array().unwrap();
+    models.iter().find(|x| x["name"] == name).unwrap_or_else(|| panic!("{name} in {manifest}")).clone()
+}
+
+/// Every file of manifest entry `m` against llama.cpp's logits of its
+/// prompt, as one batch and token by token: median KL ≤ 5e-3 and top-1 on
+/// at least 12 of 16 rows. Returns each file's name and (batch, decode) logits.
+pub fn files_match_llama_cpp(m: &serde_json::Value) -> Vec<(String, Vec<f32>, Vec<f32>)> {
+    use arrays::{max_abs_diff, median_kl_and_top1, read_npy};
+    use pocket_core::model::Model;
+    let (dir, pool) = (fixtures(), pocket_core::threads::ThreadPool::new(2));
+    let tokens = ids(m, "prompt");
+    let mut out = Vec::new();
+    for f in m["files"].as_array().unwrap() {
+        let file = f["gguf"].as_str().unwrap();
+        let model = Model::load(dir.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let v = model.n_vocab();
+        let (batch, decode) = batch_and_decode_logits(&model, &pool, &tokens);
+        let reference = read_npy(&dir.join(f["llama_logits"].as_str().unwrap()));
+        assert_eq!(reference.shape, [tokens.len(), v]);
+        for (path, ours) in [("batch", &batch), ("decode", &decode)] {
+            let (med, top1) = median_kl_and_top1(&reference.f32, ours, v);
+            let d = max_abs_diff(ours, &reference.f32);
+            eprintln!("{file} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
+            assert!(med <= 5e-3, "{file} {path}: median KL {med}");
+            assert!(top1 >= 12, "{file} {path}: top-1 {top1}/16");
+        }
+        out.push((file.to_string(), batch, decode));
+    }
+    out
+}
