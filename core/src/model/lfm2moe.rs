@@ -42,18 +42,6 @@ struct Hparams {
     eps: f32,
 }
 
-/// A per-layer integer key: an array of exactly `n_layer` values, or one
-/// scalar for every layer.
-fn per_layer(m: &Meta, k: Key, n_layer: usize) -> Result<Vec<usize>> {
-    let Some(v) = m.ints(k).or_else(|_| m.usize(k).map(|x| Some(vec![x as i64; n_layer])))? else {
-        return Err(Error::MissingKey(m.key(k)));
-    };
-    m.ensure(k, v.len() == n_layer, format!("has {} values for {n_layer} layers", v.len()))?;
-    v.into_iter()
-        .map(|x| usize::try_from(x).ok().filter(|&x| x <= 1 << 16).ok_or_else(|| m.bad(k, format!("{x}"))))
-        .collect()
-}
-
 impl Hparams {
     fn read(m: &Meta) -> Result<Hparams> {
         let n_layer = m.nonzero(Key::BlockCount)?;
@@ -63,7 +51,7 @@ impl Hparams {
 
         // Attention layers: every one has the same heads; KV heads per layer, 0 = short conv.
         let n_head = m.nonzero(Key::HeadCount)?;
-        let n_kv = per_layer(m, Key::HeadCountKv, n_layer)?;
+        let n_kv = m.per_layer(Key::HeadCountKv, n_layer, None)?;
         for (il, &kv) in n_kv.iter().enumerate() {
             m.ensure(Key::HeadCountKv, kv == 0 || n_head % kv == 0, format!("layer {il}: {kv} must divide {n_head}"))?;
         }
