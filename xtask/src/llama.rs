@@ -149,3 +149,74 @@ fn jobs() -> String {
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
+
+/// `cargo xtask llama-logits --model FILE --tokens IDS --out FILE.npy`:
+/// llama.cpp's teacher-forced logits for one batch of token ids, as the
+/// fixtures' `*.llama.npy` files were made (n_ctx 256, F32 KV cache, flash
+/// attention off, plain ggml kernels, 2 threads), written as an f32 `.npy` of
+/// positions × vocabulary. The reference for families whose tiny models are
+/// made here (`synth-model --geometry tiny`) instead of shipped as fixtures.
+pub fn logits_command(args: &[String]) -> Result<(), String> {
+    let (mut model, mut tokens, mut out) = (None, None, None);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{a} needs a value"))?;
+        match a.as_str() {
+            "--model" => model = Some(value.clone()),
+            "--tokens" => tokens = Some(value.clone()),
+            "--out" => out = Some(PathBuf::from(value)),
+            other => return Err(format!("llama-logits: unknown option {other}")),
+        }
+    }
+    let (Some(model), Some(tokens), Some(out)) = (model, tokens, out) else {
+        return Err("usage: cargo xtask llama-logits --model FILE --tokens IDS --out FILE.npy".into());
+    };
+    let exe = dump_logits_tool()?;
+    let raw = out.with_extension("f32");
+    run(Command::new(&exe).arg(&model).arg(&tokens).arg(&raw))?;
+    let bytes = std::fs::read(&raw).map_err(|e| format!("{}: {e}", raw.display()))?;
+    std::fs::remove_file(&raw).ok();
+    let rows = tokens.split(',').count();
+    let cols = bytes.len() / 4 / rows.max(1);
+    std::fs::write(&out, npy_f32(rows, cols, &bytes)).map_err(|e| format!("{}: {e}", out.display()))?;
+    eprintln!("{rows} x {cols} logits -> {}", out.display());
+    Ok(())
+}
+
+/// `xtask/c/dump-logits.c` compiled against the host build's libllama.
+fn dump_logits_tool() -> Result<PathBuf, String> {
+    let bin = host_build(None)?;
+    let exe = cache_dir().join("tools/dump-logits");
+    let c = workspace_root().join("xtask/c/dump-logits.c");
+    let fresh = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    if exe.is_file() && fresh(&exe) >= fresh(&c) {
+        return Ok(exe);
+    }
+    require(&[("cc", "gcc")])?;
+    let src = source()?;
+    std::fs::create_dir_all(exe.parent().unwrap()).map_err(|e| e.to_string())?;
+    run(Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .arg(format!("-I{}", src.join("include").display()))
+        .arg(format!("-I{}", src.join("ggml/include").display()))
+        .arg(format!("-L{}", bin.display()))
+        .args(["-lllama", "-lggml", "-lggml-base"])
+        .arg(format!("-Wl,-rpath,{}", bin.display())))?;
+    Ok(exe)
+}
+
+/// A version-1 `.npy` of little-endian f32 `rows × cols`.
+fn npy_f32(rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}

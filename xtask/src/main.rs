@@ -21,6 +21,9 @@ commands:
   llama-source
       download and unpack llama.cpp's source tree (the llama-cpp-python sdist) into the
       cache if needed, and print its path (tests read its vocabulary corpora)
+  llama-logits --model FILE --tokens IDS --out FILE.npy
+      llama.cpp's teacher-forced logits for one batch of token ids (the fixtures' settings),
+      the reference for tiny models made by synth-model
   synth-model --arch qwen35moe|qwen3moe --geometry full|mid --quant PRESET --out FILE
       a GGUF with a real model's exact geometry, random valid weights in the type mix of
       PRESET, any of pocket quantize's (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...)
@@ -63,6 +66,7 @@ fn main() {
     let rest = args.get(1..).unwrap_or_default();
     let result = match args.first().map(String::as_str) {
         Some("llama-source") => llama::source().map(|p| println!("{}", p.display())),
+        Some("llama-logits") => llama::logits_command(rest),
         Some("synth-model") => synth::run(rest),
         Some("bench-compare") => compare::bench_compare(rest),
         Some("bench-budget") => budget::bench_budget(rest),
