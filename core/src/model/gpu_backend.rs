@@ -64,7 +64,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::cache::{KvCache, KvType};
-use super::pass::{Attend, Backend, Cpu, DeltaRule, Pass};
+use super::cpu::Cpu;
+use super::pass::{Attend, Backend, DeltaRule, Pass};
 use super::ssm::{DeviceCopy, Ssm};
 use crate::gguf::direct::{AlignedBuf, DirectFile, ALIGN};
 use crate::gpu::{
@@ -677,8 +678,6 @@ impl Backend for GpuBackend {
 
 #[cfg(feature = "gpu")]
 mod decode;
-#[cfg(feature = "gpu")]
-pub use decode::Recorder;
 
 /// Without the GPU backend no [`GpuBackend`] exists; this is never called.
 #[cfg(not(feature = "gpu"))]

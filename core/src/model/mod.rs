@@ -21,6 +21,7 @@
 pub mod blocks;
 mod budget;
 mod cache;
+mod cpu;
 mod deepseek2;
 mod expert_cache;
 mod gemma3;
@@ -31,9 +32,13 @@ mod hparams;
 mod identity;
 mod lfm2moe;
 mod llama;
+mod loaded;
 mod network;
+mod params;
 pub mod pass;
 mod qwen35moe;
+#[cfg(feature = "gpu")]
+mod record;
 mod scratch;
 pub mod ssm;
 mod state;
@@ -47,7 +52,8 @@ pub use cache::{KvCache, KvType, Logits};
 pub use expert_cache::ExpertIo;
 pub use gpu_backend::{BackendCounters, GpuBackend};
 pub use identity::ModelIdentity;
-pub use network::{BackendKind, LoadOptions, Model, Network};
+pub use loaded::{BackendKind, LoadOptions, Model};
+pub use network::Network;
 pub use pass::Observer;
 pub use state::{Checkpoint, LayerState, State};
 

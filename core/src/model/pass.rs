@@ -7,14 +7,13 @@
 //! activations) in place and hand every heavy operation — matrix products,
 //! attention over the KV cache, the delta rule — to the [`Backend`].
 
-use super::blocks::attention::AttnParams;
-use super::blocks::deltanet::DeltaParams;
 use super::cache::KvCache;
 use super::expert_cache::ExpertCache;
+use super::params::{AttnParams, DeltaParams};
 use super::ssm::Ssm;
 use super::weights::{Experts, Matrix};
 use crate::gguf::Source;
-use crate::kernels::{self, MatJob, QActs};
+use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
 use crate::Result;
 
@@ -108,7 +107,7 @@ pub struct DeltaRule<'a> {
 }
 
 /// The operations a device implements for the blocks. The CPU kernels
-/// ([`Cpu`]) are the reference; a second backend (the GPU) implements the
+/// ([`super::cpu::Cpu`]) are the reference; a second backend (the GPU) implements the
 /// same operations and is tested against them, operation by operation.
 pub trait Backend: Send + Sync {
     /// A short name for reports (`cpu`, `gpu`).
@@ -136,37 +135,4 @@ pub trait Backend: Send + Sync {
         out: &mut [f32],
         scratch: &mut Vec<f32>,
     ) -> Result<()>;
-}
-
-/// The CPU: the kernels of [`crate::kernels`] on the worker pool.
-pub struct Cpu;
-
-impl Backend for Cpu {
-    fn name(&self) -> &'static str {
-        "cpu"
-    }
-
-    fn matmul(&self, pool: &ThreadPool, jobs: &mut [MatJob<'_>]) {
-        match jobs {
-            // One product over all its rows skips the batch's bookkeeping.
-            [MatJob { w, x, rows: None, out }] => kernels::matmul(pool, w, x, out),
-            _ => kernels::matmul_batch(pool, jobs),
-        }
-    }
-
-    fn attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32], scratch: &mut Vec<f32>) {
-        super::blocks::attention::attend_cpu(pass, a, out, scratch)
-    }
-
-    fn delta_rule(
-        &self,
-        pass: &Pass,
-        d: &DeltaRule<'_>,
-        state: &mut Ssm,
-        out: &mut [f32],
-        scratch: &mut Vec<f32>,
-    ) -> Result<()> {
-        super::blocks::deltanet::delta_rule_cpu(pass, d, state.host_mut()?, out, scratch);
-        Ok(())
-    }
 }

@@ -163,8 +163,8 @@ impl Network for Qwen35Moe {
     }
 
     #[cfg(feature = "gpu")]
-    fn record(&self, r: &mut super::gpu_backend::Recorder<'_>) -> Result<()> {
-        let (x, xn, out) = (r.x, r.xn, r.out);
+    fn record(&self, r: &mut dyn super::record::Record) -> Result<()> {
+        let (x, xn, out) = r.rows();
         for (il, layer) in self.layers.iter().enumerate() {
             r.norm(&layer.attn_norm, x, xn)?;
             match &layer.mixer {

@@ -2,73 +2,14 @@
 //! optional QK-norm, biases, an output gate, and sliding windows.
 
 use super::super::cache::{KvCache, KvType};
-use super::super::hparams::Meta;
+pub use super::super::params::{AttnParams, Rope};
 use super::super::pass::{Attend, Pass};
 use super::super::scratch::{take, ActCache, SharedMut};
 use super::super::weights::{Loader, Matrix};
 use crate::error::Result;
-use crate::gguf::{Key, TensorKind};
+use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
 use crate::threads::Pieces;
-
-/// How positions rotate queries and keys.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rope {
-    /// Dimensions rotated at the start of each head (partial rotary when < head_dim).
-    pub n_rot: usize,
-    pub base: f32,
-    /// 1 / linear scaling factor.
-    pub scale: f32,
-    /// NeoX pairs (i, i + n_rot/2) rather than adjacent pairs (2i, 2i+1).
-    pub neox: bool,
-}
-
-/// Shape and behaviour of one attention layer.
-#[derive(Clone, Debug)]
-pub struct AttnParams {
-    pub n_head: usize,
-    pub n_kv_head: usize,
-    pub head_dim: usize,
-    pub head_dim_v: usize,
-    pub rope: Rope,
-    /// Multiplies q·k before the softmax.
-    pub scale: f32,
-    /// Attend only to the last `window` positions (including the current one).
-    pub window: Option<usize>,
-    /// Epsilon of the per-head QK RMSNorm.
-    pub eps: f32,
-}
-
-impl AttnParams {
-    /// The attention keys of `m`: heads, head sizes, RoPE (with `rope_base`
-    /// when the file gives none; NeoX or adjacent pairs as the architecture
-    /// rotates), and the QK-norm epsilon.
-    pub fn read(m: &Meta, rope_base: f32, neox: bool, eps: f32) -> Result<AttnParams> {
-        let n_embd = m.nonzero(Key::EmbeddingLength)?;
-        let n_head = m.nonzero(Key::HeadCount)?;
-        let n_kv_head = m.usize_or(Key::HeadCountKv, n_head)?;
-        m.ensure(Key::HeadCountKv, n_kv_head > 0 && n_head % n_kv_head == 0, "must divide head_count")?;
-        let head_dim = m.usize_or(Key::KeyLength, n_embd / n_head)?;
-        let head_dim_v = m.usize_or(Key::ValueLength, head_dim)?;
-        let n_rot = m.usize_or(Key::RopeDimensionCount, head_dim)?;
-        m.ensure(Key::RopeDimensionCount, n_rot <= head_dim && n_rot % 2 == 0, "must be even and <= head dim")?;
-        Ok(AttnParams {
-            n_head,
-            n_kv_head,
-            head_dim,
-            head_dim_v,
-            rope: Rope { n_rot, base: m.f32_or(Key::RopeFreqBase, rope_base)?, scale: m.rope_freq_scale()?, neox },
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            window: None,
-            eps,
-        })
-    }
-
-    /// The KV cache of one such layer for `n_ctx` positions.
-    pub fn new_cache(&self, kv: KvType, n_ctx: usize) -> Result<KvCache> {
-        KvCache::new(kv, self.n_kv_head, self.head_dim, self.head_dim_v, n_ctx)
-    }
-}
 
 /// One attention layer: its shape and its weights. Shapes: q `[n_head*hd
 /// (x2 if gated), n_embd]`, k/v `[n_kv_head*hd, n_embd]`, o `[n_embd,

@@ -15,6 +15,7 @@
 //!
 //! and the output is RMSNorm(o) * SiLU(z) per head, projected back to n_embd.
 
+pub use super::super::params::DeltaParams;
 use super::super::pass::{DeltaRule, Pass};
 use super::super::scratch::{take, ActCache, SharedMut};
 use super::super::ssm::Ssm;
@@ -23,37 +24,6 @@ use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
 use crate::threads::Pieces;
-
-/// Shape of a DeltaNet layer.
-#[derive(Clone, Copy, Debug)]
-pub struct DeltaParams {
-    pub n_k_heads: usize,
-    pub n_v_heads: usize,
-    /// Key (and query) head size.
-    pub d_k: usize,
-    /// Value head size.
-    pub d_v: usize,
-    /// Conv kernel width (4).
-    pub d_conv: usize,
-    pub eps: f32,
-}
-
-impl DeltaParams {
-    pub fn key_dim(&self) -> usize {
-        self.n_k_heads * self.d_k
-    }
-    pub fn value_dim(&self) -> usize {
-        self.n_v_heads * self.d_v
-    }
-    /// Channels of q|k|v that pass through the conv.
-    pub fn conv_dim(&self) -> usize {
-        2 * self.key_dim() + self.value_dim()
-    }
-    /// Floats of recurrent state per layer (conv window + delta states).
-    pub fn state_floats(&self) -> usize {
-        (self.d_conv - 1) * self.conv_dim() + self.n_v_heads * self.d_k * self.d_v
-    }
-}
 
 /// One DeltaNet layer: its shape and weights. Shapes (rows x cols): qkv `[conv_dim, n_embd]`,
 /// gate (z) `[value_dim, n_embd]`, beta/alpha `[n_v_heads, n_embd]`,

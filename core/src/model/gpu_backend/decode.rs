@@ -29,6 +29,7 @@ use super::super::blocks::moe::{Gating, Moe};
 use super::super::blocks::norm::RmsNorm;
 use super::super::cache::{KvType, Logits};
 use super::super::network::Network;
+use super::super::record::Record;
 use super::super::state::{LayerState, State};
 use super::super::weights::Matrix;
 use super::{DeviceState, GpuBackend};
@@ -75,15 +76,15 @@ fn shape(state: &State) -> Shape {
 }
 
 /// What an architecture's [`Network::record`] records its layers with.
-pub struct Recorder<'a> {
+pub(super) struct Recorder<'a> {
     be: &'a GpuBackend,
     file: &'a [u8],
     states: &'a [LayerState],
     g: Graph,
     /// The residual stream, the current block's normalised input and its output.
-    pub x: Tensor,
-    pub xn: Tensor,
-    pub out: Tensor,
+    x: Tensor,
+    xn: Tensor,
+    out: Tensor,
     /// Working tensors by role and length, shared by the layers (they run in turn).
     temps: HashMap<(&'static str, usize), Tensor>,
     kv: Vec<(usize, Tensor, Tensor, Arc<KvMirror>)>,
@@ -185,7 +186,7 @@ impl Recorder<'_> {
     }
 
     /// `out = RMSNorm(x)` (one row).
-    pub fn norm(&mut self, n: &RmsNorm, x: Tensor, out: Tensor) -> Result<()> {
+    fn norm(&mut self, n: &RmsNorm, x: Tensor, out: Tensor) -> Result<()> {
         let w = self.constant(&n.w)?;
         let width = n.w.len() as u32;
         let p =
@@ -194,7 +195,7 @@ impl Recorder<'_> {
     }
 
     /// `x = RMSNorm(x)` (one row: Gemma's post-norms).
-    pub fn norm_in_place(&mut self, n: &RmsNorm, x: Tensor) -> Result<()> {
+    fn norm_in_place(&mut self, n: &RmsNorm, x: Tensor) -> Result<()> {
         let w = self.constant(&n.w)?;
         let width = n.w.len() as u32;
         let mode = norm_mode::WEIGHT | norm_mode::IN_PLACE;
@@ -203,7 +204,7 @@ impl Recorder<'_> {
     }
 
     /// `x += y`.
-    pub fn add(&mut self, x: Tensor, y: Tensor) -> Result<()> {
+    fn add(&mut self, x: Tensor, y: Tensor) -> Result<()> {
         let n = x.len() as u32;
         self.op(Op::Add, OpParams { n, k: n, ..Default::default() }, x, Some(y), None, None)
     }
@@ -218,7 +219,7 @@ impl Recorder<'_> {
     }
 
     /// `out = Attention(x)` of layer `il` (`Attention::forward`).
-    pub fn attention(&mut self, il: usize, a: &Attention, x: Tensor, out: Tensor) -> Result<()> {
+    fn attention(&mut self, il: usize, a: &Attention, x: Tensor, out: Tensor) -> Result<()> {
         let p = &a.p;
         let (hd, hdv) = (p.head_dim, p.head_dim_v);
         let Some(LayerState::Attention(cache)) = self.states.get(il) else {
@@ -292,7 +293,7 @@ impl Recorder<'_> {
 
     /// `out = FFN(x)` (`Dense::forward`): the gate and up products and the
     /// activation in one fused product where the two matrices are alike.
-    pub fn dense(&mut self, d: &Dense, x: Tensor, out: Tensor) -> Result<()> {
+    fn dense(&mut self, d: &Dense, x: Tensor, out: Tensor) -> Result<()> {
         let n_ff = d.gate.rows;
         let act = match d.act {
             Act::Silu => 0,
@@ -322,7 +323,7 @@ impl Recorder<'_> {
 
     /// `out = MoE(x)` (`Moe::forward`): the router and its top-k on the
     /// device, the chosen experts' gate, up and down read by their ids there.
-    pub fn moe(&mut self, m: &Moe, x: Tensor, out: Tensor) -> Result<()> {
+    fn moe(&mut self, m: &Moe, x: Tensor, out: Tensor) -> Result<()> {
         let (n_expert, k, n_ff, n_embd) = (m.p.n_expert, m.p.n_used, m.p.n_ff, m.router.cols);
         if m.selection_bias.is_some() {
             return Err(unsupported("a router with a selection bias is not recorded"));
@@ -377,7 +378,7 @@ impl Recorder<'_> {
     }
 
     /// `out = DeltaNet(x)` of layer `il` (`DeltaNet::forward`).
-    pub fn deltanet(&mut self, il: usize, d: &DeltaNet, x: Tensor, out: Tensor) -> Result<()> {
+    fn deltanet(&mut self, il: usize, d: &DeltaNet, x: Tensor, out: Tensor) -> Result<()> {
         let p = &d.p;
         let (cd, vd, hv, hist) = (p.conv_dim(), p.value_dim(), p.n_v_heads, p.d_conv - 1);
         let Some(LayerState::Recurrent(st)) = self.states.get(il) else {
@@ -428,6 +429,33 @@ impl Recorder<'_> {
         self.matvec(&d.out, o, out)?;
         self.recurrent.push((il, conv, ssm));
         Ok(())
+    }
+}
+
+impl Record for Recorder<'_> {
+    fn rows(&self) -> (Tensor, Tensor, Tensor) {
+        (self.x, self.xn, self.out)
+    }
+    fn norm(&mut self, n: &RmsNorm, x: Tensor, out: Tensor) -> Result<()> {
+        Recorder::norm(self, n, x, out)
+    }
+    fn norm_in_place(&mut self, n: &RmsNorm, x: Tensor) -> Result<()> {
+        Recorder::norm_in_place(self, n, x)
+    }
+    fn add(&mut self, x: Tensor, y: Tensor) -> Result<()> {
+        Recorder::add(self, x, y)
+    }
+    fn attention(&mut self, il: usize, a: &Attention, x: Tensor, out: Tensor) -> Result<()> {
+        Recorder::attention(self, il, a, x, out)
+    }
+    fn dense(&mut self, d: &Dense, x: Tensor, out: Tensor) -> Result<()> {
+        Recorder::dense(self, d, x, out)
+    }
+    fn moe(&mut self, m: &Moe, x: Tensor, out: Tensor) -> Result<()> {
+        Recorder::moe(self, m, x, out)
+    }
+    fn deltanet(&mut self, il: usize, d: &DeltaNet, x: Tensor, out: Tensor) -> Result<()> {
+        Recorder::deltanet(self, il, d, x, out)
     }
 }
 
