@@ -83,7 +83,9 @@ fn pocket_draw(exe: &Path, o: &Opts) -> Result<(f64, f64, u64, u64), String> {
     if let Some(isa) = &o.isa {
         cmd.env("POCKET_ISA", isa);
     }
-    let out = output(cmd.args(["bench", "--json", "--draws", "1"]).arg("--model").arg(&o.model).args([
+    // Varied tokens, as llama-bench's generation test feeds random ones: one
+    // token repeated routes a MoE to the same experts at every step.
+    let out = output(cmd.args(["bench", "--json", "--varied", "--draws", "1"]).arg("--model").arg(&o.model).args([
         "-p",
         &o.p.to_string(),
         "-n",

@@ -28,7 +28,7 @@ commands:
       a GGUF with a real model's exact geometry, random valid weights in the type mix of
       PRESET, any of pocket quantize's (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...)
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN] [--isa avx2]
-      llama.cpp and pocket alternately on one file, with the roofline; both decode after
+      llama.cpp and pocket alternately on one file, with the roofline; both decode varied tokens after
       the prompt (llama-bench's generation test at depth -p)
   bench-budget --model FILE --limit 6G [--threads 2] [-p 16] [-n 32] [--draws 3] [--budget SIZE]
                [--engines llama,mapped,budget] [--replay] [--json OUT] [--pocket BIN]
