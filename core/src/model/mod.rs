@@ -48,7 +48,7 @@ pub use expert_cache::ExpertIo;
 pub use gpu_backend::{BackendCounters, GpuBackend};
 pub use identity::ModelIdentity;
 pub use network::{BackendKind, LoadOptions, Model, Network};
-pub use pass::Observer;
+pub use pass::{HostBlock, Observer};
 pub use state::{Checkpoint, LayerState, State};
 
 use crate::error::{Error, Result};
