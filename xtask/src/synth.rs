@@ -6,6 +6,8 @@
 
 mod blocks;
 mod gemma4;
+mod granitehybrid;
+mod lfm2moe;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -251,7 +253,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let usage =
-        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4 --geometry full|mid|e2b (e2b: gemma4) \
+        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid --geometry full|mid|e2b (e2b: gemma4) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
@@ -264,6 +266,31 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let spec =
             Spec { arch: "gemma4", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("lfm2moe") {
+        let g = match geometry.as_str() {
+            "full" => lfm2moe::Lfm2Moe::full(),
+            "mid" => lfm2moe::Lfm2Moe::mid(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "lfm2moe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("granitehybrid") {
+        let g = match geometry.as_str() {
+            "full" => granitehybrid::GraniteHybrid::full(),
+            "mid" => granitehybrid::GraniteHybrid::mid(),
+            _ => return Err(usage.into()),
+        };
+        let spec = Spec {
+            arch: "granitehybrid",
+            geometry: &geometry,
+            n_vocab: g.n_vocab,
+            shape: g.shape(),
+            planned: g.plan(),
+        };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {
@@ -458,7 +485,10 @@ mod tests {
 
     /// Write a file with `write` as `preset`, load it and decode a few tokens.
     fn decode_written(preset: &str, write: impl FnOnce(&Path, FileType) -> Result<(), String>) {
-        let dir = std::env::temp_dir().join(format!("pocket-synth-{}-{preset}", std::process::id()));
+        // One directory per call: tests run in parallel threads of one process.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("pocket-synth-{}-{call}-{preset}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("model.gguf");
         write(&path, FileType::from_name(preset).unwrap()).unwrap();
@@ -526,6 +556,56 @@ mod tests {
             let spec =
                 Spec { arch: "gemma4", geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
             decode_written(preset, |path, ftype| write_file(&spec, |w| g.keys(w), ftype, path, 3));
+        }
+    }
+
+    /// LFM2-8B-A1B cut down (dense and MoE short-conv layers, a MoE attention
+    /// layer, 8 experts with a selection bias) and Granite-4.0-H-Tiny cut down
+    /// (five Mamba2 layers, an attention layer, 8 experts + shared expert):
+    /// the files load and decode.
+    #[test]
+    fn small_lfm2moe_and_granitehybrid_files_load_and_decode() {
+        use granitehybrid::GraniteHybrid;
+        use lfm2moe::Lfm2Moe;
+        let lfm2 = Lfm2Moe {
+            n_embd: 256,
+            n_head: 4,
+            n_kv_head: 2,
+            n_ff: 512,
+            n_expert: 8,
+            n_ff_exp: 256,
+            n_vocab: 1024,
+            ..Lfm2Moe::mid()
+        };
+        let granite = GraniteHybrid {
+            n_embd: 256,
+            n_head: 4,
+            n_kv_head: 2,
+            ssm_heads: 8,
+            ssm_state: 64,
+            n_expert: 8,
+            n_ff_exp: 256,
+            n_ff_shexp: 512,
+            n_vocab: 1024,
+            ..GraniteHybrid::mid()
+        };
+        for preset in ["q2_k", "q4_k_m"] {
+            let spec = Spec {
+                arch: "lfm2moe",
+                geometry: "test",
+                n_vocab: lfm2.n_vocab,
+                shape: lfm2.shape(),
+                planned: lfm2.plan(),
+            };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| lfm2.keys(w), ftype, path, 3));
+            let spec = Spec {
+                arch: "granitehybrid",
+                geometry: "test",
+                n_vocab: granite.n_vocab,
+                shape: granite.shape(),
+                planned: granite.plan(),
+            };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| granite.keys(w), ftype, path, 3));
         }
     }
 

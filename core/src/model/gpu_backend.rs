@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::cache::{KvCache, KvType};
 use super::cpu::Cpu;
-use super::pass::{Attend, Backend, DeltaRule, Pass};
+use super::pass::{Attend, Backend, DeltaRule, HostBlock, Pass};
 use super::ssm::{DeviceCopy, Ssm};
 use crate::gguf::direct::{AlignedBuf, DirectFile, ALIGN};
 use crate::gpu::{
@@ -127,6 +127,8 @@ pub struct GpuBackend {
     attn_cpu: AtomicU64,
     delta_gpu: AtomicU64,
     delta_cpu: AtomicU64,
+    /// Calls of each [`HostBlock`] (blocks without a device path), by its index in `HostBlock::ALL`.
+    host_blocks: [AtomicU64; HostBlock::ALL.len()],
 }
 
 /// A KV cache's device copy and how much of it is true.
@@ -184,8 +186,23 @@ pub struct BackendCounters {
     /// Tokens decoded as one submission (a recorded graph); their products,
     /// attention and delta rules are not among the counts above.
     pub graph_tokens: u64,
+    /// Calls of the blocks without a device path, on the host (one per
+    /// layer and pass), in the order of [`HostBlock::ALL`].
+    pub host_blocks: [u64; HostBlock::ALL.len()],
     /// Submissions, dispatches, buffers and bytes moved (see [`GpuCounters`]).
     pub device: GpuCounters,
+}
+
+impl BackendCounters {
+    /// What ran on the host that a device would run: the blocks without a
+    /// device path that ran ([`HostBlock::name`]), then `matrix_products`,
+    /// `attention` and `delta_rule` when calls of theirs fell back.
+    pub fn on_host(&self) -> Vec<&'static str> {
+        let blocks = HostBlock::ALL.into_iter().filter(|&b| self.host_blocks[b as usize] > 0).map(HostBlock::name);
+        let fell_back =
+            [(self.cpu_products, "matrix_products"), (self.cpu_attention, "attention"), (self.cpu_delta, "delta_rule")];
+        blocks.chain(fell_back.into_iter().filter(|&(n, _)| n > 0).map(|(_, name)| name)).collect()
+    }
 }
 
 /// The work between two readings.
@@ -201,6 +218,7 @@ impl std::ops::Sub for BackendCounters {
             gpu_delta: self.gpu_delta.saturating_sub(o.gpu_delta),
             cpu_delta: self.cpu_delta.saturating_sub(o.cpu_delta),
             graph_tokens: self.graph_tokens.saturating_sub(o.graph_tokens),
+            host_blocks: std::array::from_fn(|i| self.host_blocks[i].saturating_sub(o.host_blocks[i])),
             device: self.device - o.device,
         }
     }
@@ -219,6 +237,7 @@ impl std::ops::Add for BackendCounters {
             gpu_delta: self.gpu_delta.saturating_add(o.gpu_delta),
             cpu_delta: self.cpu_delta.saturating_add(o.cpu_delta),
             graph_tokens: self.graph_tokens.saturating_add(o.graph_tokens),
+            host_blocks: std::array::from_fn(|i| self.host_blocks[i].saturating_add(o.host_blocks[i])),
             device: self.device + o.device,
         }
     }
@@ -253,6 +272,7 @@ impl GpuBackend {
             attn_cpu: AtomicU64::new(0),
             delta_gpu: AtomicU64::new(0),
             delta_cpu: AtomicU64::new(0),
+            host_blocks: Default::default(),
         }
     }
 
@@ -269,6 +289,7 @@ impl GpuBackend {
             gpu_delta: self.delta_gpu.load(Relaxed),
             cpu_delta: self.delta_cpu.load(Relaxed),
             graph_tokens: self.graph_tokens.load(Relaxed),
+            host_blocks: std::array::from_fn(|i| self.host_blocks[i].load(Relaxed)),
             device: self.gpu.counters(),
         }
     }
@@ -673,6 +694,10 @@ impl Backend for GpuBackend {
         self.delta_cpu.fetch_add(1, Relaxed);
         // Reads the state back first when the device holds it.
         Cpu.delta_rule(pass, d, state, out, scratch)
+    }
+
+    fn on_host(&self, block: HostBlock) {
+        self.host_blocks[block as usize].fetch_add(1, Relaxed);
     }
 }
 

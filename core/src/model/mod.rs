@@ -54,7 +54,7 @@ pub use gpu_backend::{BackendCounters, GpuBackend};
 pub use identity::ModelIdentity;
 pub use loaded::{BackendKind, LoadOptions, Model};
 pub use network::Network;
-pub use pass::Observer;
+pub use pass::{HostBlock, Observer};
 pub use state::{Checkpoint, LayerState, State};
 
 use crate::error::{Error, Result};

@@ -106,6 +106,42 @@ pub struct DeltaRule<'a> {
     pub beta: &'a [f32],
 }
 
+/// A block with no device path: it runs on the host whatever the backend
+/// (its matrix products aside), and a device backend counts its calls, so
+/// that a report can say what fell back (`pocket bench --json`'s
+/// `gpu_fallback`, `pocket gpu-info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostBlock {
+    /// LFM2's gated short convolution.
+    ShortConv,
+    /// Mamba2's causal conv, selective scan and gated norm.
+    Mamba2,
+    /// Multi-head Latent Attention's scores and weighted latents.
+    LatentAttention,
+}
+
+impl HostBlock {
+    pub const ALL: [HostBlock; 3] = [HostBlock::ShortConv, HostBlock::Mamba2, HostBlock::LatentAttention];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            HostBlock::ShortConv => "short_conv",
+            HostBlock::Mamba2 => "mamba2_scan",
+            HostBlock::LatentAttention => "mla_attention",
+        }
+    }
+}
+
+// A block's counter is `ALL[block as usize]`'s.
+const _: () = {
+    let mut i = 0;
+    while i < HostBlock::ALL.len() {
+        assert!(HostBlock::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// The operations a device implements for the blocks. The CPU kernels
 /// ([`super::cpu::Cpu`]) are the reference; a second backend (the GPU) implements the
 /// same operations and is tested against them, operation by operation.
@@ -135,4 +171,8 @@ pub trait Backend: Send + Sync {
         out: &mut [f32],
         scratch: &mut Vec<f32>,
     ) -> Result<()>;
+
+    /// `block` runs on the host in this pass (it has no device path): a
+    /// device backend counts it, the CPU has nothing to note.
+    fn on_host(&self, _block: HostBlock) {}
 }

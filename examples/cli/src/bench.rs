@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use pocket_core::gguf::Summary;
-use pocket_core::model::{BackendCounters, ExpertIo, KvType, Logits};
+use pocket_core::model::{BackendCounters, ExpertIo, HostBlock, KvType, Logits};
 use pocket_core::sampler::SamplerConfig;
 use pocket_core::session::{GenerateOptions, Session, SessionOptions, Speculation};
 use pocket_core::threads::{ThreadPool, ThreadSource};
@@ -353,6 +353,9 @@ pub fn run(args: Args) -> Result<(), String> {
             "accepted_tokens": accepted,
             "acceptance": acceptance,
             "gpu": gpu.as_ref().map(GpuReport::json),
+            // What ran on the CPU under the GPU backend (the warm-up and draws): blocks
+            // without a device path, and operations whose device calls fell back.
+            "gpu_fallback": gpu.as_ref().map(|g| g.after_load.on_host()),
             "memory": mem.map(|m| json!({
                 "peak_rss_bytes": m.peak_rss,
                 "anon_rss_bytes": m.anon_rss,
@@ -381,6 +384,10 @@ pub fn run(args: Args) -> Result<(), String> {
         }
         if let Some(g) = &gpu {
             outln!("{}", g.text());
+            let fallback = g.after_load.on_host();
+            if !fallback.is_empty() {
+                outln!("gpu fallback on the CPU: {}", fallback.join(", "));
+            }
         }
         if let Some(a) = acceptance {
             outln!("drafts       {accepted}/{drafted} accepted ({:.1} %)", a * 100.0);
@@ -434,6 +441,10 @@ impl GpuReport {
             "delta_rule_on_gpu_per_token": self.per_token(self.decode.gpu_delta),
             "delta_rule_on_cpu_per_token": self.per_token(self.decode.cpu_delta),
             "one_submission_tokens_per_token": self.per_token(self.decode.graph_tokens),
+            "host_blocks_per_token": HostBlock::ALL
+                .iter()
+                .map(|&b| (b.name().to_string(), json!(self.per_token(self.decode.host_blocks[b as usize]))))
+                .collect::<serde_json::Map<_, _>>(),
             "submissions_per_token": self.per_token(d.submissions),
             "dispatches_per_token": self.per_token(d.dispatches),
             "readbacks_per_token": self.per_token(d.readbacks),

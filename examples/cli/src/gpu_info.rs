@@ -4,6 +4,7 @@
 //! both honour `POCKET_GPU_KERNELS=portable`).
 
 use pocket_core::gpu::{AdapterInfo, Gpu, GpuOptions};
+use pocket_core::model::HostBlock;
 use serde_json::{json, Map, Value};
 
 /// The GPU adapter, its features and limits (fails when there is none)
@@ -27,6 +28,7 @@ pub fn run(args: Args) -> Result<(), String> {
     outln!("shader-f16   {}", yes_no(info.shader_f16));
     outln!("subgroups    {} (size {}..{})", yes_no(info.subgroups), info.subgroup_min_size, info.subgroup_max_size);
     outln!("kernels      {}", info.kernels.name());
+    outln!("on the CPU   {} (blocks without a device path)", host_blocks().join(" "));
     outln!("features     {}", if info.features.is_empty() { "-".into() } else { info.features.join(" ") });
     outln!("limits");
     for (name, value) in info.limits.entries() {
@@ -60,5 +62,11 @@ fn to_json(info: &AdapterInfo) -> Value {
         "features": info.features,
         "limits": limits,
         "kernels": {"name": info.kernels.name(), "f16": info.kernels.f16, "subgroups": info.kernels.subgroups},
+        "host_blocks": host_blocks(),
     })
+}
+
+/// The blocks that run on the CPU under the GPU backend, whatever the device.
+fn host_blocks() -> Vec<&'static str> {
+    HostBlock::ALL.iter().map(|b| b.name()).collect()
 }

@@ -49,7 +49,7 @@ fn bench_on_the_cpu_names_its_backend_and_no_adapter() {
         let v = json(&["bench", "--model", &m, "-p", "4", "-n", "2", "--draws", "1", "--backend", backend, "--json"]);
         assert_eq!(v["config"]["backend"], "cpu", "{backend}");
         assert!(v["config"]["adapter"].is_null(), "{backend}");
-        assert!(v["gpu"].is_null(), "{backend}");
+        assert!(v["gpu"].is_null() && v["gpu_fallback"].is_null(), "{backend}");
         assert!(!v["fingerprint"].as_str().unwrap().contains("gpu:"), "{backend}");
     }
 }
@@ -88,9 +88,39 @@ fn bench_on_the_gpu_reports_the_adapter_and_what_the_device_did() {
     // decoded token reads), none after.
     assert!(f("weight_bytes_uploaded_at_load") > 0.0);
     assert_eq!(f("weight_bytes_uploaded_after_load"), 0.0);
+    // Nothing fell back to the CPU.
+    assert_eq!(v["gpu_fallback"], serde_json::json!([]), "{v}");
 
     let text = ok(&["bench", "--model", &m, "-p", "4", "-n", "2", "--draws", "1", "--backend", "gpu"]);
     assert!(text.contains("gpu          per decoded token:"), "{text}");
+}
+
+/// Blocks without a device path (LFM2's short conv, Mamba2's scan, MLA's
+/// attention) run on the CPU under the GPU backend: `bench --json` names
+/// them in `gpu_fallback` and counts their calls per decoded token (one per
+/// layer of that kind); `gpu-info` lists them.
+#[test]
+fn bench_on_the_gpu_names_the_blocks_that_fall_back_to_the_cpu() {
+    if !gpu_present() {
+        return;
+    }
+    for (name, block, per_token) in [
+        ("lfm2moe-tiny-Q8_0", "short_conv", 2.0),
+        ("granitehybrid-tiny-Q8_0", "mamba2_scan", 1.0),
+        ("deepseek2-tiny-Q8_0", "mla_attention", 3.0),
+    ] {
+        let m = model(name);
+        let v = json(&["bench", "--model", &m, "-p", "4", "-n", "2", "--draws", "1", "--backend", "gpu", "--json"]);
+        assert_eq!(v["gpu_fallback"], serde_json::json!([block]), "{name}: {v}");
+        let calls = &v["gpu"]["host_blocks_per_token"];
+        assert_eq!(calls[block].as_f64(), Some(per_token), "{name}: {calls}");
+        let text = ok(&["bench", "--model", &m, "-p", "4", "-n", "2", "--draws", "1", "--backend", "gpu"]);
+        assert!(text.contains(&format!("gpu fallback on the CPU: {block}")), "{name}: {text}");
+    }
+    let info = ok(&["gpu-info"]);
+    assert!(info.contains("on the CPU   short_conv mamba2_scan mla_attention"), "{info}");
+    let v = json(&["gpu-info", "--json"]);
+    assert_eq!(v["host_blocks"], serde_json::json!(["short_conv", "mamba2_scan", "mla_attention"]));
 }
 
 #[test]

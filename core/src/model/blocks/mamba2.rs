@@ -19,7 +19,7 @@
 //! they take DeltaNet's.
 
 use super::super::hparams::Meta;
-use super::super::pass::Pass;
+use super::super::pass::{HostBlock, Pass};
 use super::super::scratch::{take, SharedMut};
 use super::super::ssm::Ssm;
 use super::super::weights::{Loader, Matrix};
@@ -176,6 +176,7 @@ impl Mamba2 {
         let (p, n) = (&self.p, pass.n);
         let (di, cd, nh, in_dim) = (p.d_inner, p.conv_dim(), p.n_head, p.in_dim());
 
+        pass.backend.on_host(HostBlock::Mamba2);
         // Input projection: z [d_inner] | xBC [conv_dim] | dt [n_head] per token.
         let zxbcdt = take(&mut s.zxbcdt, n * in_dim);
         pass.project(&self.in_proj, &mut s.input, x, zxbcdt);

@@ -15,7 +15,7 @@
 use half::f16;
 
 use super::super::cache::KvType;
-use super::super::pass::Pass;
+use super::super::pass::{HostBlock, Pass};
 use super::super::scratch::{heap, take, ActCache, SharedMut};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::norm::RmsNorm;
@@ -307,7 +307,8 @@ impl Mla {
         s.acts.quantize(self.k_b.all.ty, nope, n * nh, p.nope);
         per_head(pass, &self.k_b, &s.acts, &s.head_rows, n, nope, absorbed);
 
-        // Scores over the cached latents and rotary keys, softmax, the weighted latent.
+        // Scores over the cached latents and rotary keys, softmax, the weighted latent (on the host).
+        pass.backend.on_host(HostBlock::LatentAttention);
         let len = pos0 + n;
         let cached = take(&mut s.cached, len * w);
         cache.read(len, cached);

@@ -15,7 +15,7 @@
 //! The window lives in a [`DeltaState`] without a delta-rule part, so
 //! checkpoints and snapshots treat it as every recurrent layer's state.
 
-use super::super::pass::Pass;
+use super::super::pass::{HostBlock, Pass};
 use super::super::scratch::take;
 use super::super::ssm::Ssm;
 use super::super::weights::{Loader, Matrix};
@@ -112,6 +112,7 @@ impl ShortConv {
         if st.conv.len() != self.p.state_floats() || !st.ssm.is_empty() {
             return Err(Error::InvalidArgument("state does not belong to this model".into()));
         }
+        pass.backend.on_host(HostBlock::ShortConv);
         // B | C | x = in_proj · h
         let bcx = take(&mut s.bcx, n * 3 * e);
         pass.project(&self.in_proj, &mut s.input, x, bcx);
