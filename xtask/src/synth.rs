@@ -6,6 +6,7 @@
 
 mod blocks;
 mod gemma4;
+mod gptoss;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -250,8 +251,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let usage =
-        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4 --geometry full|mid|e2b (e2b: gemma4) \
+    let usage = "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|gpt-oss --geometry full|mid|e2b|tiny \
+                 (e2b: gemma4; tiny: gpt-oss) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
@@ -264,6 +265,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let spec =
             Spec { arch: "gemma4", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("gpt-oss") {
+        let g = match geometry.as_str() {
+            "full" => gptoss::GptOss::full(),
+            "mid" => gptoss::GptOss::mid(),
+            "tiny" => gptoss::GptOss::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "gpt-oss", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {
