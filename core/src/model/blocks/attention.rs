@@ -90,9 +90,10 @@ pub struct Attention {
     pub o_bias: Option<Vec<f32>>,
     /// `[n_head]`: one more logit per head that takes part in the softmax's
     /// denominator but mixes no value (gpt-oss's `attn_sinks`).
-    pub sinks: Option<Vec<f32>>,
-    /// Rotate by YaRN instead of [`AttnParams::rope`]'s plain RoPE.
-    pub yarn: Option<Yarn>,
+    pub sinks: Option<Box<[f32]>>,
+    /// Rotate by YaRN instead of [`AttnParams::rope`]'s plain RoPE (boxed:
+    /// few layers have it, and an enum of layer kinds stays small).
+    pub yarn: Option<Box<Yarn>>,
     /// q carries a per-head output gate after each head's query
     /// (`[q_h | gate_h]` per head): the output is `att * sigmoid(gate)`.
     pub gated: bool,
@@ -158,14 +159,14 @@ impl Attention {
             let key = TensorKind::AttnSinks.weight(il);
             return Err(Error::InvalidHyperparameter { key, reason: "a sink is not finite".into() });
         }
-        self.sinks = Some(sinks);
+        self.sinks = Some(sinks.into());
         Ok(self)
     }
 
     /// Rotate queries and keys by `yarn` (its `n_rot` must be the RoPE's).
     pub fn with_yarn(mut self, yarn: Yarn) -> Attention {
         debug_assert_eq!(yarn.n_rot, self.p.rope.n_rot);
-        self.yarn = Some(yarn);
+        self.yarn = Some(Box::new(yarn));
         self
     }
 
@@ -199,7 +200,7 @@ impl Attention {
 
         // Per head: QK-norm, then RoPE (or YaRN) at the token's position; keys and values go to the cache.
         let q_stride = if self.gated { 2 * hd } else { hd };
-        let mut yarn_cs = vec![(0.0f32, 0.0f32); self.yarn.map_or(0, |y| y.n_rot / 2)];
+        let mut yarn_cs = vec![(0.0f32, 0.0f32); self.yarn.as_ref().map_or(0, |y| y.n_rot / 2)];
         for t in 0..n {
             let pos = pos0 + t;
             let qt = &mut q[t * q_rows..(t + 1) * q_rows];
