@@ -541,6 +541,28 @@ mod tests {
         }
     }
 
+    /// gpt-oss as MXFP4_MOE: experts MXFP4, every other matrix Q8_0 (the
+    /// output head and embedding too), vectors and biases F32, as
+    /// llama-quantize makes it.
+    #[test]
+    fn gptoss_mxfp4_moe_mix_is_llama_quantizes() {
+        for g in [gptoss::GptOss::full(), gptoss::GptOss::tiny()] {
+            let planned = g.plan();
+            let types = types(g.shape(), FileType::from_name("mxfp4_moe").unwrap(), &planned);
+            for (p, ty) in planned.iter().zip(types) {
+                let kept = p.name.contains("norm") || p.name.contains("ffn_gate_inp");
+                let want = if !p.name.ends_with(".weight") || p.dims.len() == 1 || kept {
+                    GgmlType::F32
+                } else if p.dims.len() == 3 {
+                    GgmlType::MXFP4
+                } else {
+                    GgmlType::Q8_0
+                };
+                assert_eq!(ty, want, "{}", p.name);
+            }
+        }
+    }
+
     #[test]
     #[ignore = "writes and reads 0.3 and 0.5 GB files: run by hand (cargo test -p xtask -- --ignored mid_iq)"]
     fn mid_iq_files_load_and_decode() {
