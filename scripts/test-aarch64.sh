@@ -9,9 +9,12 @@
 # here without its `gpu` feature, so the GPU stand-in's tests run here too
 # (on x86-64 the workspace enables the feature). Gemma 4's fixture logits run
 # here too (the NEON paths against llama.cpp's and transformers' logits).
+# The tiny synthetic models' tests read $POCKET_SYNTH_TINY (made here by
+# scripts/synth-tiny.sh when unset), as the fixture tests read $POCKET_FIXTURES.
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export POCKET_SYNTH_TINY="${POCKET_SYNTH_TINY:-$(scripts/synth-tiny.sh)}"
 
 TARGET=aarch64-unknown-linux-gnu
 QEMU="qemu-aarch64 -L /usr/aarch64-linux-gnu"
@@ -25,7 +28,7 @@ run() {
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
-            --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits 2>&1 \
+            --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits --test gptoss_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

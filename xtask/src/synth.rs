@@ -6,6 +6,7 @@
 
 mod blocks;
 mod gemma4;
+mod gptoss;
 mod granitehybrid;
 mod lfm2moe;
 
@@ -252,8 +253,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let usage =
-        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid --geometry full|mid|e2b (e2b: gemma4) \
+    let usage = "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss \
+                 --geometry full|mid|e2b|tiny (e2b: gemma4; tiny: gpt-oss) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
@@ -291,6 +292,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
             shape: g.shape(),
             planned: g.plan(),
         };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("gpt-oss") {
+        let g = match geometry.as_str() {
+            "full" => gptoss::GptOss::full(),
+            "mid" => gptoss::GptOss::mid(),
+            "tiny" => gptoss::GptOss::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "gpt-oss", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {
@@ -606,6 +618,28 @@ mod tests {
                 planned: granite.plan(),
             };
             decode_written(preset, |path, ftype| write_file(&spec, |w| granite.keys(w), ftype, path, 3));
+        }
+    }
+
+    /// gpt-oss as MXFP4_MOE: experts MXFP4, every other matrix Q8_0 (the
+    /// output head and embedding too), vectors and biases F32, as
+    /// llama-quantize makes it.
+    #[test]
+    fn gptoss_mxfp4_moe_mix_is_llama_quantizes() {
+        for g in [gptoss::GptOss::full(), gptoss::GptOss::tiny()] {
+            let planned = g.plan();
+            let types = types(g.shape(), FileType::from_name("mxfp4_moe").unwrap(), &planned);
+            for (p, ty) in planned.iter().zip(types) {
+                let kept = p.name.contains("norm") || p.name.contains("ffn_gate_inp");
+                let want = if !p.name.ends_with(".weight") || p.dims.len() == 1 || kept {
+                    GgmlType::F32
+                } else if p.dims.len() == 3 {
+                    GgmlType::MXFP4
+                } else {
+                    GgmlType::Q8_0
+                };
+                assert_eq!(ty, want, "{}", p.name);
+            }
         }
     }
 

@@ -27,6 +27,10 @@ pub enum Arch {
     /// LFM2-MoE: gated short-convolution layers beside GQA attention,
     /// leading dense layers, then MoE with a selection-biased sigmoid router.
     Lfm2Moe,
+    /// gpt-oss: sliding-window attention alternating with full attention,
+    /// with per-head sinks and biases; MoE with a biased router, softmax
+    /// over the chosen experts, biased experts and a clamped SwiGLU.
+    GptOss,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -40,6 +44,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Deepseek2, "deepseek2"),
     (Arch::GraniteHybrid, "granitehybrid"),
     (Arch::Lfm2Moe, "lfm2moe"),
+    (Arch::GptOss, "gpt-oss"),
 ];
 
 impl Arch {
@@ -240,6 +245,22 @@ impl Arch {
                 FfnDown,
                 FfnGateInp,
                 FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
+            Arch::GptOss => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnSinks,
+                AttnPostNorm,
+                FfnGateInp,
                 FfnGateExps,
                 FfnUpExps,
                 FfnDownExps,
@@ -554,6 +575,8 @@ pub enum TensorKind {
     ShortConvConv,
     ShortConvInProj,
     ShortConvOutProj,
+    /// gpt-oss's attention sinks: one extra logit per head `[n_head]`.
+    AttnSinks,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -617,6 +640,7 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::ShortConvConv, "blk.{layer}.shortconv.conv"),
     (TensorKind::ShortConvInProj, "blk.{layer}.shortconv.in_proj"),
     (TensorKind::ShortConvOutProj, "blk.{layer}.shortconv.out_proj"),
+    (TensorKind::AttnSinks, "blk.{layer}.attn_sinks"),
 ];
 
 impl TensorKind {

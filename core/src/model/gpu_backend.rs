@@ -460,7 +460,8 @@ impl GpuBackend {
     /// cache or shape (the CPU does, quietly), an error when it failed.
     fn try_attend(&self, pass: &Pass, a: &Attend<'_>, out: &mut [f32]) -> Result<bool> {
         let (p, cache) = (a.p, a.cache);
-        if cache.raw().is_none() {
+        // The device kernel has no sinks: the CPU takes those layers.
+        if cache.raw().is_none() || a.sinks.is_some() {
             return Ok(false);
         }
         let end = pass.pos0 + pass.n;

@@ -108,6 +108,19 @@ impl<'a> Meta<'a> {
         }
     }
 
+    /// Which of `n_layer` layers use the sliding window, as llama.cpp's
+    /// `load_swa_pattern` reads it: a per-layer bool array, else a period
+    /// `sliding_window_pattern` (`default_period` when absent) in which every
+    /// layer but the last slides (0: every layer).
+    pub fn swa_layers(&self, n_layer: usize, default_period: usize) -> Result<Vec<bool>> {
+        if let Ok(Some(p)) = self.bools(Key::SlidingWindowPattern) {
+            self.ensure(Key::SlidingWindowPattern, p.len() >= n_layer, "shorter than block_count")?;
+            return Ok(p[..n_layer].to_vec());
+        }
+        let period = self.usize_or(Key::SlidingWindowPattern, default_period)?;
+        Ok((0..n_layer).map(|il| period == 0 || il % period < period - 1).collect())
+    }
+
     /// The linear RoPE frequency scale (`1 / factor`). Other scaling types
     /// (YaRN, LongRoPE) are not implemented: such a file is refused rather
     /// than run with wrong positions.

@@ -7,7 +7,13 @@
 //!
 //! What the families of issue 49 took (lines of code, tests apart):
 //! `lfm2moe.rs` 246 + a new block `shortconv.rs` 218; `granitehybrid.rs` 290 +
-//! `mamba2.rs` 299; `deepseek2.rs` 248 + `mla.rs` 371 + `yarn.rs` 108.
+//! `mamba2.rs` 299; `deepseek2.rs` 248 + `mla.rs` 371 + `yarn.rs` 108;
+//! `gptoss.rs` 220 and no new block: attention took sinks (the softmax's
+//! extra logit per head; such layers skip the tiled prefill kernel and the
+//! GPU's), an output bias and YaRN (deepseek2's `Yarn`); the MoE block took
+//! a router bias, per-expert output biases, softmax over the chosen experts
+//! (a `Gating`) and the activation as a parameter (the clamped SwiGLU is an
+//! `Act`); the sliding-window pattern reader moved to `Meta`.
 //! Shared, not copied: the one MoE block (a selection-only router bias used
 //! by LFM2 and DeepSeek, group-limited routing an option of the same
 //! `route`), the attention block (Granite's layers are it without RoPE), the
@@ -26,6 +32,7 @@ mod deepseek2;
 mod expert_cache;
 mod gemma3;
 mod gemma4;
+mod gptoss;
 mod gpu_backend;
 mod granitehybrid;
 mod hparams;
@@ -72,5 +79,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Deepseek2 => Box::new(deepseek2::Deepseek2::load(file)?),
         Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
         Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
+        Arch::GptOss => Box::new(gptoss::GptOss::load(file)?),
     })
 }

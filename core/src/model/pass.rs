@@ -94,6 +94,8 @@ pub struct Attend<'a> {
     pub q_rows: usize,
     /// Multiply each head's output by sigmoid of its gate.
     pub gated: bool,
+    /// `[n_head]`: an extra logit per head in the softmax's denominator.
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// The gated delta rule of one DeltaNet layer over a pass's tokens.

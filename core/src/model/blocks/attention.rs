@@ -1,12 +1,14 @@
-//! Causal self-attention over the KV cache: grouped-query heads, RoPE,
-//! optional QK-norm, biases, an output gate, and sliding windows.
+//! Causal self-attention over the KV cache: grouped-query heads, RoPE
+//! (or YaRN), optional QK-norm, biases, an output gate, per-head sinks, and
+//! sliding windows.
 
 use super::super::cache::{KvCache, KvType};
 pub use super::super::params::{AttnParams, Rope};
 use super::super::pass::{Attend, Pass};
 use super::super::scratch::{take, ActCache, SharedMut};
 use super::super::weights::{Loader, Matrix};
-use crate::error::Result;
+use super::yarn::Yarn;
+use crate::error::{Error, Result};
 use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
 use crate::threads::Pieces;
@@ -25,6 +27,14 @@ pub struct Attention {
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
+    /// `[n_embd]`, added to the output projection.
+    pub o_bias: Option<Vec<f32>>,
+    /// `[n_head]`: one more logit per head that takes part in the softmax's
+    /// denominator but mixes no value (gpt-oss's `attn_sinks`).
+    pub sinks: Option<Box<[f32]>>,
+    /// Rotate by YaRN instead of [`AttnParams::rope`]'s plain RoPE (boxed:
+    /// few layers have it, and an enum of layer kinds stays small).
+    pub yarn: Option<Box<Yarn>>,
     /// q carries a per-head output gate after each head's query
     /// (`[q_h | gate_h]` per head): the output is `att * sigmoid(gate)`.
     pub gated: bool,
@@ -75,9 +85,30 @@ impl Attention {
             q_bias: ld.bias_opt(TensorKind::AttnQ, il, q_rows)?,
             k_bias: ld.bias_opt(TensorKind::AttnK, il, kv_k)?,
             v_bias: ld.bias_opt(TensorKind::AttnV, il, kv_v)?,
+            o_bias: ld.bias_opt(TensorKind::AttnOut, il, n_embd)?,
+            sinks: None,
+            yarn: None,
             gated,
             p,
         })
+    }
+
+    /// Add layer `il`'s attention sinks (`attn_sinks`, `[n_head]`), required.
+    pub fn with_sinks(mut self, ld: &Loader, il: usize) -> Result<Attention> {
+        let sinks = ld.vector(TensorKind::AttnSinks, il, self.p.n_head)?;
+        if !sinks.iter().all(|v| v.is_finite()) {
+            let key = TensorKind::AttnSinks.weight(il);
+            return Err(Error::InvalidHyperparameter { key, reason: "a sink is not finite".into() });
+        }
+        self.sinks = Some(sinks.into());
+        Ok(self)
+    }
+
+    /// Rotate queries and keys by `yarn` (its `n_rot` must be the RoPE's).
+    pub fn with_yarn(mut self, yarn: Yarn) -> Attention {
+        debug_assert_eq!(yarn.n_rot, self.p.rope.n_rot);
+        self.yarn = Some(Box::new(yarn));
+        self
     }
 
     /// `out = Attention(x)` for the pass's tokens (`x`, `out`: `[n][n_embd]`);
@@ -108,13 +139,14 @@ impl Attention {
             }
         }
 
-        // Per head: QK-norm, then RoPE at the token's position; keys and values go to the cache.
+        // Per head: QK-norm, then RoPE (or YaRN) at the token's position; keys and values go to the cache.
         let q_stride = if self.gated { 2 * hd } else { hd };
+        let mut yarn_cs = vec![(0.0f32, 0.0f32); self.yarn.as_ref().map_or(0, |y| y.n_rot / 2)];
         for t in 0..n {
             let pos = pos0 + t;
             let qt = &mut q[t * q_rows..(t + 1) * q_rows];
             let kt = &mut k[t * kv_k..(t + 1) * kv_k];
-            ops::with_rope_angles(p.rope.n_rot, pos, p.rope.base, p.rope.scale, |cs| {
+            let mut rotate = |cs: &[(f32, f32)]| {
                 for h in 0..p.n_head {
                     let qh = &mut qt[h * q_stride..][..hd];
                     if let Some(nw) = &self.q_norm {
@@ -126,7 +158,14 @@ impl Attention {
                     kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
                 }
                 ops::rope_apply(kt, hd, cs, p.rope.neox);
-            });
+            };
+            match &self.yarn {
+                Some(y) => {
+                    y.angles(pos, &mut yarn_cs);
+                    rotate(&yarn_cs)
+                }
+                None => ops::with_rope_angles(p.rope.n_rot, pos, p.rope.base, p.rope.scale, rotate),
+            }
             for h in 0..p.n_kv_head {
                 cache.store(h, pos, &kt[h * hd..(h + 1) * hd], &v[t * kv_v + h * hdv..][..hdv]);
             }
@@ -134,9 +173,12 @@ impl Attention {
 
         // softmax(scale · q·K) · V on the backend, then the output projection.
         let att = take(&mut s.att, n * p.n_head * hdv);
-        let a = Attend { p, cache, q, q_rows, gated: self.gated };
+        let a = Attend { p, cache, q, q_rows, gated: self.gated, sinks: self.sinks.as_deref() };
         pass.backend.attend(pass, &a, att, &mut s.scores);
         pass.project(&self.o, &mut s.heads, att, out);
+        if let Some(b) = &self.o_bias {
+            out.chunks_exact_mut(b.len()).for_each(|row| ops::add(row, b));
+        }
     }
 }
 
@@ -156,7 +198,8 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
     let group = p.n_head / p.n_kv_head;
     // One-row mode (speculative verify passes): every token as decoding runs it.
     let one_row = pool.one_row();
-    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() && !one_row {
+    // (The tiled kernel has no sinks.)
+    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() && !one_row && a.sinks.is_none() {
         return attend_tiled(pass, a, att, scratch);
     }
     let per_item = heads_per_item(group, if one_row { 1 } else { n } * p.n_kv_head, pool.n_threads());
@@ -182,9 +225,12 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
             }
             let sc = &mut sc_all[..per_item * len];
             cache.k_scores(kvh, lo, qs, per_item, sc);
-            for row in sc.chunks_exact_mut(len) {
+            for (g, row) in sc.chunks_exact_mut(len).enumerate() {
                 ops::scale(row, p.scale);
-                ops::softmax(row);
+                match a.sinks {
+                    Some(sinks) => softmax_with_sink(row, sinks[h0 + g]),
+                    None => ops::softmax(row),
+                }
             }
             // SAFETY: the item owns heads h0..h0 + per_item of token t.
             let out = unsafe { att_out.slice((t * p.n_head + h0) * hdv, per_item * hdv) };
@@ -271,6 +317,18 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
     });
 }
 
+/// Softmax over `row` and one more logit, `sink`, which takes part in the
+/// denominator only (ggml's `soft_max_ext` with sinks).
+fn softmax_with_sink(row: &mut [f32], sink: f32) {
+    let max = row.iter().fold(sink, |m, &v| m.max(v));
+    let mut sum = f64::from((sink - max).exp());
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += f64::from(*v);
+    }
+    ops::scale(row, (1.0 / sum) as f32);
+}
+
 /// Query heads per work item: the whole group sharing a KV head when there
 /// are enough (token, KV head) items to keep every thread busy, else the
 /// largest divisor of the group that makes enough items.
@@ -280,7 +338,24 @@ fn heads_per_item(group: usize, kv_items: usize, threads: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::heads_per_item;
+    use super::{heads_per_item, softmax_with_sink};
+
+    #[test]
+    fn a_sink_takes_its_share_of_the_softmax() {
+        // Scores 0 and ln 2 with a sink of ln 3: weights 1/6 and 2/6 (the sink's 3/6 mixes nothing).
+        let mut row = [0.0, 2f32.ln()];
+        softmax_with_sink(&mut row, 3f32.ln());
+        assert!((row[0] - 1.0 / 6.0).abs() < 1e-6 && (row[1] - 2.0 / 6.0).abs() < 1e-6, "{row:?}");
+        // A sink far below the scores changes nothing; far above, it takes everything.
+        let mut row = [1.0, 2.0, 3.0];
+        softmax_with_sink(&mut row, -1e4);
+        let mut plain = [1.0, 2.0, 3.0];
+        crate::kernels::ops::softmax(&mut plain);
+        assert!(row.iter().zip(plain).all(|(a, b)| (a - b).abs() < 1e-7), "{row:?} vs {plain:?}");
+        let mut row = [1.0, 2.0];
+        softmax_with_sink(&mut row, 100.0);
+        assert!(row.iter().all(|&v| v < 1e-30), "{row:?}");
+    }
 
     #[test]
     fn query_heads_split_only_as_far_as_the_threads_need() {

@@ -14,7 +14,15 @@ pub enum Act {
     Silu,
     /// GeGLU with the tanh approximation (Gemma).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with gate `g` clamped
+    /// above and up `u` both ways at [`OAI_LIMIT`], `g·sigmoid(OAI_ALPHA·g)·(u + 1)`.
+    SwigluOai,
 }
+
+/// The sigmoid's slope of [`Act::SwigluOai`] (llama.cpp's constant).
+pub const OAI_ALPHA: f32 = 1.702;
+/// The clamp of [`Act::SwigluOai`] (llama.cpp's constant).
+pub const OAI_LIMIT: f32 = 7.0;
 
 impl Act {
     /// `gate = act(gate) * up`, elementwise.
@@ -22,6 +30,13 @@ impl Act {
         match self {
             Act::Silu => ops::silu(gate),
             Act::GeluTanh => ops::gelu_tanh(gate),
+            Act::SwigluOai => {
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    let x = g.min(OAI_LIMIT);
+                    *g = x / (1.0 + (-OAI_ALPHA * x).exp()) * (u.clamp(-OAI_LIMIT, OAI_LIMIT) + 1.0);
+                }
+                return;
+            }
         }
         ops::mul(gate, up);
     }
@@ -88,5 +103,23 @@ impl Dense {
         ]);
         self.act.apply(gate, up);
         pass.project(&self.down, &mut s.hidden, gate, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Act;
+
+    #[test]
+    fn the_clamped_swiglu_is_ggmls_swiglu_oai() {
+        // g * sigmoid(1.702 g) * (u + 1), g clamped above at 7, u both ways.
+        let oai = |g: f32, u: f32| g / (1.0 + (-1.702 * g).exp()) * (u + 1.0);
+        let mut gate = [0.5, -2.0, 9.0, 3.0, -30.0];
+        let up = [1.0, 0.25, 2.0, -12.0, 40.0];
+        Act::SwigluOai.apply(&mut gate, &up);
+        let want = [oai(0.5, 1.0), oai(-2.0, 0.25), oai(7.0, 2.0), oai(3.0, -7.0), oai(-30.0, 7.0)];
+        for (g, w) in gate.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-5 * w.abs().max(1.0), "{gate:?} vs {want:?}");
+        }
     }
 }

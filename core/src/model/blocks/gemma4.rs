@@ -226,7 +226,7 @@ impl KvAttention {
 
         // softmax(q·K) · V (scale 1: the q/k norms set the temperature), then o.
         let att = take(&mut s.att, n * q_rows);
-        let a = Attend { p, cache, q, q_rows, gated: false };
+        let a = Attend { p, cache, q, q_rows, gated: false, sinks: None };
         pass.backend.attend(pass, &a, att, &mut s.scores);
         pass.project(&self.o, &mut s.acts, att, out);
     }

@@ -26,16 +26,21 @@ pub enum Gating {
     Sigmoid,
     /// sqrt(softplus(x)).
     SqrtSoftplus,
+    /// The experts are chosen by the raw logits and weighted by a softmax
+    /// over the chosen ones only (gpt-oss).
+    SoftmaxWeight,
 }
 
 impl Gating {
-    /// `{arch}.expert_gating_func` (1 softmax, 2 sigmoid, 4 sqrt-softplus), or
+    /// `{arch}.expert_gating_func` (1 softmax, 2 sigmoid, 3 softmax over the
+    /// chosen, 4 sqrt-softplus), or
     /// `default` when the file does not say.
     pub fn from_meta(m: &Meta, default: Gating) -> Result<Gating> {
         match m.usize_or(Key::ExpertGatingFunc, 0)? {
             0 => Ok(default),
             1 => Ok(Gating::Softmax),
             2 => Ok(Gating::Sigmoid),
+            3 => Ok(Gating::SoftmaxWeight),
             4 => Ok(Gating::SqrtSoftplus),
             other => Err(Error::InvalidHyperparameter {
                 key: m.key(Key::ExpertGatingFunc),
@@ -50,6 +55,8 @@ impl Gating {
             Gating::Softmax => ops::softmax(p),
             Gating::Sigmoid => p.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
             Gating::SqrtSoftplus => p.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
+            // Chosen by the logits; the weights are made in `route`.
+            Gating::SoftmaxWeight => {}
         }
     }
 }
@@ -72,6 +79,8 @@ pub struct MoeParams {
     /// a token's experts come from the best `n_group_used` groups (1 = off).
     pub n_group: usize,
     pub n_group_used: usize,
+    /// The routed experts' activation (SwiGLU unless the architecture says).
+    pub act: Act,
 }
 
 impl MoeParams {
@@ -108,6 +117,7 @@ impl MoeParams {
             weights_scale: m.f32_or(Key::ExpertWeightsScale, 1.0)?,
             n_group,
             n_group_used: if n_group > 1 { n_group_used } else { 1 },
+            act: Act::Silu,
         })
     }
 }
@@ -152,9 +162,21 @@ pub struct Moe {
     /// `[n_expert]`, added to the probabilities to choose the experts but
     /// not to their weights (DeepSeek-V3's `e_score_correction_bias`).
     pub selection_bias: Option<Vec<f32>>,
+    /// `[n_expert]`, added to the router's logits (gpt-oss's `ffn_gate_inp.bias`).
+    pub router_bias: Option<Vec<f32>>,
+    /// Per-expert biases of the gate, up and down outputs (gpt-oss).
+    pub expert_bias: Option<ExpertBias>,
     /// The next layer's router and experts, when it is a MoE layer too: under
     /// a memory budget its likely experts are read while this layer computes.
     pub ahead: Option<Box<Ahead>>,
+}
+
+/// The routed experts' output biases: gate and up `[n_expert][n_ff]`, down
+/// `[n_expert][n_embd]`.
+pub struct ExpertBias {
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub down: Vec<f32>,
 }
 
 /// A later MoE layer as seen from an earlier one: enough to guess its
@@ -383,6 +405,8 @@ impl Moe {
             layer: il,
             shared: None,
             selection_bias: None,
+            router_bias: None,
+            expert_bias: None,
         })
     }
 
@@ -398,6 +422,27 @@ impl Moe {
             return Err(Error::InvalidHyperparameter { key: name, reason: "selection bias is not finite".into() });
         }
         self.selection_bias = Some(b);
+        Ok(self)
+    }
+
+    /// Add layer `il`'s router bias (`ffn_gate_inp.bias`, `[n_expert]`) and
+    /// the experts' biases (`ffn_{gate,up,down}_exps.bias`, `[n_ff or
+    /// n_embd, n_expert]`), all required.
+    pub fn with_biases(mut self, ld: &Loader, il: usize, n_embd: usize) -> Result<Moe> {
+        let (ne, nf) = (self.p.n_expert as u64, self.p.n_ff as u64);
+        let finite = |name: String, shape: &[u64]| -> Result<Vec<f32>> {
+            let v = ld.vector_shaped(&name, shape)?;
+            match v.iter().all(|x| x.is_finite()) {
+                true => Ok(v),
+                false => Err(Error::InvalidHyperparameter { key: name, reason: "a bias is not finite".into() }),
+            }
+        };
+        self.router_bias = Some(finite(TensorKind::FfnGateInp.bias(il), &[ne])?);
+        self.expert_bias = Some(ExpertBias {
+            gate: finite(TensorKind::FfnGateExps.bias(il), &[nf, ne])?,
+            up: finite(TensorKind::FfnUpExps.bias(il), &[nf, ne])?,
+            down: finite(TensorKind::FfnDownExps.bias(il), &[n_embd as u64, ne])?,
+        });
         Ok(self)
     }
 
@@ -523,6 +568,9 @@ impl Moe {
         let plain = self.selection_bias.is_none() && self.p.n_group <= 1;
         for t in 0..n {
             let p = &mut probs[t * n_expert..(t + 1) * n_expert];
+            if let Some(b) = &self.router_bias {
+                ops::add(p, b);
+            }
             self.p.gating.apply(p);
             let chosen = &mut s.chosen[t * k..(t + 1) * k];
             if plain {
@@ -535,6 +583,9 @@ impl Moe {
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
                 *wi = p[e as usize];
+            }
+            if self.p.gating == Gating::SoftmaxWeight {
+                ops::softmax(w);
             }
             if self.p.norm_weights {
                 let sum: f32 = w.iter().sum::<f32>().max(6.103_515_6e-5);
@@ -633,8 +684,17 @@ impl Moe {
             }
             pass.matmul(&mut jobs);
         }
+        if let Some(b) = &self.expert_bias {
+            for i in group.clone() {
+                let (e, seg) = (g.active[i], g.seg[i]..g.seg[i + 1]);
+                for row in seg {
+                    ops::add(&mut g_all[row * n_ff..(row + 1) * n_ff], &b.gate[e * n_ff..(e + 1) * n_ff]);
+                    ops::add(&mut u_all[row * n_ff..(row + 1) * n_ff], &b.up[e * n_ff..(e + 1) * n_ff]);
+                }
+            }
+        }
         let r = rows.start * n_ff..rows.end * n_ff;
-        Act::Silu.apply(&mut g_all[r.clone()], &u_all[r]);
+        self.p.act.apply(&mut g_all[r.clone()], &u_all[r]);
         if shared.is_some() {
             let r = total * n_ff..total * n_ff + n * n_ffs;
             Act::Silu.apply(&mut g_all[r.clone()], &u_all[r]);
@@ -657,7 +717,7 @@ impl Moe {
         }
         let mut jobs = Vec::with_capacity(group.len() + 1);
         let mut d_rest = &mut d_all[rows.start * n_embd..rows.end * n_embd];
-        for i in group {
+        for i in group.clone() {
             let (e, seg) = (g.active[i], g.seg[i]..g.seg[i + 1]);
             let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(seg.len() * n_embd);
             d_rest = dr;
@@ -668,6 +728,14 @@ impl Moe {
             jobs.push(MatJob { w: sh.ffn.down.view(pass.file), x: &s.shared_hidden, rows: None, out: shared_out });
         }
         pass.matmul(&mut jobs);
+        if let Some(b) = &self.expert_bias {
+            for i in group {
+                let (e, seg) = (g.active[i], g.seg[i]..g.seg[i + 1]);
+                for row in seg {
+                    ops::add(&mut d_all[row * n_embd..(row + 1) * n_embd], &b.down[e * n_embd..(e + 1) * n_embd]);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -781,6 +849,18 @@ mod tests {
         let bias = [0.0, 0.0, 0.0, 0.0, 0.0, 0.8];
         assert_eq!(pick(Some(&bias), (3, 1)), [5, 4]);
         assert_eq!(pick(Some(&bias), (1, 1)), [0, 5]);
+    }
+
+    #[test]
+    fn softmax_weight_gating_keeps_the_logits_for_the_choice() {
+        use super::Gating;
+        // The logits choose; only the chosen are softmaxed (in `route`).
+        let mut p = [0.5f32, -1.0, 2.0];
+        Gating::SoftmaxWeight.apply(&mut p);
+        assert_eq!(p, [0.5, -1.0, 2.0]);
+        let mut chosen = [0u32; 2];
+        top_k(&p, &mut chosen);
+        assert_eq!(chosen, [2, 0]);
     }
 
     #[test]

@@ -222,6 +222,9 @@ impl Recorder<'_> {
     fn attention(&mut self, il: usize, a: &Attention, x: Tensor, out: Tensor) -> Result<()> {
         let p = &a.p;
         let (hd, hdv) = (p.head_dim, p.head_dim_v);
+        if a.sinks.is_some() || a.yarn.is_some() {
+            return Err(unsupported("attention with sinks or YaRN is not recorded"));
+        }
         let Some(LayerState::Attention(cache)) = self.states.get(il) else {
             return Err(unsupported(format!("layer {il} has no KV cache")));
         };
@@ -287,6 +290,7 @@ impl Recorder<'_> {
         self.quantised = None;
         self.g.attention(kernel, &mirror, shape, q, att, sc)?;
         self.matvec(&a.o, att, out)?;
+        self.bias(out, &a.o_bias)?;
         self.kv.push((il, k, v, mirror));
         Ok(())
     }
@@ -298,6 +302,7 @@ impl Recorder<'_> {
         let act = match d.act {
             Act::Silu => 0,
             Act::GeluTanh => 1,
+            Act::SwigluOai => return Err(unsupported("the clamped SwiGLU is not recorded")),
         };
         let hidden = self.temp("ffn gate", n_ff)?;
         let (gate_w, up_w) = (self.weights(&d.gate)?, self.weights(&d.up)?);
@@ -325,8 +330,11 @@ impl Recorder<'_> {
     /// device, the chosen experts' gate, up and down read by their ids there.
     fn moe(&mut self, m: &Moe, x: Tensor, out: Tensor) -> Result<()> {
         let (n_expert, k, n_ff, n_embd) = (m.p.n_expert, m.p.n_used, m.p.n_ff, m.router.cols);
-        if m.selection_bias.is_some() {
-            return Err(unsupported("a router with a selection bias is not recorded"));
+        if m.selection_bias.is_some() || m.router_bias.is_some() || m.expert_bias.is_some() {
+            return Err(unsupported("a router with a bias, or experts with biases, are not recorded"));
+        }
+        if m.p.act != Act::Silu {
+            return Err(unsupported("experts other than SwiGLU are not recorded"));
         }
         let logits = self.temp("router", n_expert)?;
         self.matvec(&m.router, x, logits)?;
@@ -335,6 +343,7 @@ impl Recorder<'_> {
             Gating::Softmax => 0,
             Gating::Sigmoid => 1,
             Gating::SqrtSoftplus => 2,
+            Gating::SoftmaxWeight => return Err(unsupported("softmax over the chosen experts is not recorded")),
         };
         let mode = gating | if m.p.norm_weights { 4 } else { 0 };
         let rp = OpParams { k: k as u32, m: n_expert as u32, mode, f0: m.p.weights_scale, ..Default::default() };

@@ -196,7 +196,7 @@ fn check(
     let pool = ThreadPool::new(2);
     let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
     let q = rng.vec(n * q_rows, 3.0);
-    let a = Attend { p, cache, q: &q, q_rows, gated };
+    let a = Attend { p, cache, q: &q, q_rows, gated, sinks: None };
     let run = |b: &dyn Backend| {
         let pass = Pass { file: &[], pool: &pool, backend: b, experts: None, map: None, pos0, n, observer: None };
         let mut out = vec![f32::NAN; n * p.n_head * p.head_dim_v];
@@ -355,7 +355,7 @@ fn the_device_copy_of_the_cache_follows_rewrites() {
     let pool = ThreadPool::new(1);
     let p8 = layer(4, 2, 32, 32, None);
     let q = rng.vec(2 * 4 * 32, 1.0);
-    let a = Attend { p: &p8, cache: &q8, q: &q, q_rows: 4 * 32, gated: false };
+    let a = Attend { p: &p8, cache: &q8, q: &q, q_rows: 4 * 32, gated: false, sinks: None };
     let pass =
         Pass { file: &[], pool: &pool, backend: &backend, experts: None, map: None, pos0: 0, n: 2, observer: None };
     backend.attend(&pass, &a, &mut vec![0.0; 2 * 4 * 32], &mut Vec::new());
