@@ -410,3 +410,7 @@ impl HarmonyTurn {
         step
     }
 }
+
+#[cfg(test)]
+#[path = "harmony_turn_tests.rs"]
+mod tests;
