@@ -132,7 +132,10 @@ fn openai_s_examples_parse() {
     let out = parse_harmony(
         "<|channel|>commentary<|message|>Checking the weather.<|end|><|start|>assistant to=functions.get_current_weather<|channel|>commentary json<|message|>{\"location\": \"Tokyo\"}<|call|>",
     );
-    assert_eq!((out.text.as_str(), out.calls[0].arguments["location"].as_str()), ("Checking the weather.", Some("Tokyo")));
+    assert_eq!(
+        (out.text.as_str(), out.calls[0].arguments["location"].as_str()),
+        ("Checking the weather.", Some("Tokyo"))
+    );
 }
 
 #[test]
@@ -190,12 +193,10 @@ fn thinking_is_apart_and_a_schema_holds_the_answer_after_it() {
     let mut s = session(&m);
     let msgs = [ChatMessage::new("user", "Think, then answer.")];
     let schema = r#"{"type":"object","properties":{"name":{"type":"string","maxLength":8},"age":{"type":"integer","minimum":0,"maximum":120}},"required":["name","age"],"additionalProperties":false}"#;
-    for seed in 1..=3 {
-        let o = GenerateOptions {
-            reasoning: Reasoning::Budget(8),
-            json_schema: Some(schema.into()),
-            ..sampled(seed, 160)
-        };
+    let (mut thought, mut answered) = (0, 0);
+    for seed in 1..=4 {
+        let o =
+            GenerateOptions { reasoning: Reasoning::Budget(8), json_schema: Some(schema.into()), ..sampled(seed, 160) };
         let mut reasoning = String::new();
         let st = s
             .chat_events(&msgs, &o, &mut |e| {
@@ -212,8 +213,12 @@ fn thinking_is_apart_and_a_schema_holds_the_answer_after_it() {
         if st.stop_reason == StopReason::EndOfText {
             let v: Value = serde_json::from_str(&st.text).unwrap_or_else(|e| panic!("{:?}: {e}", st.text));
             assert!(v["age"].is_i64() && v["name"].is_string(), "{v}");
+            answered += 1;
         }
+        // At most the budget's 8 tokens of thought, then `<|end|>` and the answer's header.
+        thought += usize::from(!st.reasoning.is_empty());
     }
+    assert!(thought > 0 && answered > 0, "{thought} thoughts, {answered} answers in 4 runs");
     // Auto tools: whatever the model writes, calls hold to the schema and
     // no marker leaks into the text.
     for seed in 4..=6 {

@@ -116,9 +116,12 @@ pub struct HarmonyOutput {
 pub fn parse_harmony(text: &str) -> HarmonyOutput {
     let mut out = HarmonyOutput::default();
     let mut rest = text;
-    while !rest.trim().is_empty() {
+    while !rest.is_empty() {
         let Some(m) = rest.find(MESSAGE) else {
-            out.text.push_str(rest);
+            // Text after the messages (whitespace between them is not the answer's).
+            if rest.len() == text.len() || !rest.trim().is_empty() {
+                out.text.push_str(rest);
+            }
             break;
         };
         let Some(header) = Header::parse(&rest[..m]) else {
@@ -284,7 +287,7 @@ mod tests {
 
     #[test]
     fn what_is_not_harmony_stays_text() {
-        for text in ["Plain words.", "<|channel|>final garbage words<|message|>x", "<|message|>x"] {
+        for text in ["Plain words.", " \n", "<|channel|>final garbage words<|message|>x", "<|message|>x"] {
             let out = parse_harmony(text);
             assert_eq!((out.text.as_str(), out.calls.len()), (text, 0), "{text}");
         }

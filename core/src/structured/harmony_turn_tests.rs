@@ -161,7 +161,8 @@ fn calls_are_constrained_and_read_in_both_forms() {
         "<|channel|>commentary to=functions.get_time",
         "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"days\": 0}",
     ] {
-        let mut turn = HarmonyTurn::new(&tok, Some(g.clone()), Reasoning::Default, prompt, None, tools(), false).unwrap();
+        let mut turn =
+            HarmonyTurn::new(&tok, Some(g.clone()), Reasoning::Default, prompt, None, tools(), false).unwrap();
         let refused = refuses(&mut turn, &tok, bad);
         assert!(refused, "{bad} went through");
     }
