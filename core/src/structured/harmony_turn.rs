@@ -278,7 +278,7 @@ impl HarmonyTurn {
         let Some(at) = find(&self.header, MESSAGE.as_bytes()) else {
             if self.matcher.is_none() && self.header.len() > MAX_HEADER {
                 // Not harmony after all: the text is the answer's.
-                self.start_body(Route::Text, step);
+                self.start_body(Route::Text);
                 let header = std::mem::take(&mut self.header);
                 self.body_bytes(&header, step)?;
             }
@@ -300,7 +300,7 @@ impl HarmonyTurn {
                     "final" if self.answer.is_some() => Route::Answer,
                     _ => Route::Text,
                 };
-                self.start_body(route, step);
+                self.start_body(route);
                 if route == Route::Answer {
                     // A token past `<|message|>` (markers spelled in text) was the header grammar's end.
                     return Ok(());
@@ -309,7 +309,7 @@ impl HarmonyTurn {
             _ => {
                 // Unsolicited calls and what does not read as a header: text, kept whole.
                 self.matcher = None;
-                self.start_body(Route::Text, step);
+                self.start_body(Route::Text);
                 let header = std::mem::take(&mut self.header);
                 self.emit(&header, step);
             }
@@ -318,7 +318,7 @@ impl HarmonyTurn {
         self.body_bytes(&rest, step)
     }
 
-    fn start_body(&mut self, route: Route, _step: &mut Step) {
+    fn start_body(&mut self, route: Route) {
         self.state = State::Body;
         self.route = route;
         self.body_started = false;
