@@ -2,7 +2,8 @@
 //! minijinja as Hugging Face renders it (jinja2 sandbox, `trim_blocks`,
 //! `lstrip_blocks`, HF's `tojson`, `raise_exception`, `strftime_now`, Python
 //! string/dict methods). A file without a template gets its architecture's
-//! own turn format ([`fallback_for`]).
+//! own turn format ([`fallback_for`]). The clock `strftime_now` reads is
+//! `SOURCE_DATE_EPOCH` where set (reproducible prompts), else the system's.
 //!
 //! Templates come from files and are untrusted: there is no loader (no
 //! `include` reaches the file system), no network, and rendering is bounded
@@ -176,6 +177,18 @@ impl ChatTemplate {
         });
         env.add_template_owned(TEMPLATE_NAME, source.to_string()).map_err(template_error)?;
         Ok(ChatTemplate { env, source: source.to_string(), bos: bos.to_string(), eos: eos.to_string() })
+    }
+
+    /// Fix the clock `strftime_now` reads for this template (seconds since
+    /// the epoch, UTC); `None` goes back to `SOURCE_DATE_EPOCH`, else the
+    /// system clock ([`hf::now`]).
+    pub fn set_clock(&mut self, unix: Option<i64>) {
+        match unix {
+            Some(t) => self.env.add_function("strftime_now", move |format: String| {
+                Ok::<_, minijinja::Error>(Value::from(hf::strftime(&format, t)))
+            }),
+            None => self.env.add_function("strftime_now", hf::strftime_now),
+        }
     }
 
     /// The Jinja source.

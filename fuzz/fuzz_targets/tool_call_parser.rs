@@ -9,7 +9,8 @@
 //! - Hermes: a call's segment is a JSON object naming it; Gemma 4: a call's
 //!   name is non-empty, trimmed and has no `{`;
 //! - the JSON forms: at most one call, and then the trimmed text is a JSON
-//!   object naming it and nothing is kept; no call keeps the text as is.
+//!   object naming it and nothing is kept; no call keeps the text as is;
+//! - harmony: text without a message is kept as is, and calls are named.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -41,6 +42,18 @@ fn check(format: ToolFormat, text: &str, tools: &[ToolSpec]) {
     let (kept, calls) = parse_tool_calls(format, text, tools);
     for c in &calls {
         assert!(c.arguments.is_object(), "{format:?}: arguments {} not an object", c.arguments);
+    }
+    if format == ToolFormat::Harmony {
+        // Calls come from messages (their header before `<|message|>`):
+        // text without one is kept as it is.
+        if !text.contains("<|message|>") {
+            assert!(calls.is_empty(), "harmony: a call without a message");
+            assert_eq!(kept, text, "harmony: no message, but the text changed");
+        }
+        for c in &calls {
+            assert!(!c.name.is_empty() && !c.name.contains(char::is_whitespace), "harmony name {:?}", c.name);
+        }
+        return;
     }
     let Some((open, close)) = format.markers() else {
         assert!(calls.len() <= 1, "{format:?}: {} calls in a JSON-form answer", calls.len());

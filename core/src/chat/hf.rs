@@ -160,11 +160,29 @@ fn python_float(x: f64) -> String {
     }
 }
 
-/// `strftime_now(format)`: the current time (UTC) formatted with the common
-/// C `strftime` directives.
+/// `strftime_now(format)`: the time templates see (UTC, see [`now`])
+/// formatted with the common C `strftime` directives.
 pub fn strftime_now(format: String) -> Result<Value, Error> {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    Ok(Value::from(strftime(&format, secs as i64)))
+    Ok(Value::from(strftime(&format, now())))
+}
+
+/// The clock templates see: `SOURCE_DATE_EPOCH` (the reproducible-builds
+/// convention: seconds since the epoch, UTC) where it is set to a number,
+/// else the system clock.
+pub fn now() -> i64 {
+    source_date_epoch(std::env::var("SOURCE_DATE_EPOCH").ok().as_deref()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+    })
+}
+
+/// A `SOURCE_DATE_EPOCH` value: decimal seconds, else none (the convention
+/// says to ignore a malformed one).
+fn source_date_epoch(value: Option<&str>) -> Option<i64> {
+    let v = value?.trim();
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok()
 }
 
 const MONTHS: [&str; 12] = [
@@ -346,6 +364,15 @@ mod tests {
         assert_eq!(strftime("%d %b %Y", 1_721_952_000), "26 Jul 2024");
         assert_eq!(strftime("%A %B %j %H:%M:%S %p %%", 0), "Thursday January 001 00:00:00 AM %");
         assert_eq!(strftime("%F", 951_782_400), "2000-02-29");
+    }
+
+    #[test]
+    fn source_date_epoch_is_read_as_seconds() {
+        assert_eq!(source_date_epoch(Some("1721995200")), Some(1_721_995_200));
+        assert_eq!(source_date_epoch(Some(" 0 ")), Some(0));
+        for bad in [None, Some(""), Some("-5"), Some("1e9"), Some("soon"), Some("99999999999999999999999")] {
+            assert_eq!(source_date_epoch(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -5,9 +5,13 @@
 //! The mask engine is llguidance (`vocab.rs` gives it the vocabulary's
 //! bytes); what is Pocket's: which schema keywords are enforced and which are
 //! refused (`schema.rs`), the tool-call formats (`tools.rs`: rendering,
-//! call grammars, parsers), the thinking formats (`reasoning.rs`) and the
-//! per-request state machine the session drives (`turn.rs`).
+//! call grammars, parsers), the thinking formats (`reasoning.rs`), the
+//! per-request state machine the session drives (`turn.rs`), and gpt-oss's
+//! harmony, whose answer is a run of messages (`harmony.rs`, its turn in
+//! `harmony_turn.rs`).
 
+mod harmony;
+mod harmony_turn;
 mod reasoning;
 mod schema;
 mod tools;
@@ -17,6 +21,7 @@ mod vocab;
 use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
 
+pub use harmony::{parse_harmony, HarmonyOutput, Header as HarmonyHeader};
 pub use reasoning::ThinkFormat;
 pub use tools::{generic_messages, parse_tool_calls, validate as validate_tools, ParsedCall, ToolFormat};
 pub(crate) use turn::{Channel, Closed, Mask, Turn};

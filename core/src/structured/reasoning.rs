@@ -4,6 +4,9 @@
 
 use crate::tokenizer::Tokenizer;
 
+/// Where harmony's thought begins.
+const HARMONY_OPEN: &str = "<|channel|>analysis<|message|>";
+
 /// A model's thought markers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ThinkFormat {
@@ -26,6 +29,18 @@ impl ThinkFormat {
     /// The format of a model whose template is `template`, if it thinks.
     pub fn detect(tok: &Tokenizer, template: &str) -> Option<ThinkFormat> {
         let single = |t: &str| tok.token_id(t).filter(|&id| tok.token_piece(id) == t.as_bytes());
+        if super::harmony::is_harmony_template(template) {
+            // gpt-oss: thinking is the analysis channel's message (`harmony_turn.rs` routes it).
+            return Some(ThinkFormat {
+                open: HARMONY_OPEN,
+                close: "<|end|>",
+                open_id: None,
+                close_id: None,
+                header: "",
+                close_text: "<|end|>",
+                empty: "<|channel|>analysis<|message|><|end|><|start|>assistant",
+            });
+        }
         if template.contains("<|channel>") && template.contains("<channel|>") {
             return Some(ThinkFormat {
                 open: "<|channel>",
@@ -49,6 +64,11 @@ impl ThinkFormat {
             });
         }
         None
+    }
+
+    /// gpt-oss's harmony: the thought is a message of its own.
+    pub fn is_harmony(&self) -> bool {
+        self.open == HARMONY_OPEN
     }
 
     /// Whether a rendered prompt leaves a thought open (the template opened

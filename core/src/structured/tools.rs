@@ -9,6 +9,7 @@
 //! | `Hermes` (Qwen3, Qwen2.5) | `<tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>` |
 //! | `Gemma4` | `<\|tool_call>call:NAME{key:<\|"\|>text<\|"\|>,n:5}<tool_call\|>` |
 //! | `Llama3` | `{"name": NAME, "parameters": {...}}` (the whole answer) |
+//! | `Harmony` (gpt-oss) | `<\|channel\|>commentary to=functions.NAME <\|constrain\|>json<\|message\|>{...}<\|call\|>` (`harmony.rs`) |
 //! | `GenericJson` (templates without tools) | `{"name": NAME, "arguments": {...}}` (the whole answer) |
 //!
 //! Model output is untrusted: the parsers never panic, a malformed call is
@@ -17,7 +18,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::schema;
+use super::{harmony, schema};
 use super::{lark_string, ToolSpec};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
@@ -30,6 +31,7 @@ pub enum ToolFormat {
     Gemma4,
     Llama3,
     GenericJson,
+    Harmony,
 }
 
 /// A call read from the model's text.
@@ -42,13 +44,21 @@ pub struct ParsedCall {
 
 impl ToolFormat {
     /// Every format, for tests and fuzzing.
-    pub const ALL: [ToolFormat; 5] =
-        [ToolFormat::Qwen35Xml, ToolFormat::Hermes, ToolFormat::Gemma4, ToolFormat::Llama3, ToolFormat::GenericJson];
+    pub const ALL: [ToolFormat; 6] = [
+        ToolFormat::Qwen35Xml,
+        ToolFormat::Hermes,
+        ToolFormat::Gemma4,
+        ToolFormat::Llama3,
+        ToolFormat::GenericJson,
+        ToolFormat::Harmony,
+    ];
 
     /// The format a template writes calls in (`GenericJson` when it does
     /// not render tools at all).
     pub fn detect(template: &str) -> ToolFormat {
-        if template.contains("<|tool_call>") {
+        if harmony::is_harmony_template(template) {
+            ToolFormat::Harmony
+        } else if template.contains("<|tool_call>") {
             ToolFormat::Gemma4
         } else if template.contains("<tool_call>") && template.contains("<function=") {
             ToolFormat::Qwen35Xml
@@ -68,16 +78,18 @@ impl ToolFormat {
             ToolFormat::Gemma4 => "gemma4",
             ToolFormat::Llama3 => "llama3-json",
             ToolFormat::GenericJson => "generic-json",
+            ToolFormat::Harmony => "harmony",
         }
     }
 
     /// The marker that opens a call and the one that closes it; the JSON
-    /// forms have none (a call is the whole answer, opening with `{`).
+    /// forms have none (a call is the whole answer, opening with `{`), nor
+    /// has harmony (a call is a message, its recipient in the header).
     pub fn markers(self) -> Option<(&'static str, &'static str)> {
         match self {
             ToolFormat::Qwen35Xml | ToolFormat::Hermes => Some(("<tool_call>", "</tool_call>")),
             ToolFormat::Gemma4 => Some(("<|tool_call>", "<tool_call|>")),
-            ToolFormat::Llama3 | ToolFormat::GenericJson => None,
+            ToolFormat::Llama3 | ToolFormat::GenericJson | ToolFormat::Harmony => None,
         }
     }
 
@@ -91,10 +103,13 @@ impl ToolFormat {
 
     /// The Lark grammar of one call of one of `tools`, starting right after
     /// the open marker, or at it (`with_open`; the JSON forms: at the start
-    /// of the answer either way).
+    /// of the answer either way; harmony: at the message's header).
     pub fn call_grammar(self, tools: &[&ToolSpec], tok: &Tokenizer, with_open: bool) -> Result<String> {
         if tools.is_empty() {
             return Err(Error::InvalidArgument("tools: no tool to call".into()));
+        }
+        if self == ToolFormat::Harmony {
+            return harmony::header_grammar(tools, &harmony::Atoms::of(tok), harmony::Allowed::default());
         }
         let mut g = Lark::default();
         let mut alts = Vec::new();
@@ -124,6 +139,7 @@ impl ToolFormat {
                         ),
                     );
                 }
+                ToolFormat::Harmony => unreachable!("harmony's grammar is written above"),
                 ToolFormat::Gemma4 => {
                     let quote = special_or_text(tok, "<|\"|>");
                     let body = gemma_value(&mut g, &rule, &params, t, &quote, 0)?;
@@ -144,7 +160,7 @@ impl ToolFormat {
             ToolFormat::Gemma4 => {
                 format!("start: {open}{} ({call}) {}", lark_string("call:"), special_or_text(tok, "<tool_call|>"))
             }
-            ToolFormat::Llama3 | ToolFormat::GenericJson => format!("start: {call}"),
+            ToolFormat::Llama3 | ToolFormat::GenericJson | ToolFormat::Harmony => format!("start: {call}"),
         };
         g.rules.insert(0, start);
         g.rules.push("nl: \"\\n\"?".to_string());
@@ -247,7 +263,7 @@ pub fn validate(tools: &[ToolSpec]) -> Result<()> {
     Ok(())
 }
 
-fn tool_error(t: &ToolSpec, e: String) -> Error {
+pub(super) fn tool_error(t: &ToolSpec, e: String) -> Error {
     Error::InvalidArgument(format!("tools: '{}' parameters: {e}", t.name))
 }
 
@@ -268,7 +284,7 @@ fn parameters(t: &ToolSpec) -> Result<Value> {
 /// The schema a call's arguments are held to: the tool's parameters with no
 /// properties beyond its own unless it says so (as OpenAI's strict mode
 /// reads a tool).
-fn call_parameters(t: &ToolSpec) -> Result<Value> {
+pub(super) fn call_parameters(t: &ToolSpec) -> Result<Value> {
     let mut v = parameters(t)?;
     if let Value::Object(m) = &mut v {
         m.entry("additionalProperties").or_insert(Value::Bool(false));
@@ -278,7 +294,7 @@ fn call_parameters(t: &ToolSpec) -> Result<Value> {
 
 /// `text` as a Lark atom: the token by id where the vocabulary has it as
 /// one token (a control token cannot be spelled in text), else the literal text.
-fn special_or_text(tok: &Tokenizer, text: &str) -> String {
+pub(super) fn special_or_text(tok: &Tokenizer, text: &str) -> String {
     match tok.token_id(text) {
         Some(id) if tok.token_piece(id) == text.as_bytes() => format!("<[{id}]>"),
         _ => lark_string(text),
@@ -442,8 +458,14 @@ fn gemma_value(g: &mut Lark, rule: &str, s: &Value, t: &ToolSpec, quote: &str, d
 /// Read the calls out of an answer in `format`: the text outside the calls
 /// (a malformed call stays in it), and the calls in order. `tools` types
 /// Qwen3.5's raw parameter values (a string parameter stays text; others are
-/// read as JSON where they parse).
+/// read as JSON where they parse). Harmony: the kept text is the answer's
+/// (`final` and preamble messages, and messages that did not read); its
+/// thinking is in [`parse_harmony`](super::parse_harmony)'s output.
 pub fn parse_tool_calls(format: ToolFormat, text: &str, tools: &[ToolSpec]) -> (String, Vec<ParsedCall>) {
+    if format == ToolFormat::Harmony {
+        let out = harmony::parse_harmony(text);
+        return (out.text, out.calls);
+    }
     match format.markers() {
         Some((open, close)) => {
             let mut rest = text;
@@ -482,7 +504,7 @@ fn parse_body(format: ToolFormat, body: &str, tools: &[ToolSpec]) -> Option<Pars
         }
         ToolFormat::Hermes => parse_json_call(format, body.trim()),
         ToolFormat::Gemma4 => parse_gemma(body),
-        ToolFormat::Llama3 | ToolFormat::GenericJson => parse_json_call(format, body.trim()),
+        ToolFormat::Llama3 | ToolFormat::GenericJson | ToolFormat::Harmony => parse_json_call(format, body.trim()),
     }
 }
 
@@ -731,6 +753,7 @@ mod tests {
             ("google-gemma-4-31B-it.jinja", ToolFormat::Gemma4),
             ("meta-llama-Llama-3.2-3B-Instruct.jinja", ToolFormat::Llama3),
             ("google-gemma-2-2b-it.jinja", ToolFormat::GenericJson),
+            ("openai-gpt-oss-120b.jinja", ToolFormat::Harmony),
         ] {
             let src = std::fs::read_to_string(dir.join(file)).expect("fixture template");
             assert_eq!(ToolFormat::detect(&src), want, "{file}");

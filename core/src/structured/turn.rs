@@ -18,6 +18,7 @@ use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::SimpleVob;
 use llguidance::Matcher;
 
+use super::harmony_turn::HarmonyTurn;
 use super::reasoning::ThinkFormat;
 use super::tools::{self, ParsedCall, ToolFormat};
 use super::{compile, Grammars, Reasoning, ToolChoice, ToolSpec};
@@ -41,7 +42,7 @@ pub(crate) struct Step {
 }
 
 impl Step {
-    fn push(&mut self, c: Channel, bytes: &[u8]) {
+    pub(super) fn push(&mut self, c: Channel, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
@@ -106,6 +107,8 @@ pub(crate) struct Turn {
     held: Vec<u8>,
     eog: Vec<u32>,
     n_vocab: usize,
+    /// gpt-oss's harmony: its messages are routed by their own turn.
+    harmony: Option<HarmonyTurn>,
 }
 
 impl Turn {
@@ -122,7 +125,21 @@ impl Turn {
         tools: Option<(ToolFormat, Vec<ToolSpec>, ToolChoice)>,
         show_special: bool,
     ) -> Result<Turn> {
-        let thinking = think.as_ref().is_some_and(|f| f.open_at_end(prompt_text));
+        let is_harmony =
+            think.as_ref().is_some_and(ThinkFormat::is_harmony) || matches!(&tools, Some((ToolFormat::Harmony, _, _)));
+        let (answer, tools, harmony) = if is_harmony {
+            let (specs, forced) = match &tools {
+                None | Some((_, _, ToolChoice::Off)) => (Vec::new(), false),
+                Some((_, specs, choice)) => {
+                    (chosen_tools(specs, choice)?.into_iter().cloned().collect(), !matches!(choice, ToolChoice::Auto))
+                }
+            };
+            let h = HarmonyTurn::new(tok, grammars.clone(), reasoning, prompt_text, answer, specs, forced)?;
+            (None, None, Some(h))
+        } else {
+            (answer, tools, None)
+        };
+        let thinking = !is_harmony && think.as_ref().is_some_and(|f| f.open_at_end(prompt_text));
         let budget = match reasoning {
             Reasoning::Budget(n) => Some(n as usize),
             _ => None,
@@ -130,15 +147,7 @@ impl Turn {
         let plan = match tools {
             None | Some((_, _, ToolChoice::Off)) => None,
             Some((format, specs, choice)) => {
-                let chosen: Vec<&ToolSpec> = match &choice {
-                    ToolChoice::Named(name) => {
-                        let t = specs.iter().find(|t| &t.name == name).ok_or_else(|| {
-                            Error::InvalidArgument(format!("tool_choice: no tool named '{name}' among the tools"))
-                        })?;
-                        vec![t]
-                    }
-                    _ => specs.iter().collect(),
-                };
+                let chosen = chosen_tools(&specs, &choice)?;
                 let grammar = format.call_grammar(&chosen, tok, false)?;
                 let grammar_with_open = format.call_grammar(&chosen, tok, true)?;
                 let open = format.markers().map(|(open, _)| open);
@@ -170,6 +179,7 @@ impl Turn {
             held: Vec::new(),
             eog: tok.end_of_generation_tokens().collect(),
             n_vocab: tok.n_vocab(),
+            harmony,
         };
         // Compile the call grammars now: a bad tool is an error before any token.
         if let Some(p) = &turn.tools {
@@ -182,18 +192,21 @@ impl Turn {
     /// The calls closed since the last time (parsed; one that did not
     /// parse comes back as its text).
     pub(crate) fn take_closed(&mut self) -> Vec<Closed> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.take_closed();
+        }
         std::mem::take(&mut self.closed)
     }
 
     /// How many calls this turn made.
     pub(crate) fn n_calls(&self) -> usize {
-        self.n_calls
+        self.harmony.as_ref().map_or(self.n_calls, HarmonyTurn::n_calls)
     }
 
     /// Whether the turn computes masks (a constraint or tools): the
     /// session then computes them beside the forward pass.
     pub(crate) fn is_structured(&self) -> bool {
-        self.answer.is_some() || self.tools.is_some()
+        self.answer.is_some() || self.tools.is_some() || self.harmony.as_ref().is_some_and(HarmonyTurn::structured)
     }
 
     pub(crate) fn think_header(&self) -> &'static str {
@@ -215,6 +228,9 @@ impl Turn {
 
     /// The mask of the next token.
     pub(crate) fn mask(&mut self) -> Result<Mask> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.mask();
+        }
         if self.thinking {
             return Ok(Mask::Free);
         }
@@ -289,6 +305,9 @@ impl Turn {
     /// answer or a call: the thought is closed instead (the end token is
     /// dropped) and the answer begins.
     pub(crate) fn close_thought_instead_of_ending(&mut self, tok: &Tokenizer) -> Result<Option<Step>> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.close_instead_of_ending();
+        }
         let owes = self.answer.is_some() || self.tools.as_ref().is_some_and(|p| p.forced);
         let Some(f) = self.think.clone().filter(|_| self.thinking && owes) else { return Ok(None) };
         let mut step = Step::default();
@@ -315,6 +334,9 @@ impl Turn {
 
     /// Take a sampled token.
     pub(crate) fn accept(&mut self, token: u32, tok: &Tokenizer) -> Result<Step> {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.accept(token, tok);
+        }
         let mut step = Step::default();
         if let Some(f) = self.think.clone() {
             if self.thinking {
@@ -454,6 +476,9 @@ impl Turn {
 
     /// Text still held back at the end of generation.
     pub(crate) fn finish(&mut self) -> Step {
+        if let Some(h) = self.harmony.as_mut() {
+            return h.finish();
+        }
         let mut step = Step::default();
         let c = if self.thinking { Channel::Reasoning } else { Channel::Text };
         step.push(c, &std::mem::take(&mut self.held));
@@ -480,6 +505,19 @@ impl Turn {
     }
 }
 
+/// The tools a choice allows: one by name, else all.
+fn chosen_tools<'a>(specs: &'a [ToolSpec], choice: &ToolChoice) -> Result<Vec<&'a ToolSpec>> {
+    match choice {
+        ToolChoice::Named(name) => {
+            let t = specs.iter().find(|t| &t.name == name).ok_or_else(|| {
+                Error::InvalidArgument(format!("tool_choice: no tool named '{name}' among the tools"))
+            })?;
+            Ok(vec![t])
+        }
+        _ => Ok(specs.iter().collect()),
+    }
+}
+
 /// A call grammar that may also match nothing (after a call: another or the end).
 fn after_grammar(with_open: &str) -> String {
     let body = with_open.replacen("start:", "one_more:", 1);
@@ -491,7 +529,7 @@ fn after_grammar(with_open: &str) -> String {
 const MAX_FORCED: usize = 64;
 
 /// The tokens the grammar forces next (at most [`MAX_FORCED`]), consumed.
-fn take_forced(m: &mut Matcher) -> Vec<u32> {
+pub(super) fn take_forced(m: &mut Matcher) -> Vec<u32> {
     let mut ff = m.compute_ff_tokens();
     ff.truncate(MAX_FORCED);
     if ff.is_empty() || m.consume_tokens(&ff).is_err() {
@@ -501,17 +539,17 @@ fn take_forced(m: &mut Matcher) -> Vec<u32> {
 }
 
 /// Whether `mask` allows nothing but ending.
-fn only_eog(eog: &[u32], mask: &SimpleVob) -> bool {
+pub(super) fn only_eog(eog: &[u32], mask: &SimpleVob) -> bool {
     mask.num_set() == eog.iter().filter(|&&t| mask.is_allowed(t)).count()
 }
 
 /// Where `needle` first occurs in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(super) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The length of the longest suffix of `hay` that begins `marker` (held back).
-fn partial_suffix(hay: &[u8], marker: &[u8]) -> usize {
+pub(super) fn partial_suffix(hay: &[u8], marker: &[u8]) -> usize {
     (1..marker.len().min(hay.len() + 1)).rev().find(|&n| hay[hay.len() - n..] == marker[..n]).unwrap_or(0)
 }
 
@@ -520,7 +558,7 @@ fn trim_start_ws(b: &[u8]) -> &[u8] {
     &b[n..]
 }
 
-fn engine_error(what: &str, e: impl std::fmt::Display) -> Error {
+pub(super) fn engine_error(what: &str, e: impl std::fmt::Display) -> Error {
     Error::InvalidArgument(format!("{what}: {e}"))
 }
 
