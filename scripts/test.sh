@@ -56,6 +56,11 @@ export POCKET_GEMMA=$(scripts/fetch-demo-model.sh)
 export POCKET_REQUIRE_GEMMA=1
 step "chat model (the demo's SmolLM2-135M-Instruct)"
 export POCKET_SMOLLM2=$(scripts/fetch-chat-model.sh)
+# The families without shipped fixtures are checked on tiny synthetic files
+# (fixed seed; each test checks its file's sha256 and llama.cpp's logits of it
+# are committed in core/tests/data/synth).
+step "tiny synthetic models (scripts/synth-tiny.sh)"
+export POCKET_SYNTH_TINY=$(scripts/synth-tiny.sh)
 step "llama.cpp source tree (its vocabulary corpora)"
 cargo xtask llama-source
 export POCKET_REQUIRE_LLAMA_SRC=1
