@@ -316,7 +316,7 @@ fn tools(text: &str, v: &Vocab, seed: usize) {
     }
     let format = ToolFormat::ALL[seed % ToolFormat::ALL.len()];
     let refs: Vec<&ToolSpec> = specs.iter().collect();
-    let Ok(grammar) = format.call_grammar(&refs, &v.tok) else { return };
+    let Ok(grammar) = format.call_grammar(&refs, &v.tok, seed % 2 == 0) else { return };
     let mut m = match Constraint::Grammar(grammar.clone()).compile(&v.grammars) {
         Ok(m) => m,
         Err(e) => {
