@@ -554,6 +554,15 @@ pub enum TensorKind {
     ShortConvConv,
     ShortConvInProj,
     ShortConvOutProj,
+    /// A multi-token-prediction (NextN) layer's own tensors: the projection
+    /// `[2*n_embd] -> [n_embd]` over the normed embedding and hidden state,
+    /// those two norms, and its optional embedding, head and head norm.
+    NextnEhProj,
+    NextnEnorm,
+    NextnHnorm,
+    NextnEmbedTokens,
+    NextnSharedHeadHead,
+    NextnSharedHeadNorm,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -617,6 +626,12 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::ShortConvConv, "blk.{layer}.shortconv.conv"),
     (TensorKind::ShortConvInProj, "blk.{layer}.shortconv.in_proj"),
     (TensorKind::ShortConvOutProj, "blk.{layer}.shortconv.out_proj"),
+    (TensorKind::NextnEhProj, "blk.{layer}.nextn.eh_proj"),
+    (TensorKind::NextnEnorm, "blk.{layer}.nextn.enorm"),
+    (TensorKind::NextnHnorm, "blk.{layer}.nextn.hnorm"),
+    (TensorKind::NextnEmbedTokens, "blk.{layer}.nextn.embed_tokens"),
+    (TensorKind::NextnSharedHeadHead, "blk.{layer}.nextn.shared_head_head"),
+    (TensorKind::NextnSharedHeadNorm, "blk.{layer}.nextn.shared_head_norm"),
 ];
 
 impl TensorKind {
