@@ -630,6 +630,43 @@ mod tests {
         }
     }
 
+    /// The tiny qwen35moe with its MTP layer loads and drafts; the same
+    /// keys without the layer's tensors still load (generation does not
+    /// need it) and say why the layer cannot draft.
+    #[test]
+    fn the_mtp_layer_loads_and_a_broken_one_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("pocket-synth-mtp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, broken) = (dir.join("mtp.gguf"), dir.join("broken.gguf"));
+        let g = Geometry::qwen35moe_tiny();
+        let ftype = FileType::from_name("q8_0").unwrap();
+        write_model_mtp(&g, "test", ftype, &good, 3).unwrap();
+        let spec = Spec { arch: g.arch_name(), geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: plan(&g) };
+        write_file(&spec, |w| qwen_keys_nextn(&g, 1, w), ftype, &broken, 3).unwrap();
+        let result = std::panic::catch_unwind(|| {
+            let m = Model::load(&good).unwrap();
+            assert!(m.has_mtp().unwrap());
+            let pool = ThreadPool::new(2);
+            let mut st = m.new_mtp_state(8, KvType::F32).unwrap();
+            let h = vec![0.5; 2 * m.n_embd()];
+            m.mtp_forward(&pool, &mut st, &[300, 301], &h, true).unwrap();
+            assert_eq!(st.n_past(), 2);
+            assert!(st.logits().iter().all(|v| v.is_finite()) && st.logits().len() == g.n_vocab);
+            // A hidden state of the wrong width, a token outside the vocabulary.
+            assert!(m.mtp_forward(&pool, &mut st, &[300], &h, true).is_err());
+            assert!(m.mtp_forward(&pool, &mut st, &[5000], &h[..m.n_embd()], true).is_err());
+            let b = Model::load(&broken).unwrap();
+            let e = b.has_mtp().expect_err("no MTP tensors").to_string();
+            assert!(e.contains("nextn"), "{e}");
+            let mut st = b.new_state(8, KvType::F32).unwrap();
+            b.forward(&pool, &mut st, &[1, 300], Logits::Last).unwrap();
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
+        }
+    }
+
     #[test]
     #[ignore = "writes and reads 0.3 and 0.5 GB files: run by hand (cargo test -p xtask -- --ignored mid_iq)"]
     fn mid_iq_files_load_and_decode() {
