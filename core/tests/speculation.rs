@@ -558,7 +558,14 @@ fn llama_steps() -> Vec<(Vec<u32>, usize)> {
 
 /// Pairs tokens with the hidden state before each (`h_prev` before the
 /// first) and runs them through the MTP layer; returns the last token's state.
-fn mtp_take(m: &Model, pool: &ThreadPool, st: &mut pocket_core::model::MtpState, tokens: &[u32], h: &[f32], h_prev: &[f32]) -> Vec<f32> {
+fn mtp_take(
+    m: &Model,
+    pool: &ThreadPool,
+    st: &mut pocket_core::model::MtpState,
+    tokens: &[u32],
+    h: &[f32],
+    h_prev: &[f32],
+) -> Vec<f32> {
     let e = m.n_embd();
     let mut paired = h_prev.to_vec();
     paired.extend_from_slice(&h[..(tokens.len() - 1) * e]);
@@ -647,7 +654,8 @@ fn mtp_drafts_and_acceptance_are_llama_cpps() {
 #[test]
 fn greedy_is_identical_with_mtp() {
     let m = mtp_model();
-    let off = GenerateOptions { max_tokens: 40, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let off =
+        GenerateOptions { max_tokens: 40, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
     let on = GenerateOptions { speculation: MTP, ..off.clone() };
     // Its pieces are byte tokens: the text of a turn is ~5 tokens a token.
     let long = || Session::new(m.clone(), SessionOptions { context_length: 4096, threads: 2, ..Default::default() });

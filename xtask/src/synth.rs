@@ -641,7 +641,8 @@ mod tests {
         let g = Geometry::qwen35moe_tiny();
         let ftype = FileType::from_name("q8_0").unwrap();
         write_model_mtp(&g, "test", ftype, &good, 3).unwrap();
-        let spec = Spec { arch: g.arch_name(), geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: plan(&g) };
+        let spec =
+            Spec { arch: g.arch_name(), geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: plan(&g) };
         write_file(&spec, |w| qwen_keys_nextn(&g, 1, w), ftype, &broken, 3).unwrap();
         let result = std::panic::catch_unwind(|| {
             let m = Model::load(&good).unwrap();

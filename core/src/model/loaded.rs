@@ -582,8 +582,16 @@ impl Model {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary")));
         }
         let file = self.file.source().bytes();
-        let pass =
-            Pass { file, pool, backend: &Cpu, experts: None, map: None, pos0: st.n_past, n: tokens.len(), observer: None };
+        let pass = Pass {
+            file,
+            pool,
+            backend: &Cpu,
+            experts: None,
+            map: None,
+            pos0: st.n_past,
+            n: tokens.len(),
+            observer: None,
+        };
         let MtpState { cache, scratch, cat, hidden, logits, .. } = st;
         let logits = want_logits.then_some(logits);
         mtp.forward(&pass, trunk, cache, scratch, cat, tokens, h, hidden, logits)?;

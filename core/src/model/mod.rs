@@ -17,6 +17,10 @@
 //! checkpoints, snapshots, prefix reuse and the memory plan needed no
 //! change). Only MLA needed a new cache layout (`LayerKind::Latent`: 80
 //! values per position on the fixture).
+//!
+//! Issue 50's MTP drafter took `mtp.rs` (the nextn layer: the attention and
+//! MoE blocks as they are, its own KV cache in an `MtpState`) and one option
+//! of the pass: a state may keep every token's final-normed hidden state.
 
 pub mod blocks;
 mod budget;

@@ -65,10 +65,7 @@ impl Mtp {
     pub fn load(ld: &Loader, il: usize, shape: MtpShape) -> Result<Mtp> {
         let MtpShape { n_embd: e, n_vocab, attn, moe, n_ff_shexp, eps } = shape;
         let norm = |kind| RmsNorm::load(ld, kind, il, e, eps);
-        let head_norm = match ld.vector_opt(TensorKind::NextnSharedHeadNorm, il, e)? {
-            Some(w) => Some(RmsNorm { w, eps }),
-            None => None,
-        };
+        let head_norm = ld.vector_opt(TensorKind::NextnSharedHeadNorm, il, e)?.map(|w| RmsNorm { w, eps });
         Ok(Mtp {
             enorm: norm(TensorKind::NextnEnorm)?,
             hnorm: norm(TensorKind::NextnHnorm)?,
