@@ -4,21 +4,24 @@
 # bytes every time; each test checks its file's sha256) into
 # ${POCKET_SYNTH_TINY:-$HOME/.cache/pocket/synth-tiny} where missing. Prints
 # the directory, for `export POCKET_SYNTH_TINY=$(scripts/synth-tiny.sh)`.
-# One line per file: architecture, geometry, preset, file name.
+# One line per file: its name, then synth-model's arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${POCKET_SYNTH_TINY:-$HOME/.cache/pocket/synth-tiny}
 mkdir -p "$dir"
 
-synth() {
-    local arch=$1 geometry=$2 quant=$3 name=$4
-    if [ ! -f "$dir/$name" ]; then
-        cargo xtask synth-model --arch "$arch" --geometry "$geometry" --quant "$quant" --out "$dir/$name.part" >&2
-        mv "$dir/$name.part" "$dir/$name"
+synth() { # NAME ARGS...: write $dir/NAME.gguf with synth-model ARGS unless present
+    local name="$1"
+    shift
+    if [ ! -f "$dir/$name.gguf" ]; then
+        cargo xtask synth-model "$@" --out "$dir/$name.gguf.part" >&2
+        mv "$dir/$name.gguf.part" "$dir/$name.gguf"
     fi
 }
 
-synth gpt-oss tiny q8_0 gptoss-tiny-q8_0.gguf
-synth gpt-oss tiny mxfp4_moe gptoss-tiny-mxfp4_moe.gguf
+synth gptoss-tiny-q8_0 --arch gpt-oss --geometry tiny --quant q8_0
+synth gptoss-tiny-mxfp4_moe --arch gpt-oss --geometry tiny --quant mxfp4_moe
+# qwen35moe with its MTP (nextn) layer: the MTP drafter against llama.cpp's draft-mtp (core/tests/speculation.rs)
+synth qwen35moe-tiny-mtp-Q8_0 --arch qwen35moe --geometry tiny --quant q8_0 --mtp
 
 echo "$dir"

@@ -154,7 +154,8 @@ pub struct GenerateOptions {
 }
 
 /// How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
-/// optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
+/// optional there: absent = `Off`). `Mtp` drafts with the file's own
+/// multi-token-prediction layer (`InvalidArgument` for a file without one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, uniffi::Enum)]
 pub enum Speculation {
     /// One token per forward pass.

@@ -477,3 +477,223 @@ fn a_draft_model_of_another_vocabulary_is_refused() {
     // The same model is its own valid draft; another file of it too.
     assert!(with_draft(&gemma, &tiny("gemma3-tiny-F32")).is_ok());
 }
+
+// ---- the model's multi-token-prediction layer ----
+
+#[path = "../../xtask/src/sha256.rs"]
+mod sha256;
+
+use pocket_core::model::{KvType, Logits};
+use pocket_core::sampler::argmax;
+use pocket_core::threads::ThreadPool;
+
+/// The tiny qwen35moe with an MTP layer (`scripts/synth-tiny.sh` writes it
+/// into `$POCKET_SYNTH_TINY`), checked against the hash committed beside
+/// the expected figures (they were made from this very file).
+fn mtp_model() -> Arc<Model> {
+    let name = "qwen35moe-tiny-mtp-Q8_0";
+    let dir = std::env::var_os("POCKET_SYNTH_TINY")
+        .expect("POCKET_SYNTH_TINY is not set: export POCKET_SYNTH_TINY=$(scripts/synth-tiny.sh)");
+    let path = std::path::Path::new(&dir).join(format!("{name}.gguf"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/synth-tiny.sh)", path.display()));
+    let want = include_str!("data/synth/qwen35moe-tiny-mtp-Q8_0.sha256");
+    assert_eq!(
+        sha256::hex(&bytes),
+        want.split_whitespace().next().unwrap(),
+        "{name}: synth-model writes another file now: regenerate it (scripts/synth-tiny.sh after deleting it), \
+         its hash (core/tests/data/synth/{name}.sha256) and llama.cpp's figures in \
+         mtp_drafts_and_acceptance_are_llama_cpps (the command is in its comment)"
+    );
+    Arc::new(Model::load(&path).unwrap())
+}
+
+const MTP: Speculation = Speculation::Mtp { max_draft: 3 };
+const MTP_PROMPT: &str = "Hello world, this is a test of the drafter.";
+
+/// llama.cpp 0c1e570, on the tiny MTP file:
+/// `llama-speculative-simple -m qwen35moe-tiny-mtp-Q8_0.gguf --spec-type draft-mtp --spec-draft-n-max 3
+///  -p "Hello world, this is a test of the drafter." -n 48 --temp 0 --top-k 1 -t 1 -c 512 -lv 5`
+/// printed n_drafted = 100, n_accept = 17, n_predict = 51; per step, its
+/// debug log's drafts ("draft candidate 0" of each position) and accepted
+/// counts ("accepted A/D draft tokens"), and the target's tokens.
+const LLAMA_DRAFTS: [&[u32]; 9] = [
+    &[392, 331, 273],
+    &[999, 307, 551],
+    &[266, 946, 480],
+    &[918, 938, 486],
+    &[271, 993, 752],
+    &[793, 48, 179],
+    &[1017, 788, 656],
+    &[19, 391, 903],
+    &[170, 709, 684],
+];
+/// From the 10th step on the target repeats its 12-token cycle and the
+/// drafts those of steps 2..9 (then 1 draft where 2 tokens were left, and
+/// 3 again where none were: llama.cpp does not cut a draft to nothing).
+const LLAMA_CYCLE: [&[u32]; 8] = [
+    &[824, 999, 307],
+    &[266, 946, 480],
+    &[918, 938, 486],
+    &[271, 993, 752],
+    &[793, 48, 179],
+    &[1017, 788, 656],
+    &[19, 391, 903],
+    &[170, 709, 684],
+];
+const LLAMA_ACCEPTED_FIRST: [usize; 9] = [0, 1, 0, 0, 0, 0, 2, 0, 0];
+const LLAMA_ACCEPTED_CYCLE: [usize; 8] = [2, 0, 0, 0, 0, 2, 0, 0];
+const LLAMA_TOKENS: [u32; 12] = [824, 999, 262, 926, 390, 873, 639, 1017, 788, 579, 176, 108];
+
+/// llama.cpp's steps: (drafts, accepted), 34 of them.
+fn llama_steps() -> Vec<(Vec<u32>, usize)> {
+    let mut steps: Vec<(Vec<u32>, usize)> =
+        LLAMA_DRAFTS.iter().zip(LLAMA_ACCEPTED_FIRST).map(|(d, a)| (d.to_vec(), a)).collect();
+    while steps.len() < 34 {
+        let i = (steps.len() - 9) % 8;
+        steps.push((LLAMA_CYCLE[i].to_vec(), LLAMA_ACCEPTED_CYCLE[i]));
+    }
+    steps[31].0.truncate(1);
+    steps
+}
+
+/// Pairs tokens with the hidden state before each (`h_prev` before the
+/// first) and runs them through the MTP layer; returns the last token's state.
+fn mtp_take(
+    m: &Model,
+    pool: &ThreadPool,
+    st: &mut pocket_core::model::MtpState,
+    tokens: &[u32],
+    h: &[f32],
+    h_prev: &[f32],
+) -> Vec<f32> {
+    let e = m.n_embd();
+    let mut paired = h_prev.to_vec();
+    paired.extend_from_slice(&h[..(tokens.len() - 1) * e]);
+    m.mtp_forward(pool, st, tokens, &paired, false).unwrap();
+    h[(tokens.len() - 1) * e..].to_vec()
+}
+
+/// Pocket's MTP layer driven as `llama-speculative-simple --spec-type
+/// draft-mtp` drives llama.cpp's (the prompt but its last token evaluated,
+/// then per step: 3 greedy drafts chained through the layer, verified in one
+/// pass, the longest agreeing prefix kept, both states cut back to it):
+/// the same drafts at every step, so the same acceptance.
+#[test]
+fn mtp_drafts_and_acceptance_are_llama_cpps() {
+    let m = mtp_model();
+    let pool = ThreadPool::new(2);
+    let (n_ctx, n_predict_max, n_max): (usize, usize, usize) = (512, 48, 3);
+    let e = m.n_embd();
+    let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
+    let mut st = m.new_state(n_ctx, KvType::F16).unwrap();
+    st.keep_hidden(true);
+    let mut mtp = m.new_mtp_state(n_ctx, KvType::F16).unwrap();
+    let n = prompt.len();
+    m.forward(&pool, &mut st, &prompt[..n - 1], Logits::None).unwrap();
+    let mut pending_h = mtp_take(&m, &pool, &mut mtp, &prompt[..n - 1], st.hidden(), &vec![0.0; e]);
+    let (mut id_last, mut n_past, mut n_predict) = (prompt[n - 1], n - 1, 0);
+    let (mut steps, mut generated) = (Vec::new(), Vec::new());
+    while n_predict <= n_predict_max {
+        // Draft: (id_last, pending_h) at n_past, then each draft with the layer's own output.
+        let n_draft_max = (n_ctx - n_past - 2).min(n_predict_max.saturating_sub(n_predict + 1));
+        let (mut drafts, mut tok, mut h) = (Vec::new(), id_last, pending_h.clone());
+        while drafts.len() < n_max {
+            m.mtp_forward(&pool, &mut mtp, &[tok], &h, true).unwrap();
+            tok = argmax(mtp.logits()) as u32;
+            drafts.push(tok);
+            h = mtp.hidden().to_vec();
+        }
+        mtp.truncate(n_past);
+        if n_draft_max > 0 {
+            drafts.truncate(n_draft_max);
+        }
+        // Verify [id_last, drafts] in one pass; the layer takes it with the trunk's states.
+        let cp = st.checkpoint().unwrap();
+        let mut batch = vec![id_last];
+        batch.extend_from_slice(&drafts);
+        m.forward(&pool, &mut st, &batch, Logits::All).unwrap();
+        let rows = st.hidden().to_vec();
+        mtp_take(&m, &pool, &mut mtp, &batch, &rows, &pending_h);
+        let n_vocab = m.n_vocab();
+        let mut ids = Vec::new();
+        for (i, row) in st.logits().chunks_exact(n_vocab).enumerate() {
+            ids.push(argmax(row) as u32);
+            if i == drafts.len() || ids[i] != drafts[i] {
+                break;
+            }
+        }
+        let accepted = ids.len() - 1;
+        pending_h = rows[accepted * e..(accepted + 1) * e].to_vec();
+        n_past += 1 + accepted;
+        n_predict += ids.len();
+        if accepted < drafts.len() {
+            // Cut both back to the accepted tokens (the hybrid: restore and replay).
+            st.restore(&cp).unwrap();
+            m.forward(&pool, &mut st, &batch[..1 + accepted], Logits::None).unwrap();
+            mtp.truncate(n_past);
+        }
+        id_last = *ids.last().unwrap();
+        generated.extend_from_slice(&ids);
+        steps.push((drafts, accepted));
+    }
+    let want_tokens: Vec<u32> = LLAMA_TOKENS.iter().cycle().take(51).copied().collect();
+    assert_eq!(generated, want_tokens, "the target's greedy tokens are not llama.cpp's");
+    let want = llama_steps();
+    for (i, (got, want)) in steps.iter().zip(&want).enumerate() {
+        assert_eq!(got, want, "step {i}: (drafts, accepted) differ from llama.cpp's");
+    }
+    assert_eq!(steps.len(), want.len());
+    let drafted: usize = steps.iter().map(|s| s.0.len()).sum();
+    let accepted: usize = steps.iter().map(|s| s.1).sum();
+    assert_eq!((drafted, accepted, n_predict), (100, 17, 51), "llama.cpp: n_drafted 100, n_accept 17, n_predict 51");
+}
+
+/// Greedy with MTP drafting: the tokens without it (the hybrid's rollback
+/// through rejected drafts included), drafts both accepted and rejected; a
+/// second turn continues on the state the verifications left.
+#[test]
+fn greedy_is_identical_with_mtp() {
+    let m = mtp_model();
+    let off =
+        GenerateOptions { max_tokens: 40, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let on = GenerateOptions { speculation: MTP, ..off.clone() };
+    // Its pieces are byte tokens: the text of a turn is ~5 tokens a token.
+    let long = || Session::new(m.clone(), SessionOptions { context_length: 4096, threads: 2, ..Default::default() });
+    let (mut a, mut b) = (long().unwrap(), long().unwrap());
+    let (text_off, stats_off) = run(&mut a, MTP_PROMPT, &off);
+    let (text_on, stats_on) = run(&mut b, MTP_PROMPT, &on);
+    assert_eq!(stats_on.tokens, stats_off.tokens, "tokens differ with MTP drafting");
+    assert_eq!(text_on, text_off);
+    assert!(stats_on.accepted_tokens > 0, "no draft accepted: {stats_on:?}");
+    assert!(stats_on.accepted_tokens < stats_on.drafted_tokens, "no draft rejected: {stats_on:?}");
+    assert_eq!(b.cached_tokens(), a.cached_tokens());
+    let next = format!("{MTP_PROMPT}{text_off} and more");
+    let (t2_off, s2_off) = run(&mut a, &next, &off);
+    let (t2_on, s2_on) = run(&mut b, &next, &on);
+    assert_eq!(s2_on.tokens, s2_off.tokens, "second turn differs");
+    assert_eq!(t2_on, t2_off);
+    assert!(s2_on.drafted_tokens > 0, "the second turn drafted nothing: {s2_on:?}");
+    // A turn without MTP, then one with it again: the layer starts over, still exact.
+    let third = format!("{next}{t2_off} again");
+    let (t3_off, _) = run(&mut a, &third, &off);
+    let (t3_on, _) = run(&mut b, &third, &off);
+    assert_eq!(t3_on, t3_off);
+    let fourth = format!("{third}{t3_off} once more");
+    let (_, s4_off) = run(&mut a, &fourth, &off);
+    let (_, s4_on) = run(&mut b, &fourth, &on);
+    assert_eq!(s4_on.tokens, s4_off.tokens, "MTP after a turn without it differs");
+    assert!(s4_on.drafted_tokens > 0);
+}
+
+/// Seeded sampling with MTP drafting: the same tokens as without.
+#[test]
+fn seeded_sampling_with_mtp_gives_the_same_tokens() {
+    let m = mtp_model();
+    let sampler = SamplerConfig { temperature: 1.5, top_k: 20, ..SamplerConfig::default() };
+    let off = GenerateOptions { max_tokens: 32, sampler, ignore_eos: true, seed: Some(7), ..Default::default() };
+    let on = GenerateOptions { speculation: MTP, ..off.clone() };
+    let (_, a) = run(&mut session(&m), MTP_PROMPT, &off);
+    let (_, b) = run(&mut session(&m), MTP_PROMPT, &on);
+    assert_eq!(a.tokens, b.tokens);
+    assert!(b.drafted_tokens > 0);
+}

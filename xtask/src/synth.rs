@@ -100,6 +100,26 @@ impl Geometry {
         }
     }
 
+    /// Qwen3.5 at test size: 256 wide, 4 layers (one of full attention),
+    /// 8 experts, vocab 1024 (what `core/tests` checks against llama.cpp).
+    fn qwen35moe_tiny() -> Self {
+        Geometry {
+            n_embd: 256,
+            n_head: 4,
+            n_kv_head: 2,
+            n_expert: 8,
+            n_expert_used: 2,
+            n_ff_exp: 64,
+            n_ff_shexp: 128,
+            n_vocab: 1024,
+            n_ctx: 4096,
+            ssm_k_heads: 2,
+            ssm_v_heads: 4,
+            ssm_head_dim: 32,
+            ..Self::qwen35moe_mid()
+        }
+    }
+
     fn qwen3moe_mid() -> Self {
         Geometry { n_layer: 4, n_expert: 64, n_vocab: 4096, ..Self::qwen3moe_full() }
     }
@@ -198,6 +218,52 @@ fn plan(g: &Geometry) -> Vec<Planned> {
     t
 }
 
+/// The tensors of qwen35moe's multi-token-prediction layer `blk.{n_layer}`,
+/// as llama.cpp's converter writes Qwen3.5's `mtp.*` (`load_block_mtp`): a
+/// full-attention block with the MoE FFN and its gated shared expert, plus
+/// `nextn.eh_proj` `[2*n_embd -> n_embd]` over the normed embedding and
+/// hidden state (`enorm`, `hnorm`) and the head norm `shared_head_norm`
+/// (the real files have no `embed_tokens` or `shared_head_head`: the trunk's
+/// embedding and output head are shared). Its norms are not all ones (the
+/// head norm's gain is ~10).
+///
+/// The trunk's loud embeddings make a random model's next token mostly a
+/// function of the current one; `eh_proj` passes the normed embedding
+/// through (an identity block, F32) so that the layer predicts much of that
+/// function too, and drafts are accepted often enough to test (not always:
+/// the hidden state, the norms and the layer's own attention and MoE move it).
+fn plan_mtp(g: &Geometry) -> Vec<Planned> {
+    let (il, e) = (g.n_layer, g.n_embd as u64);
+    let (hd, nh, nkv) = (g.head_dim as u64, g.n_head as u64, g.n_kv_head as u64);
+    let (ff, ne, fs) = (g.n_ff_exp as u64, g.n_expert as u64, g.n_ff_shexp as u64);
+    let norm = Fill::Range(0.8, 1.2);
+    let mut t = Vec::new();
+    let mut add = |k: TensorKind, dims: &[u64], fill| t.push(Planned { name: k.weight(il), dims: dims.to_vec(), fill });
+    add(TensorKind::AttnNorm, &[e], norm);
+    add(TensorKind::AttnQ, &[e, 2 * nh * hd], Fill::Random);
+    add(TensorKind::AttnK, &[e, nkv * hd], Fill::Random);
+    add(TensorKind::AttnV, &[e, nkv * hd], Fill::Random);
+    add(TensorKind::AttnOut, &[nh * hd, e], Fill::Random);
+    add(TensorKind::AttnQNorm, &[hd], norm);
+    add(TensorKind::AttnKNorm, &[hd], norm);
+    add(TensorKind::AttnPostNorm, &[e], norm);
+    add(TensorKind::FfnGateInp, &[e, ne], Fill::Range(-0.05, 0.05));
+    add(TensorKind::FfnGateExps, &[e, ff, ne], Fill::Random);
+    add(TensorKind::FfnUpExps, &[e, ff, ne], Fill::Random);
+    add(TensorKind::FfnDownExps, &[ff, e, ne], Fill::Random);
+    add(TensorKind::FfnGateInpShexp, &[e], Fill::Range(-0.05, 0.05));
+    add(TensorKind::FfnGateShexp, &[e, fs], Fill::Random);
+    add(TensorKind::FfnUpShexp, &[e, fs], Fill::Random);
+    add(TensorKind::FfnDownShexp, &[fs, e], Fill::Random);
+    add(TensorKind::NextnEhProj, &[2 * e, e], Fill::Eye(2 * g.n_embd, 1.0));
+    add(TensorKind::NextnEnorm, &[e], norm);
+    add(TensorKind::NextnHnorm, &[e], norm);
+    // Loud: the shared head's logits of a random model are flat (top-1 near
+    // 0.1 of the top 10), where a rounding difference would flip drafts.
+    add(TensorKind::NextnSharedHeadNorm, &[e], Fill::Range(8.0, 12.0));
+    t
+}
+
 /// Each planned tensor's type in preset `ftype`: pocket quantize's mix
 /// (llama-quantize's, with an importance matrix, as the IQ files people use
 /// are made), the tensors visited in llama.cpp's order. What it leaves
@@ -209,6 +275,9 @@ fn types(shape: ModelShape, ftype: FileType, planned: &[Planned]) -> Vec<GgmlTyp
     let mut types = vec![GgmlType::F32; planned.len()];
     for i in order {
         types[i] = mixer.choose(&planned[i].name, &planned[i].dims, GgmlType::F32);
+        if matches!(planned[i].fill, Fill::Eye(..)) {
+            types[i] = GgmlType::F32;
+        }
     }
     types
 }
@@ -241,8 +310,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let mut quant = None;
     let mut out = None;
     let mut seed = 1u64;
+    let mut mtp = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        if a == "--mtp" {
+            mtp = true;
+            continue;
+        }
         let mut val = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
         match a.as_str() {
             "--arch" => arch = Some(val()?),
@@ -254,8 +328,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let usage = "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss \
-                 --geometry full|mid|e2b|tiny (e2b: gemma4; tiny: gpt-oss) \
-                 --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
+                 --geometry full|mid|e2b|tiny (e2b: gemma4; tiny: gpt-oss, qwen35moe) \
+                 --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE \
+                 [--mtp: qwen35moe with its multi-token-prediction layer]";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
     if arch.as_deref() == Some("gemma4") {
@@ -308,10 +383,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
     let g = match (arch.as_deref(), geometry.as_str()) {
         (Some("qwen35moe"), "full") => Geometry::qwen35moe_full(),
         (Some("qwen35moe"), "mid") => Geometry::qwen35moe_mid(),
+        (Some("qwen35moe"), "tiny") => Geometry::qwen35moe_tiny(),
         (Some("qwen3moe"), "full") => Geometry::qwen3moe_full(),
         (Some("qwen3moe"), "mid") => Geometry::qwen3moe_mid(),
         _ => return Err(usage.into()),
     };
+    if mtp {
+        if g.arch != Arch::Qwen35Moe {
+            return Err("--mtp: only qwen35moe has a multi-token-prediction layer here".into());
+        }
+        return write_model_mtp(&g, &geometry, ftype, &out, seed);
+    }
     write_model(&g, &geometry, ftype, &out, seed)
 }
 
@@ -330,11 +412,30 @@ fn write_model(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: 
     write_file(&spec, |w| qwen_keys(g, w), ftype, out, seed)
 }
 
+/// [`write_model`] with qwen35moe's multi-token-prediction layer after the
+/// trunk: `block_count` counts it, `nextn_predict_layers` = 1, and the
+/// recurrent-layer flags mark it full attention (as the converter writes them).
+fn write_model_mtp(g: &Geometry, geometry: &str, ftype: FileType, out: &Path, seed: u64) -> Result<(), String> {
+    let mut planned = plan(g);
+    planned.extend(plan_mtp(g));
+    let shape = ModelShape { n_layer: g.n_layer + 1, ..g.shape() };
+    let spec = Spec { arch: g.arch_name(), geometry, n_vocab: g.n_vocab, shape, planned };
+    write_file(&spec, |w| qwen_keys_nextn(g, 1, w), ftype, out, seed)
+}
+
 /// The keys of a Qwen MoE geometry (the tokenizer's aside).
 fn qwen_keys(g: &Geometry, w: &mut GgufWriter) {
+    qwen_keys_nextn(g, 0, w)
+}
+
+/// [`qwen_keys`] of a file with `n_nextn` multi-token-prediction layers after the trunk.
+fn qwen_keys_nextn(g: &Geometry, n_nextn: usize, w: &mut GgufWriter) {
     let a = g.arch_name();
     let k = |s: &str| format!("{a}.{s}");
-    w.kv(&k("block_count"), Value::U32(g.n_layer as u32))
+    if n_nextn > 0 {
+        w.kv(&k("nextn_predict_layers"), Value::U32(n_nextn as u32));
+    }
+    w.kv(&k("block_count"), Value::U32((g.n_layer + n_nextn) as u32))
         .kv(&k("context_length"), Value::U32(g.n_ctx as u32))
         .kv(&k("embedding_length"), Value::U32(g.n_embd as u32))
         .kv(&k("feed_forward_length"), Value::U32((g.n_ff_exp * g.n_expert_used) as u32))
@@ -348,7 +449,7 @@ fn qwen_keys(g: &Geometry, w: &mut GgufWriter) {
         .kv(&k("expert_used_count"), Value::U32(g.n_expert_used as u32))
         .kv(&k("expert_feed_forward_length"), Value::U32(g.n_ff_exp as u32));
     if g.arch == Arch::Qwen35Moe {
-        let recurrent: Vec<bool> = (0..g.n_layer).map(|il| g.is_recurrent(il)).collect();
+        let recurrent: Vec<bool> = (0..g.n_layer + n_nextn).map(|il| il < g.n_layer && g.is_recurrent(il)).collect();
         w.kv(&k("expert_shared_feed_forward_length"), Value::U32(g.n_ff_shexp as u32))
             .kv(&k("rope.dimension_count"), Value::U32((g.head_dim / 4) as u32))
             .kv(&k("rope.dimension_sections"), Value::Array(Array::I32(vec![11, 11, 10, 0])))
@@ -640,6 +741,44 @@ mod tests {
                 };
                 assert_eq!(ty, want, "{}", p.name);
             }
+        }
+    }
+
+    /// The tiny qwen35moe with its MTP layer loads and drafts; the same
+    /// keys without the layer's tensors still load (generation does not
+    /// need it) and say why the layer cannot draft.
+    #[test]
+    fn the_mtp_layer_loads_and_a_broken_one_is_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("pocket-synth-mtp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, broken) = (dir.join("mtp.gguf"), dir.join("broken.gguf"));
+        let g = Geometry::qwen35moe_tiny();
+        let ftype = FileType::from_name("q8_0").unwrap();
+        write_model_mtp(&g, "test", ftype, &good, 3).unwrap();
+        let spec =
+            Spec { arch: g.arch_name(), geometry: "test", n_vocab: g.n_vocab, shape: g.shape(), planned: plan(&g) };
+        write_file(&spec, |w| qwen_keys_nextn(&g, 1, w), ftype, &broken, 3).unwrap();
+        let result = std::panic::catch_unwind(|| {
+            let m = Model::load(&good).unwrap();
+            assert!(m.has_mtp().unwrap());
+            let pool = ThreadPool::new(2);
+            let mut st = m.new_mtp_state(8, KvType::F32).unwrap();
+            let h = vec![0.5; 2 * m.n_embd()];
+            m.mtp_forward(&pool, &mut st, &[300, 301], &h, true).unwrap();
+            assert_eq!(st.n_past(), 2);
+            assert!(st.logits().iter().all(|v| v.is_finite()) && st.logits().len() == g.n_vocab);
+            // A hidden state of the wrong width, a token outside the vocabulary.
+            assert!(m.mtp_forward(&pool, &mut st, &[300], &h, true).is_err());
+            assert!(m.mtp_forward(&pool, &mut st, &[5000], &h[..m.n_embd()], true).is_err());
+            let b = Model::load(&broken).unwrap();
+            let e = b.has_mtp().expect_err("no MTP tensors").to_string();
+            assert!(e.contains("nextn"), "{e}");
+            let mut st = b.new_state(8, KvType::F32).unwrap();
+            b.forward(&pool, &mut st, &[1, 300], Logits::Last).unwrap();
+        });
+        std::fs::remove_dir_all(&dir).unwrap();
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
         }
     }
 

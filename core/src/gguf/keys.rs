@@ -577,6 +577,15 @@ pub enum TensorKind {
     ShortConvOutProj,
     /// gpt-oss's attention sinks: one extra logit per head `[n_head]`.
     AttnSinks,
+    /// A multi-token-prediction (NextN) layer's own tensors: the projection
+    /// `[2*n_embd] -> [n_embd]` over the normed embedding and hidden state,
+    /// those two norms, and its optional embedding, head and head norm.
+    NextnEhProj,
+    NextnEnorm,
+    NextnHnorm,
+    NextnEmbedTokens,
+    NextnSharedHeadHead,
+    NextnSharedHeadNorm,
 }
 
 const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
@@ -641,6 +650,12 @@ const TENSOR_PATTERNS: &[(TensorKind, &str)] = &[
     (TensorKind::ShortConvInProj, "blk.{layer}.shortconv.in_proj"),
     (TensorKind::ShortConvOutProj, "blk.{layer}.shortconv.out_proj"),
     (TensorKind::AttnSinks, "blk.{layer}.attn_sinks"),
+    (TensorKind::NextnEhProj, "blk.{layer}.nextn.eh_proj"),
+    (TensorKind::NextnEnorm, "blk.{layer}.nextn.enorm"),
+    (TensorKind::NextnHnorm, "blk.{layer}.nextn.hnorm"),
+    (TensorKind::NextnEmbedTokens, "blk.{layer}.nextn.embed_tokens"),
+    (TensorKind::NextnSharedHeadHead, "blk.{layer}.nextn.shared_head_head"),
+    (TensorKind::NextnSharedHeadNorm, "blk.{layer}.nextn.shared_head_norm"),
 ];
 
 impl TensorKind {

@@ -12,6 +12,7 @@ use super::cpu::Cpu;
 use super::expert_cache::ExpertCache;
 use super::gpu_backend::{BackendCounters, GpuBackend};
 use super::identity::ModelIdentity;
+use super::mtp::MtpState;
 use super::network::{foreign_state, Network};
 use super::pass::{Backend, Observer, Pass};
 use super::state::{Metered, Meters, State};
@@ -503,7 +504,9 @@ impl Model {
             n: tokens.len(),
             observer,
         };
-        if let (Device::Gpu(g), [token], None, None) = (&self.device, tokens, observer, &state.trace) {
+        if let (Device::Gpu(g), [token], None, None, None) =
+            (&self.device, tokens, observer, &state.trace, &state.hidden)
+        {
             // One decoded token: one submission, when the network records.
             if g.decode(self.net.as_ref(), source.bytes(), state, *token, want)? {
                 state.n_past = end;
@@ -517,11 +520,88 @@ impl Model {
         let run = self.net.layers(&pass, &mut state.layers, s, state.trace.as_mut());
         state.measure();
         run?;
+        if let Some(hidden) = state.hidden.as_mut() {
+            // The final norm of every token (what the head reads), for a multi-token-prediction layer.
+            let rows = tokens.len() * trunk.n_embd;
+            trunk.norm.forward(&state.scratch.x[..rows], super::scratch::take(hidden, rows));
+        }
         state.logit_rows = trunk.logits(&pass, &mut state.scratch, want, &mut state.logits);
         state.n_past = end;
         state.measure();
         Ok(())
     }
+}
+
+/// The multi-token-prediction layer (drafting; see `mtp.rs`).
+impl Model {
+    /// Whether the file has a usable multi-token-prediction layer; an
+    /// error says why one it has cannot be used.
+    pub fn has_mtp(&self) -> Result<bool> {
+        Ok(self.net.mtp()?.is_some())
+    }
+
+    /// Width of the residual stream (of [`State::hidden`]'s rows).
+    pub fn n_embd(&self) -> usize {
+        self.net.trunk().n_embd
+    }
+
+    /// A fresh state of the multi-token-prediction layer for `n_ctx` positions.
+    pub fn new_mtp_state(&self, n_ctx: usize, kv: KvType) -> Result<MtpState> {
+        let mtp = self.net.mtp()?.ok_or_else(no_mtp)?;
+        Ok(MtpState::new(mtp.attn_params().new_cache(kv, n_ctx)?))
+    }
+
+    /// Run the multi-token-prediction layer over `tokens` paired with the
+    /// hidden states `h` (`[n][n_embd]`: row t the trunk's final-normed
+    /// state, or the layer's own output, of the position before token t), at
+    /// the positions after `st`'s; with `want_logits`, the last token's
+    /// logits. On the CPU, weights read from the mapped file (under a
+    /// memory budget too: the layer's experts are not in the expert cache).
+    pub fn mtp_forward(
+        &self,
+        pool: &ThreadPool,
+        st: &mut MtpState,
+        tokens: &[u32],
+        h: &[f32],
+        want_logits: bool,
+    ) -> Result<()> {
+        let mtp = self.net.mtp()?.ok_or_else(no_mtp)?;
+        let trunk = self.net.trunk();
+        if tokens.is_empty() || h.len() != tokens.len() * trunk.n_embd {
+            return Err(Error::InvalidArgument(format!(
+                "mtp: {} tokens need {} hidden values, got {}",
+                tokens.len(),
+                tokens.len() * trunk.n_embd,
+                h.len()
+            )));
+        }
+        if st.n_past + tokens.len() > st.cache.capacity {
+            return Err(Error::ContextFull { n_ctx: st.cache.capacity });
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= trunk.n_vocab) {
+            return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary")));
+        }
+        let file = self.file.source().bytes();
+        let pass = Pass {
+            file,
+            pool,
+            backend: &Cpu,
+            experts: None,
+            map: None,
+            pos0: st.n_past,
+            n: tokens.len(),
+            observer: None,
+        };
+        let MtpState { cache, scratch, cat, hidden, logits, .. } = st;
+        let logits = want_logits.then_some(logits);
+        mtp.forward(&pass, trunk, cache, scratch, cat, tokens, h, hidden, logits)?;
+        st.n_past += tokens.len();
+        Ok(())
+    }
+}
+
+fn no_mtp() -> Error {
+    Error::InvalidArgument("this file has no multi-token-prediction layer".into())
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

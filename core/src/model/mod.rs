@@ -23,6 +23,10 @@
 //! checkpoints, snapshots, prefix reuse and the memory plan needed no
 //! change). Only MLA needed a new cache layout (`LayerKind::Latent`: 80
 //! values per position on the fixture).
+//!
+//! Issue 50's MTP drafter took `mtp.rs` (the nextn layer: the attention and
+//! MoE blocks as they are, its own KV cache in an `MtpState`) and one option
+//! of the pass: a state may keep every token's final-normed hidden state.
 
 pub mod blocks;
 mod budget;
@@ -40,6 +44,7 @@ mod identity;
 mod lfm2moe;
 mod llama;
 mod loaded;
+mod mtp;
 mod network;
 mod params;
 pub mod pass;
@@ -60,6 +65,7 @@ pub use expert_cache::ExpertIo;
 pub use gpu_backend::{BackendCounters, GpuBackend};
 pub use identity::ModelIdentity;
 pub use loaded::{BackendKind, LoadOptions, Model};
+pub use mtp::MtpState;
 pub use network::Network;
 pub use pass::{HostBlock, Observer};
 pub use state::{Checkpoint, LayerState, State};

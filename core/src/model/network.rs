@@ -4,6 +4,7 @@
 //! holds its weights (that is [`super::loaded::Model`]'s business).
 
 use super::blocks::moe::Routing;
+use super::mtp::Mtp;
 use super::pass::Pass;
 #[cfg(feature = "gpu")]
 use super::record::Record;
@@ -59,6 +60,12 @@ pub trait Network: Send + Sync {
     /// holds gate and up); an expert's rows of these are one cache slot.
     fn experts(&self) -> Vec<(usize, &Experts)> {
         Vec::new()
+    }
+
+    /// The multi-token-prediction layer the file carries after its trunk
+    /// (`Ok(None)`: none; an error: one that could not be loaded, and why).
+    fn mtp(&self) -> Result<Option<&Mtp>> {
+        Ok(None)
     }
 
     /// Experts each token is routed to in a MoE layer (0 without experts).

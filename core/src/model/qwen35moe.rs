@@ -11,12 +11,13 @@ use super::blocks::deltanet::{DeltaNet, DeltaParams};
 use super::blocks::moe::{Moe, MoeParams, Routing};
 use super::blocks::norm::RmsNorm;
 use super::hparams::Meta;
+use super::mtp::{Mtp, MtpShape};
 use super::network::{foreign_state, Network};
 use super::pass::Pass;
 use super::state::{LayerKind, LayerState, Rows, Scratch};
 use super::trunk::Trunk;
 use super::weights::{Experts, Loader};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Key, TensorKind};
 use crate::kernels::ops;
 
@@ -26,6 +27,8 @@ struct Hparams {
     n_embd: usize,
     /// Trunk layers (block_count minus any multi-token-prediction layers).
     n_layer: usize,
+    /// Multi-token-prediction layers after the trunk (drafting uses the first).
+    n_nextn: usize,
     n_ff_shexp: usize,
     moe: MoeParams,
     attn: AttnParams,
@@ -83,6 +86,7 @@ impl Hparams {
         Ok(Hparams {
             n_embd: m.nonzero(Key::EmbeddingLength)?,
             n_layer,
+            n_nextn,
             n_ff_shexp: m.usize_or(Key::ExpertSharedFeedForwardLength, n_ff_exp)?,
             moe: MoeParams::read(m, n_expert, n_used, n_ff_exp)?,
             attn,
@@ -113,6 +117,9 @@ pub struct Qwen35Moe {
     hp: Hparams,
     trunk: Trunk,
     layers: Vec<Layer>,
+    /// The first multi-token-prediction layer, or why it could not be loaded
+    /// (generation runs without it; only MTP drafting needs it).
+    mtp: std::result::Result<Option<Mtp>, String>,
 }
 
 impl Qwen35Moe {
@@ -134,7 +141,25 @@ impl Qwen35Moe {
                 moe: Moe::load(&ld, il, e, hp.moe)?.with_shared_expert(&ld, il, e, hp.n_ff_shexp)?,
             });
         }
-        Ok(Qwen35Moe { trunk: Trunk::load(&ld, e, eps)?, hp, layers })
+        let trunk = Trunk::load(&ld, e, eps)?;
+        let mtp = match hp.n_nextn {
+            0 => Ok(None),
+            _ => {
+                let shape = MtpShape {
+                    n_embd: e,
+                    n_vocab: trunk.n_vocab,
+                    attn: hp.attn.clone(),
+                    moe: hp.moe,
+                    n_ff_shexp: hp.n_ff_shexp,
+                    eps,
+                };
+                Mtp::load(&ld, hp.n_layer, shape).map(Some).map_err(|err| {
+                    log::warn!("qwen35moe: the multi-token-prediction layer is not usable: {err}");
+                    err.to_string()
+                })
+            }
+        };
+        Ok(Qwen35Moe { trunk, hp, layers, mtp })
     }
 }
 
@@ -160,6 +185,13 @@ impl Network for Qwen35Moe {
 
     fn experts_used(&self) -> usize {
         self.hp.moe.n_used
+    }
+
+    fn mtp(&self) -> Result<Option<&Mtp>> {
+        match &self.mtp {
+            Ok(m) => Ok(m.as_ref()),
+            Err(why) => Err(Error::InvalidArgument(format!("the multi-token-prediction layer: {why}"))),
+        }
     }
 
     #[cfg(feature = "gpu")]

@@ -103,6 +103,10 @@ pub struct State {
     /// Its share of its model's [`Meters`] (states made by the model's
     /// `new_state`).
     pub(crate) meter: Option<Metered>,
+    /// When set, every pass leaves here the final-normed hidden state of
+    /// each of its tokens (`[n][n_embd]`): what a multi-token-prediction
+    /// layer drafts from ([`State::keep_hidden`]).
+    pub(crate) hidden: Option<Vec<f32>>,
 }
 
 /// The memory a model's states hold, summed over the live ones.
@@ -266,7 +270,22 @@ impl State {
             clock: 0,
             stamps: vec![0; n_ctx],
             meter: None,
+            hidden: None,
         }
+    }
+
+    /// Keep the final-normed hidden state of every token of the next passes
+    /// (or stop keeping it): [`hidden`](Self::hidden).
+    pub fn keep_hidden(&mut self, on: bool) {
+        if on != self.hidden.is_some() {
+            self.hidden = on.then(Vec::new);
+        }
+    }
+
+    /// The final-normed hidden state of each token of the last pass,
+    /// `[n][n_embd]` (empty unless [`keep_hidden`](Self::keep_hidden)).
+    pub fn hidden(&self) -> &[f32] {
+        self.hidden.as_deref().unwrap_or(&[])
     }
 
     /// Bring its share of its model's meters up to date (after a pass: the

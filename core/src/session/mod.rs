@@ -13,6 +13,7 @@
 
 mod cancel;
 mod draft;
+mod mtp;
 mod options;
 mod output;
 mod shared;
@@ -39,6 +40,7 @@ pub use crate::sampler::DEFAULT_SEED;
 pub use cancel::CancelHandle;
 pub(crate) use cancel::Ticket;
 use draft::DraftSession;
+use mtp::MtpDraft;
 pub use options::{
     ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
     DEFAULT_SLIDE_SINK,
@@ -66,6 +68,9 @@ pub struct Session {
     cancel: CancelHandle,
     /// The session on [`SessionOptions::draft_model`], if any.
     draft: Option<Box<DraftSession>>,
+    /// The multi-token-prediction layer's state (made by the first
+    /// [`Speculation::Mtp`] request).
+    mtp: Option<Box<MtpDraft>>,
 }
 
 impl Session {
@@ -163,6 +168,7 @@ impl Session {
             checkpoints: conversation.checkpoints,
             cancel: CancelHandle::default(),
             draft,
+            mtp: None,
         })
     }
 
@@ -193,7 +199,8 @@ impl Session {
     /// draft model's included).
     pub fn memory_bytes(&self) -> usize {
         let draft = self.draft.as_ref().map_or(0, |d| d.memory_bytes());
-        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>() + draft
+        let mtp = self.mtp.as_ref().map_or(0, |m| m.memory_bytes());
+        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>() + draft + mtp
     }
 
     /// Forget the conversation.
@@ -201,6 +208,9 @@ impl Session {
         self.state.clear();
         self.cached.clear();
         self.checkpoints.clear();
+        if let Some(m) = self.mtp.as_mut() {
+            m.reset();
+        }
     }
 
     /// Complete raw text. The prompt is tokenised with the model's BOS (and
@@ -412,6 +422,7 @@ impl Session {
         let model = self.model.clone();
         let tok = model.tokenizer();
         let mut drafter = opts.speculation.drafter(&model, self.draft.is_some())?;
+        self.follow_with_mtp(matches!(opts.speculation, Speculation::Mtp { .. }), &prompt)?;
         // The structure of the answer is compiled on a worker thread while
         // the prompt is evaluated (the vocabulary's engine, built on a
         // model's first constrained request, takes a second on a 262k vocabulary).
@@ -486,7 +497,8 @@ impl Session {
                     let mut history = Vec::with_capacity(self.cached.len() + pending.len());
                     history.extend_from_slice(&self.cached);
                     history.extend_from_slice(&pending);
-                    d.propose(&history, room.min(left), self.draft.as_deref_mut())?
+                    let mtp = self.mtp.as_deref_mut().map(|m| (m, &*model, &self.pool));
+                    d.propose(&history, room.min(left), self.draft.as_deref_mut(), mtp)?
                 }
                 _ => Vec::new(),
             };
@@ -694,6 +706,9 @@ impl Session {
         if keep >= self.cached.len() {
             return Ok(false);
         }
+        if let Some(m) = self.mtp.as_mut() {
+            m.truncate(keep);
+        }
         match &v.checkpoint {
             None => {
                 self.state.truncate(keep)?;
@@ -727,8 +742,36 @@ impl Session {
                 ContextPolicy::Slide { sink } => self.slide(sink.unwrap_or(0), tokens.len())?,
             }
         }
+        let pos0 = self.state.n_past();
         self.model.forward(&self.pool, &mut self.state, tokens, want)?;
+        if let Some(m) = self.mtp.as_mut() {
+            m.process(&self.model, &self.pool, pos0, tokens, self.state.hidden())?;
+        }
         self.cached.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Before a request: with `on`, the multi-token-prediction layer follows
+    /// every pass (made on first use; when it is out of step with the
+    /// cached tokens, or the prompt would rewind them, the session starts
+    /// from an empty state, as the layer cannot catch up on tokens evaluated
+    /// without it). Without, the state keeps no hidden rows and the layer
+    /// forgets what it held.
+    fn follow_with_mtp(&mut self, on: bool, prompt: &[u32]) -> Result<()> {
+        self.state.keep_hidden(on);
+        if !on {
+            if let Some(m) = self.mtp.as_mut() {
+                m.reset();
+            }
+            return Ok(());
+        }
+        if self.mtp.is_none() {
+            self.mtp = Some(Box::new(MtpDraft::new(&self.model, self.state.n_ctx(), self.opts.kv_type)?));
+        }
+        let extends = prompt.len() > self.cached.len() && prompt.starts_with(&self.cached);
+        if !(extends && self.mtp.as_ref().is_some_and(|m| m.in_step(&self.cached))) {
+            self.reset();
+        }
         Ok(())
     }
 

@@ -52,6 +52,8 @@ use crate::gguf::Key;
 use crate::model::Model;
 
 use super::draft::DraftSession;
+use super::mtp::MtpDraft;
+use crate::threads::ThreadPool;
 
 /// How a request drafts tokens for verification.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,7 +65,8 @@ pub enum Speculation {
     /// occurrence of the last `ngram` (down to 1) tokens of the prompt and
     /// the answer so far, up to `max_draft` of them.
     Lookup { ngram: usize, max_draft: usize },
-    /// The model's multi-token-prediction head (not yet supported).
+    /// The model's multi-token-prediction layer (qwen35moe files that keep
+    /// it: `nextn_predict_layers`), drafting greedily: up to `max_draft` tokens.
     Mtp { max_draft: usize },
     /// A smaller model of the same vocabulary, the session's
     /// [`SessionOptions::draft_model`](super::SessionOptions::draft_model),
@@ -110,20 +113,24 @@ impl Speculation {
                 let script = testing::SCRIPT.with(|s| s.borrow().clone());
                 Ok(Some(Drafter::with(Source::Lookup { ngram, script }, max_draft)))
             }
-            Speculation::Mtp { .. } => {
-                let file = model.file();
-                let arch = file.architecture()?.unwrap_or("");
-                let layers = file.get_u64(&Key::NextnPredictLayers.for_arch(arch))?.unwrap_or(0);
-                let tensors = file.tensors().iter().any(|t| t.name.contains("nextn"));
-                if layers > 0 || tensors {
-                    Err(Error::InvalidArgument(format!(
-                        "speculation: mtp: this file has an MTP layer ({arch}.nextn_predict_layers = {layers}) \
-                         but MTP drafting is not yet supported; use lookup"
-                    )))
-                } else {
-                    Err(Error::InvalidArgument("speculation: mtp: this file has no MTP layer; use lookup".into()))
+            Speculation::Mtp { max_draft } => match model.has_mtp() {
+                Ok(true) => Ok(Some(Drafter::with(Source::Mtp, max_draft))),
+                Ok(false) => {
+                    let file = model.file();
+                    let arch = file.architecture()?.unwrap_or("");
+                    let layers = file.get_u64(&Key::NextnPredictLayers.for_arch(arch))?.unwrap_or(0);
+                    let tensors = file.tensors().iter().any(|t| t.name.contains("nextn"));
+                    if layers > 0 || tensors {
+                        Err(Error::InvalidArgument(format!(
+                            "speculation: mtp: this file has an MTP layer ({arch}.nextn_predict_layers = {layers}) \
+                             but MTP drafting is not supported for {arch}; use lookup"
+                        )))
+                    } else {
+                        Err(Error::InvalidArgument("speculation: mtp: this file has no MTP layer; use lookup".into()))
+                    }
                 }
-            }
+                Err(e) => Err(Error::InvalidArgument(format!("speculation: mtp: {e}"))),
+            },
             Speculation::DraftModel { max_draft } if has_draft_model => {
                 Ok(Some(Drafter::with(Source::Model, max_draft)))
             }
@@ -154,6 +161,8 @@ enum Source {
     Lookup { ngram: usize, script: Option<Vec<u32>> },
     /// The session's draft model, greedy (`session/draft.rs`).
     Model,
+    /// The model's multi-token-prediction layer, greedy (`session/mtp.rs`).
+    Mtp,
 }
 
 impl Drafter {
@@ -168,8 +177,15 @@ impl Drafter {
 
     /// Up to `min(k, limit)` drafts to follow `history` (prompt and answer
     /// so far); none while backing off. Called once per decode step.
-    /// `draft`: the session's draft model, which [`Source::Model`] drafts with.
-    pub fn propose(&mut self, history: &[u32], limit: usize, draft: Option<&mut DraftSession>) -> Result<Vec<u32>> {
+    /// `draft`: the session's draft model, which [`Source::Model`] drafts
+    /// with; `mtp`: the multi-token-prediction layer, [`Source::Mtp`]'s.
+    pub fn propose(
+        &mut self,
+        history: &[u32],
+        limit: usize,
+        draft: Option<&mut DraftSession>,
+        mtp: Option<(&mut MtpDraft, &Model, &ThreadPool)>,
+    ) -> Result<Vec<u32>> {
         if self.pause > 0 {
             self.pause -= 1;
             return Ok(Vec::new());
@@ -177,6 +193,12 @@ impl Drafter {
         let k = self.k.min(limit);
         if k == 0 {
             return Ok(Vec::new());
+        }
+        if let Source::Mtp = self.source {
+            return match mtp {
+                Some((m, model, pool)) => m.propose(model, pool, history, k),
+                None => Ok(Vec::new()),
+            };
         }
         match (&self.source, draft) {
             (Source::Lookup { script: Some(script), .. }, _) => {
@@ -186,6 +208,7 @@ impl Drafter {
             (Source::Lookup { ngram, script: None }, _) => Ok(lookup(history, *ngram, k)),
             (Source::Model, Some(d)) => d.propose(history, k),
             (Source::Model, None) => Err(no_draft_model()),
+            (Source::Mtp, _) => Ok(Vec::new()),
         }
     }
 
@@ -311,7 +334,7 @@ mod tests {
         let mut d = Drafter::lookup(2, 4);
         let mut passes = Vec::new();
         for step in 0..200 {
-            let drafts = d.propose(&h, 8, None).unwrap();
+            let drafts = d.propose(&h, 8, None, None).unwrap();
             if !drafts.is_empty() {
                 passes.push(step);
                 d.update(drafts.len(), 0);
@@ -323,9 +346,9 @@ mod tests {
         assert!(passes.len() <= 11, "{} verify passes in 200 steps", passes.len());
         // Every probe is one draft (k fell to 1), and an accepted one ends the back-off.
         assert_eq!(d.k(), 1);
-        while d.propose(&h, 8, None).unwrap().is_empty() {}
+        while d.propose(&h, 8, None, None).unwrap().is_empty() {}
         d.update(1, 1);
-        assert_eq!(d.propose(&h, 8, None).unwrap().len(), 2);
+        assert_eq!(d.propose(&h, 8, None, None).unwrap().len(), 2);
     }
 
     #[test]

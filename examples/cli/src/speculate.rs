@@ -12,7 +12,7 @@ pub enum Kind {
     Off,
     // Prompt lookup: the tokens that followed the last n-gram earlier in the prompt or answer.
     Lookup,
-    // The model's multi-token-prediction head (not yet supported).
+    // The model's multi-token-prediction layer (qwen35moe files that keep it).
     Mtp,
     // A smaller draft model of the same vocabulary (--draft-model FILE).
     Draft,

@@ -23,6 +23,9 @@ pub enum Fill {
     Range(f32, f32),
     /// `(n, a, b)`: the first `n` values `a`, the rest `b` (F32 only).
     Split(usize, f32, f32),
+    /// `(width, gain)`: a matrix of rows `width` long, `gain` on its
+    /// diagonal (row r, column r) over [`Fill::Random`]'s values (F32 only).
+    Eye(usize, f32),
 }
 
 impl Fill {
@@ -121,6 +124,7 @@ pub fn fill_tensor(ty: GgmlType, fill: Fill, buf: &mut [u8], rng: &mut Rng) {
                             b
                         }
                     }
+                    Fill::Eye(width, gain) if i % width == i / width => gain + float(Fill::Random, rng),
                     _ => float(fill, rng),
                 };
                 c.copy_from_slice(&v.to_le_bytes());
@@ -173,7 +177,7 @@ fn float(fill: Fill, rng: &mut Rng) -> f32 {
     match fill {
         Fill::Const(v) => v,
         Fill::Range(lo, hi) => lo + (hi - lo) * rng.unit(),
-        Fill::Random | Fill::Loud(_) => (rng.unit() - 0.5) * 0.04 * fill.gain(),
+        Fill::Random | Fill::Loud(_) | Fill::Eye(..) => (rng.unit() - 0.5) * 0.04 * fill.gain(),
         // Position-dependent: only an F32 tensor takes it (see fill_tensor).
         Fill::Split(_, a, _) => a,
     }
