@@ -8,7 +8,8 @@
 # the `show_isa` test prints which path was selected. pocket-core is built
 # here without its `gpu` feature, so the GPU stand-in's tests run here too
 # (on x86-64 the workspace enables the feature). Gemma 4's fixture logits run
-# here too (the NEON paths against llama.cpp's and transformers' logits).
+# here too (the NEON paths against llama.cpp's and transformers' logits), and
+# the synthetic tiny models' against llama.cpp's.
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,9 @@ cd "$(dirname "$0")/.."
 TARGET=aarch64-unknown-linux-gnu
 QEMU="qemu-aarch64 -L /usr/aarch64-linux-gnu"
 FILTERS=(kernels quant threads gpu::)
+# The tiny synthetic models of the families without shipped fixtures (made
+# here, on the host, when test.sh has not already).
+export POCKET_SYNTH_TINY="${POCKET_SYNTH_TINY:-$(scripts/synth-tiny.sh)}"
 
 run() {
     local cpu=$1
@@ -25,7 +29,8 @@ run() {
         | grep -E "kernels: selected|^test result|FAILED|error"
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
-            --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits 2>&1 \
+            --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits \
+            --test olmoe_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

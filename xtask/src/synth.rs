@@ -6,6 +6,7 @@
 
 mod blocks;
 mod gemma4;
+mod olmoe;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -251,7 +252,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let usage =
-        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4 --geometry full|mid|e2b (e2b: gemma4) \
+        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|olmoe --geometry full|mid|e2b|tiny (e2b: gemma4, tiny: olmoe) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
@@ -264,6 +265,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let spec =
             Spec { arch: "gemma4", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("olmoe") {
+        let g = match geometry.as_str() {
+            "full" => olmoe::Olmoe::full(),
+            "tiny" => olmoe::Olmoe::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec = Spec { arch: "olmoe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {

@@ -27,6 +27,9 @@ pub enum Arch {
     /// LFM2-MoE: gated short-convolution layers beside GQA attention,
     /// leading dense layers, then MoE with a selection-biased sigmoid router.
     Lfm2Moe,
+    /// OLMoE: a Llama-shaped MoE with q/k RMS norms over the whole
+    /// projections and an unnormalised softmax top-k router.
+    Olmoe,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -40,6 +43,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::Deepseek2, "deepseek2"),
     (Arch::GraniteHybrid, "granitehybrid"),
     (Arch::Lfm2Moe, "lfm2moe"),
+    (Arch::Olmoe, "olmoe"),
 ];
 
 impl Arch {
@@ -244,6 +248,23 @@ impl Arch {
                 FfnUpExps,
                 FfnDownExps,
             ],
+            Arch::Olmoe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                FfnNorm,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
         }
     }
 }
@@ -277,6 +298,8 @@ pub enum Key {
     ExpertGroupUsedCount,
     /// The first N layers have a dense FFN instead of experts.
     LeadingDenseBlockCount,
+    /// Every Nth layer (after the leading dense ones) is a MoE layer (ERNIE-4.5).
+    InterleaveMoeLayerStep,
     NextnPredictLayers,
     FullAttentionInterval,
     AttnLogitSoftcapping,
@@ -393,6 +416,7 @@ impl Key {
             ExpertGroupCount => "{arch}.expert_group_count",
             ExpertGroupUsedCount => "{arch}.expert_group_used_count",
             LeadingDenseBlockCount => "{arch}.leading_dense_block_count",
+            InterleaveMoeLayerStep => "{arch}.interleave_moe_layer_step",
             NextnPredictLayers => "{arch}.nextn_predict_layers",
             FullAttentionInterval => "{arch}.full_attention_interval",
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",

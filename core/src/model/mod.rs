@@ -17,6 +17,9 @@
 //! checkpoints, snapshots, prefix reuse and the memory plan needed no
 //! change). Only MLA needed a new cache layout (`LayerKind::Latent`: 80
 //! values per position on the fixture).
+//! `olmoe.rs` 160: nothing new but two options, a q/k norm over the whole
+//! projections (`QkNorm::Whole` of the attention block) and the MoE's
+//! routing with renormalisation and scaling off.
 
 pub mod blocks;
 mod budget;
@@ -32,6 +35,7 @@ mod identity;
 mod lfm2moe;
 mod llama;
 mod network;
+mod olmoe;
 pub mod pass;
 mod qwen35moe;
 mod scratch;
@@ -66,5 +70,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::Deepseek2 => Box::new(deepseek2::Deepseek2::load(file)?),
         Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
         Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
+        Arch::Olmoe => Box::new(olmoe::Olmoe::load(file)?),
     })
 }
