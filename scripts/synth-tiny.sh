@@ -20,5 +20,6 @@ synth() {
 }
 
 synth olmoe-tiny-q8_0 olmoe tiny q8_0
+synth ernie4_5-moe-tiny-q8_0 ernie4_5-moe tiny q8_0
 
 echo "$dir"

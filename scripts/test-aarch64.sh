@@ -30,7 +30,7 @@ run() {
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
             --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits \
-            --test olmoe_logits 2>&1 \
+            --test olmoe_logits --test ernie4_5_moe_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

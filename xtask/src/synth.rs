@@ -5,6 +5,7 @@
 //! measurements on models nobody has to download.
 
 mod blocks;
+mod ernie;
 mod gemma4;
 mod olmoe;
 
@@ -252,7 +253,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     let usage =
-        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|olmoe --geometry full|mid|e2b|tiny (e2b: gemma4, tiny: olmoe) \
+        "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|olmoe|ernie4_5-moe --geometry full|mid|e2b|tiny (e2b: gemma4, tiny: olmoe, ernie4_5-moe) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
     let out = out.ok_or(usage)?;
@@ -274,6 +275,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
             _ => return Err(usage.into()),
         };
         let spec = Spec { arch: "olmoe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("ernie4_5-moe") {
+        let g = match geometry.as_str() {
+            "full" => ernie::Ernie::full(),
+            "tiny" => ernie::Ernie::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "ernie4_5-moe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {

@@ -30,6 +30,10 @@ pub enum Arch {
     /// OLMoE: a Llama-shaped MoE with q/k RMS norms over the whole
     /// projections and an unnormalised softmax top-k router.
     Olmoe,
+    /// ERNIE-4.5-MoE: leading dense layers, then (every
+    /// `interleave_moe_layer_step`) a softmax MoE with a selection bias
+    /// beside a shared expert.
+    Ernie45Moe,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -44,6 +48,7 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::GraniteHybrid, "granitehybrid"),
     (Arch::Lfm2Moe, "lfm2moe"),
     (Arch::Olmoe, "olmoe"),
+    (Arch::Ernie45Moe, "ernie4_5-moe"),
 ];
 
 impl Arch {
@@ -264,6 +269,28 @@ impl Arch {
                 FfnGateExps,
                 FfnUpExps,
                 FfnDownExps,
+            ],
+            Arch::Ernie45Moe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
             ],
         }
     }

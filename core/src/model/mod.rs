@@ -19,12 +19,15 @@
 //! values per position on the fixture).
 //! `olmoe.rs` 160: nothing new but two options, a q/k norm over the whole
 //! projections (`QkNorm::Whole` of the attention block) and the MoE's
-//! routing with renormalisation and scaling off.
+//! routing with renormalisation and scaling off. `ernie45moe.rs` 200: the
+//! MoE block's selection bias and shared expert as DeepSeek uses them, its
+//! layers chosen by a leading dense count and an interleave step.
 
 pub mod blocks;
 mod budget;
 mod cache;
 mod deepseek2;
+mod ernie45moe;
 mod expert_cache;
 mod gemma3;
 mod gemma4;
@@ -71,5 +74,6 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
         Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
         Arch::Olmoe => Box::new(olmoe::Olmoe::load(file)?),
+        Arch::Ernie45Moe => Box::new(ernie45moe::Ernie45Moe::load(file)?),
     })
 }
