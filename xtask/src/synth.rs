@@ -550,6 +550,27 @@ mod tests {
         }
     }
 
+    /// The tiny OLMoE and ERNIE-4.5-MoE files load and decode in two more
+    /// presets than the Q8_0 their logits tests read (presets no other test
+    /// here writes: the files of one preset share a directory).
+    #[test]
+    fn tiny_olmoe_and_ernie_files_load_and_decode() {
+        let (o, e) = (olmoe::Olmoe::tiny(), ernie::Ernie::tiny());
+        for preset in ["q5_k_m", "q3_k_m"] {
+            let spec =
+                Spec { arch: "olmoe", geometry: "test", n_vocab: o.n_vocab, shape: o.shape(), planned: o.plan() };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| o.keys(w), ftype, path, 3));
+            let spec = Spec {
+                arch: "ernie4_5-moe",
+                geometry: "test",
+                n_vocab: e.n_vocab,
+                shape: e.shape(),
+                planned: e.plan(),
+            };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| e.keys(w), ftype, path, 3));
+        }
+    }
+
     #[test]
     #[ignore = "writes and reads 0.3 and 0.5 GB files: run by hand (cargo test -p xtask -- --ignored mid_iq)"]
     fn mid_iq_files_load_and_decode() {
