@@ -158,3 +158,17 @@ fn ernie_malformed_files_are_typed_errors() {
     let (flat_logits, _) = common::batch_and_decode_logits(&flat, &pool(), &PROMPT);
     assert_eq!(flat_logits, biased, "an [8] bias reads as the [8, 1] one");
 }
+
+/// Under the smallest memory budget the routed experts come from the
+/// expert cache and the rest from resident copies: the same logits.
+#[test]
+fn ernie_runs_under_a_memory_budget() {
+    use pocket_core::model::LoadOptions;
+    let plain = load();
+    let plan = plain.memory_plan(1 << 30);
+    let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..LoadOptions::default() };
+    let budgeted = Model::load_with(common::synth::tiny_model(NAME), &opts).unwrap();
+    let (a, _) = common::batch_and_decode_logits(&plain, &pool(), &PROMPT);
+    let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &PROMPT);
+    assert_eq!(a, b);
+}

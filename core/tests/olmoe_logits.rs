@@ -150,3 +150,17 @@ fn olmoe_malformed_files_are_typed_errors() {
     let err = load(rewrite(same, all, Some((q_norm, &[64, 4])))).err().expect("per-head norm");
     assert!(matches!(err, Error::TensorShape { ref tensor, .. } if tensor == q_norm), "{err}");
 }
+
+/// Under the smallest memory budget the routed experts come from the
+/// expert cache and the rest from resident copies: the same logits.
+#[test]
+fn olmoe_runs_under_a_memory_budget() {
+    use pocket_core::model::LoadOptions;
+    let plain = load();
+    let plan = plain.memory_plan(1 << 30);
+    let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..LoadOptions::default() };
+    let budgeted = Model::load_with(common::synth::tiny_model(NAME), &opts).unwrap();
+    let (a, _) = common::batch_and_decode_logits(&plain, &pool(), &PROMPT);
+    let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &PROMPT);
+    assert_eq!(a, b);
+}
