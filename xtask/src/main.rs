@@ -24,7 +24,8 @@ commands:
   llama-logits --model FILE --tokens IDS --out FILE.npy
       llama.cpp's teacher-forced logits for one batch of token ids (the fixtures' settings),
       the reference for tiny models made by synth-model
-  synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss --geometry full|mid|e2b|tiny --quant PRESET --out FILE
+  synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss|olmoe|ernie4_5-moe
+              --geometry full|mid|e2b|tiny --quant PRESET --out FILE [--mtp]
       a GGUF with a real model's exact geometry, random valid weights in the type mix of
       PRESET, any of pocket quantize's (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...)
   bench-compare --model FILE [--threads N] [-p 128] [-n 32] [--draws 5] [--pocket BIN] [--isa avx2]

@@ -5,10 +5,12 @@
 //! measurements on models nobody has to download.
 
 mod blocks;
+mod ernie;
 mod gemma4;
 mod gptoss;
 mod granitehybrid;
 mod lfm2moe;
+mod olmoe;
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -327,8 +329,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let usage = "usage: cargo xtask synth-model --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss \
-                 --geometry full|mid|e2b|tiny (e2b: gemma4; tiny: gpt-oss, qwen35moe) \
+    let usage = "usage: cargo xtask synth-model \
+                 --arch qwen35moe|qwen3moe|gemma4|lfm2moe|granitehybrid|gpt-oss|olmoe|ernie4_5-moe \
+                 --geometry full|mid|e2b|tiny (e2b: gemma4; tiny: gpt-oss, qwen35moe, olmoe, ernie4_5-moe) \
                  --quant PRESET (q2_k, q4_k_m, iq2_xxs, iq4_xs, mxfp4_moe, ...: any of pocket quantize's) --out FILE \
                  [--mtp: qwen35moe with its multi-token-prediction layer]";
     let ftype = quant.as_deref().and_then(FileType::from_name).ok_or(usage)?;
@@ -378,6 +381,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let spec =
             Spec { arch: "gpt-oss", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("olmoe") {
+        let g = match geometry.as_str() {
+            "full" => olmoe::Olmoe::full(),
+            "tiny" => olmoe::Olmoe::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec = Spec { arch: "olmoe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
+        return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
+    }
+    if arch.as_deref() == Some("ernie4_5-moe") {
+        let g = match geometry.as_str() {
+            "full" => ernie::Ernie::full(),
+            "tiny" => ernie::Ernie::tiny(),
+            _ => return Err(usage.into()),
+        };
+        let spec =
+            Spec { arch: "ernie4_5-moe", geometry: &geometry, n_vocab: g.n_vocab, shape: g.shape(), planned: g.plan() };
         return write_file(&spec, |w| g.keys(w), ftype, &out, seed);
     }
     let g = match (arch.as_deref(), geometry.as_str()) {
@@ -779,6 +801,27 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         if let Err(e) = result {
             std::panic::resume_unwind(e);
+        }
+    }
+
+    /// The tiny OLMoE and ERNIE-4.5-MoE files load and decode in two more
+    /// presets than the Q8_0 their logits tests read (presets no other test
+    /// here writes: the files of one preset share a directory).
+    #[test]
+    fn tiny_olmoe_and_ernie_files_load_and_decode() {
+        let (o, e) = (olmoe::Olmoe::tiny(), ernie::Ernie::tiny());
+        for preset in ["q5_k_m", "q3_k_m"] {
+            let spec =
+                Spec { arch: "olmoe", geometry: "test", n_vocab: o.n_vocab, shape: o.shape(), planned: o.plan() };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| o.keys(w), ftype, path, 3));
+            let spec = Spec {
+                arch: "ernie4_5-moe",
+                geometry: "test",
+                n_vocab: e.n_vocab,
+                shape: e.shape(),
+                planned: e.plan(),
+            };
+            decode_written(preset, |path, ftype| write_file(&spec, |w| e.keys(w), ftype, path, 3));
         }
     }
 

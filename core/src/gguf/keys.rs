@@ -31,6 +31,13 @@ pub enum Arch {
     /// with per-head sinks and biases; MoE with a biased router, softmax
     /// over the chosen experts, biased experts and a clamped SwiGLU.
     GptOss,
+    /// OLMoE: a Llama-shaped MoE with q/k RMS norms over the whole
+    /// projections and an unnormalised softmax top-k router.
+    Olmoe,
+    /// ERNIE-4.5-MoE: leading dense layers, then (every
+    /// `interleave_moe_layer_step`) a softmax MoE with a selection bias
+    /// beside a shared expert.
+    Ernie45Moe,
 }
 
 const ARCHES: &[(Arch, &str)] = &[
@@ -45,6 +52,8 @@ const ARCHES: &[(Arch, &str)] = &[
     (Arch::GraniteHybrid, "granitehybrid"),
     (Arch::Lfm2Moe, "lfm2moe"),
     (Arch::GptOss, "gpt-oss"),
+    (Arch::Olmoe, "olmoe"),
+    (Arch::Ernie45Moe, "ernie4_5-moe"),
 ];
 
 impl Arch {
@@ -265,6 +274,45 @@ impl Arch {
                 FfnUpExps,
                 FfnDownExps,
             ],
+            Arch::Olmoe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                AttnQNorm,
+                AttnKNorm,
+                FfnNorm,
+                FfnGateInp,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+            ],
+            Arch::Ernie45Moe => &[
+                TokenEmbd,
+                OutputNorm,
+                Output,
+                AttnNorm,
+                AttnQ,
+                AttnK,
+                AttnV,
+                AttnOut,
+                FfnNorm,
+                FfnGate,
+                FfnUp,
+                FfnDown,
+                FfnGateInp,
+                FfnExpProbsB,
+                FfnGateExps,
+                FfnUpExps,
+                FfnDownExps,
+                FfnGateShexp,
+                FfnUpShexp,
+                FfnDownShexp,
+            ],
         }
     }
 }
@@ -298,6 +346,8 @@ pub enum Key {
     ExpertGroupUsedCount,
     /// The first N layers have a dense FFN instead of experts.
     LeadingDenseBlockCount,
+    /// Every Nth layer (after the leading dense ones) is a MoE layer (ERNIE-4.5).
+    InterleaveMoeLayerStep,
     NextnPredictLayers,
     FullAttentionInterval,
     AttnLogitSoftcapping,
@@ -414,6 +464,7 @@ impl Key {
             ExpertGroupCount => "{arch}.expert_group_count",
             ExpertGroupUsedCount => "{arch}.expert_group_used_count",
             LeadingDenseBlockCount => "{arch}.leading_dense_block_count",
+            InterleaveMoeLayerStep => "{arch}.interleave_moe_layer_step",
             NextnPredictLayers => "{arch}.nextn_predict_layers",
             FullAttentionInterval => "{arch}.full_attention_interval",
             AttnLogitSoftcapping => "{arch}.attn_logit_softcapping",

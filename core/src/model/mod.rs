@@ -27,12 +27,19 @@
 //! Issue 50's MTP drafter took `mtp.rs` (the nextn layer: the attention and
 //! MoE blocks as they are, its own KV cache in an `MtpState`) and one option
 //! of the pass: a state may keep every token's final-normed hidden state.
+//!
+//! `olmoe.rs` 160: nothing new but two options, a q/k norm over the whole
+//! projections (`QkNorm::Whole` of the attention block) and the MoE's
+//! routing with renormalisation and scaling off. `ernie45moe.rs` 200: the
+//! MoE block's selection bias and shared expert as DeepSeek uses them, its
+//! layers chosen by a leading dense count and an interleave step.
 
 pub mod blocks;
 mod budget;
 mod cache;
 mod cpu;
 mod deepseek2;
+mod ernie45moe;
 mod expert_cache;
 mod gemma3;
 mod gemma4;
@@ -46,6 +53,7 @@ mod llama;
 mod loaded;
 mod mtp;
 mod network;
+mod olmoe;
 mod params;
 pub mod pass;
 mod qwen35moe;
@@ -86,5 +94,7 @@ fn network_for(file: &GgufFile) -> Result<Box<dyn Network>> {
         Arch::GraniteHybrid => Box::new(granitehybrid::GraniteHybrid::load(file)?),
         Arch::Lfm2Moe => Box::new(lfm2moe::Lfm2Moe::load(file)?),
         Arch::GptOss => Box::new(gptoss::GptOss::load(file)?),
+        Arch::Olmoe => Box::new(olmoe::Olmoe::load(file)?),
+        Arch::Ernie45Moe => Box::new(ernie45moe::Ernie45Moe::load(file)?),
     })
 }

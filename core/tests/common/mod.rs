@@ -3,6 +3,7 @@
 
 pub mod arrays;
 pub mod npy;
+pub mod synth;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! Causal self-attention over the KV cache: grouped-query heads, RoPE
-//! (or YaRN), optional QK-norm, biases, an output gate, per-head sinks, and
-//! sliding windows.
+//! (or YaRN), optional QK-norm (per head, or over the whole projections),
+//! biases, an output gate, per-head sinks, and sliding windows.
 
 use super::super::cache::{KvCache, KvType};
 pub use super::super::params::{AttnParams, Rope};
@@ -13,9 +13,19 @@ use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs};
 use crate::threads::Pieces;
 
+/// What the q/k norms normalise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Each head on its own: weights `[hd]` (Qwen3, Gemma).
+    PerHead,
+    /// A token's whole projection at once: weights `[n_head*hd]` and
+    /// `[n_kv_head*hd]` (OLMoE).
+    Whole,
+}
+
 /// One attention layer: its shape and its weights. Shapes: q `[n_head*hd
 /// (x2 if gated), n_embd]`, k/v `[n_kv_head*hd, n_embd]`, o `[n_embd,
-/// n_head*hd_v]`, q/k norm `[hd]`.
+/// n_head*hd_v]`, q/k norm `[hd]` (or whole: `[n_head*hd]`, `[n_kv_head*hd]`).
 pub struct Attention {
     pub p: AttnParams,
     pub q: Matrix,
@@ -24,6 +34,7 @@ pub struct Attention {
     pub o: Matrix,
     pub q_norm: Option<Vec<f32>>,
     pub k_norm: Option<Vec<f32>>,
+    pub qk_norm: QkNorm,
     pub q_bias: Option<Vec<f32>>,
     pub k_bias: Option<Vec<f32>>,
     pub v_bias: Option<Vec<f32>>,
@@ -72,6 +83,24 @@ impl AttnScratch {
 impl Attention {
     /// Load the standard tensors of layer `il`.
     pub fn load(ld: &Loader, il: usize, n_embd: usize, p: AttnParams, gated: bool) -> Result<Attention> {
+        Self::load_with(ld, il, n_embd, p, gated, QkNorm::PerHead)
+    }
+
+    /// [`load`](Self::load) with q/k norms (when the file has them) of kind
+    /// `qk_norm` (whole-projection norms are for an ungated q: a gated q
+    /// interleaves its gates with the heads).
+    pub fn load_with(
+        ld: &Loader,
+        il: usize,
+        n_embd: usize,
+        p: AttnParams,
+        gated: bool,
+        qk_norm: QkNorm,
+    ) -> Result<Attention> {
+        let (q_norm_len, k_norm_len) = match qk_norm {
+            QkNorm::PerHead => (p.head_dim, p.head_dim),
+            QkNorm::Whole => (p.n_head * p.head_dim, p.n_kv_head * p.head_dim),
+        };
         let q_rows = p.n_head * p.head_dim * if gated { 2 } else { 1 };
         let kv_k = p.n_kv_head * p.head_dim;
         let kv_v = p.n_kv_head * p.head_dim_v;
@@ -80,8 +109,9 @@ impl Attention {
             k: ld.matrix(TensorKind::AttnK, il, kv_k, n_embd)?,
             v: ld.matrix(TensorKind::AttnV, il, kv_v, n_embd)?,
             o: ld.matrix(TensorKind::AttnOut, il, n_embd, p.n_head * p.head_dim_v)?,
-            q_norm: ld.vector_opt(TensorKind::AttnQNorm, il, p.head_dim)?,
-            k_norm: ld.vector_opt(TensorKind::AttnKNorm, il, p.head_dim)?,
+            q_norm: ld.vector_opt(TensorKind::AttnQNorm, il, q_norm_len)?,
+            k_norm: ld.vector_opt(TensorKind::AttnKNorm, il, k_norm_len)?,
+            qk_norm,
             q_bias: ld.bias_opt(TensorKind::AttnQ, il, q_rows)?,
             k_bias: ld.bias_opt(TensorKind::AttnK, il, kv_k)?,
             v_bias: ld.bias_opt(TensorKind::AttnV, il, kv_v)?,
@@ -140,21 +170,30 @@ impl Attention {
         }
 
         // Per head: QK-norm, then RoPE (or YaRN) at the token's position; keys and values go to the cache.
+        // (Whole-projection norms first, over each token's q and k.)
         let q_stride = if self.gated { 2 * hd } else { hd };
+        let per_head = self.qk_norm == QkNorm::PerHead;
         let mut yarn_cs = vec![(0.0f32, 0.0f32); self.yarn.as_ref().map_or(0, |y| y.n_rot / 2)];
         for t in 0..n {
             let pos = pos0 + t;
             let qt = &mut q[t * q_rows..(t + 1) * q_rows];
             let kt = &mut k[t * kv_k..(t + 1) * kv_k];
+            if !per_head {
+                for (x, norm) in [(&mut *qt, &self.q_norm), (&mut *kt, &self.k_norm)] {
+                    if let Some(nw) = norm {
+                        ops::rms_norm_inplace(x, Some(nw), p.eps);
+                    }
+                }
+            }
             let mut rotate = |cs: &[(f32, f32)]| {
                 for h in 0..p.n_head {
                     let qh = &mut qt[h * q_stride..][..hd];
-                    if let Some(nw) = &self.q_norm {
+                    if let (Some(nw), true) = (&self.q_norm, per_head) {
                         ops::rms_norm_inplace(qh, Some(nw), p.eps);
                     }
                     ops::rope_apply(qh, hd, cs, p.rope.neox);
                 }
-                if let Some(nw) = &self.k_norm {
+                if let (Some(nw), true) = (&self.k_norm, per_head) {
                     kt.chunks_exact_mut(hd).for_each(|kh| ops::rms_norm_inplace(kh, Some(nw), p.eps));
                 }
                 ops::rope_apply(kt, hd, cs, p.rope.neox);

@@ -410,14 +410,17 @@ impl Moe {
         })
     }
 
-    /// Add layer `il`'s selection bias (`exp_probs_b.bias`, `[n_expert]`)
-    /// when the file has one; a `required` one missing is an error.
+    /// Add layer `il`'s selection bias (`exp_probs_b.bias`, `[n_expert]`,
+    /// or `[n_expert, 1]` as ERNIE-4.5's files keep it) when the file has
+    /// one; a `required` one missing is an error.
     pub fn with_selection_bias(mut self, ld: &Loader, il: usize, required: bool) -> Result<Moe> {
         let name = TensorKind::FfnExpProbsB.bias(il);
-        if !required && ld.file.tensor(&name).is_none() {
-            return Ok(self);
-        }
-        let b = ld.vector_shaped(&name, &[self.p.n_expert as u64])?;
+        let n = self.p.n_expert as u64;
+        let b = match ld.file.tensor(&name).map(|t| t.n_dims) {
+            None if !required => return Ok(self),
+            Some(2) => ld.vector_shaped(&name, &[n, 1])?,
+            _ => ld.vector_shaped(&name, &[n])?,
+        };
         if !b.iter().all(|v| v.is_finite()) {
             return Err(Error::InvalidHyperparameter { key: name, reason: "selection bias is not finite".into() });
         }

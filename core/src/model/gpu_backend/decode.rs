@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use super::super::blocks::attention::Attention;
+use super::super::blocks::attention::{Attention, QkNorm};
 use super::super::blocks::deltanet::DeltaNet;
 use super::super::blocks::ffn::{Act, Dense};
 use super::super::blocks::moe::{Gating, Moe};
@@ -240,6 +240,9 @@ impl Recorder<'_> {
         self.bias(q, &a.q_bias)?;
         self.bias(k, &a.k_bias)?;
         self.bias(v, &a.v_bias)?;
+        if a.qk_norm != QkNorm::PerHead {
+            return Err(unsupported("q/k norms over the whole projections"));
+        }
         let q_stride = if a.gated { 2 * hd } else { hd };
         for (t, heads, stride, norm) in [(q, p.n_head, q_stride, &a.q_norm), (k, p.n_kv_head, hd, &a.k_norm)] {
             if let Some(nw) = norm {

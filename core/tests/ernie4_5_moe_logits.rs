@@ -1,0 +1,174 @@
+//! ERNIE-4.5-MoE (`ernie4_5-moe`) on the tiny synthetic model
+//! `ernie4_5-moe-tiny-q8_0`
+//! (`scripts/synth-tiny.sh`): llama.cpp's teacher-forced logits of a fixed
+//! prompt, as one batch and token by token, a session snapshot, and
+//! malformed files.
+
+mod common;
+
+use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
+use pocket_core::gguf::{GgufFile, GgufWriter, Value};
+use pocket_core::model::{KvType, Model};
+use pocket_core::threads::ThreadPool;
+
+const NAME: &str = "ernie4_5-moe-tiny-q8_0";
+
+/// The prompt `core/tests/data/synth/ernie4_5-moe-tiny-q8_0.llama.npy` holds
+/// llama.cpp's logits of (`cargo xtask llama-logits --tokens ...`).
+const PROMPT: [u32; 16] = [1, 17, 300, 412, 513, 600, 77, 999, 256, 730, 128, 845, 301, 302, 1000, 42];
+
+fn pool() -> ThreadPool {
+    ThreadPool::new(2)
+}
+
+fn load() -> Model {
+    Model::load(common::synth::tiny_model(NAME)).unwrap()
+}
+
+#[test]
+fn ernie_tiny_matches_llama_cpp_as_a_batch_and_decoding() {
+    let model = load();
+    let v = model.n_vocab();
+    let reference = read_npy(&common::synth::data_dir().join(format!("{NAME}.llama.npy")));
+    assert_eq!(reference.shape, [PROMPT.len(), v]);
+    // Not a degenerate model: the reference's top-1 changes along the prompt.
+    let mut tops: Vec<usize> = reference.f32.chunks_exact(v).map(argmax).collect();
+    tops.dedup();
+    assert!(tops.len() >= 8, "llama.cpp's top-1 is nearly constant: {tops:?}");
+
+    let (batch, decode) = common::batch_and_decode_logits(&model, &pool(), &PROMPT);
+    for (path, ours) in [("batch", &batch), ("decode", &decode)] {
+        let (med, top1) = median_kl_and_top1(&reference.f32, ours, v);
+        let d = max_abs_diff(ours, &reference.f32);
+        eprintln!("{NAME} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
+        assert!(med <= 5e-3, "{path}: median KL {med}");
+        assert!(top1 >= 12, "{path}: top-1 {top1}/16");
+    }
+    let d = max_abs_diff(&batch, &decode);
+    eprintln!("batch vs decode max |Δ| {d:.3e}");
+    assert!(d <= 1e-3, "batch and decode differ by {d}");
+}
+
+/// A session saved after a request and restored elsewhere continues
+/// exactly as the one it was saved from, reusing the saved prefix.
+#[test]
+fn ernie_session_snapshot_continues_identically() {
+    use pocket_core::sampler::SamplerConfig;
+    use pocket_core::session::{GenerateOptions, Session, SessionOptions};
+    use std::sync::Arc;
+    let m = Arc::new(load());
+    let opts = SessionOptions { context_length: 96, kv_type: KvType::F16, threads: 2, seed: 7, ..Default::default() };
+    let greedy =
+        GenerateOptions { max_tokens: 6, sampler: SamplerConfig::greedy(), ignore_eos: true, ..Default::default() };
+    let mut a = Session::new(m.clone(), opts.clone()).unwrap();
+    let first = a.generate_tokens(&PROMPT, &greedy, &mut |_| true).unwrap();
+    let mut bytes = Vec::new();
+    a.write_snapshot(&mut bytes).unwrap();
+    let mut r = &bytes[..];
+    let mut b = Session::restore_from(m.clone(), &mut r, bytes.len() as u64, opts).unwrap();
+    assert_eq!(a.cached_tokens(), b.cached_tokens());
+
+    // Seeded sampling over the context plus two new tokens: any difference
+    // in the restored state would show in the sampled tokens.
+    let seeded = GenerateOptions {
+        max_tokens: 16,
+        sampler: SamplerConfig { temperature: 0.9, top_k: 50, top_p: 0.95, min_p: 0.0, ..Default::default() },
+        seed: Some(99),
+        ignore_eos: true,
+        ..Default::default()
+    };
+    let mut next: Vec<u32> = PROMPT.iter().chain(&first.tokens).copied().collect();
+    next.extend([285, 11]);
+    let sa = a.generate_tokens(&next, &seeded, &mut |_| true).unwrap();
+    let sb = b.generate_tokens(&next, &seeded, &mut |_| true).unwrap();
+    eprintln!("after the snapshot: {:?} ({} evaluated)", sb.tokens, sb.prompt_tokens_evaluated);
+    assert_eq!(sa.tokens, sb.tokens);
+    assert_eq!(sa.prompt_tokens_evaluated, sb.prompt_tokens_evaluated);
+    assert!(sb.prompt_tokens_evaluated < next.len(), "the restored prefix was evaluated again");
+}
+
+/// A copy of the tiny file with its metadata changed by `edit`, the tensors
+/// `keep` accepts, and tensor `reshape.0` declared as `reshape.1`.
+fn rewrite(
+    edit: impl Fn(&str, &Value) -> Option<Value>,
+    keep: impl Fn(&str) -> bool,
+    reshape: Option<(&str, &[u64])>,
+) -> Vec<u8> {
+    let g = GgufFile::open(common::synth::tiny_model(NAME)).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, v) in g.metadata() {
+        if let Some(v) = edit(k, v) {
+            w.kv(k, v);
+        }
+    }
+    let kept: Vec<_> = g.tensors().iter().filter(|t| keep(&t.name)).collect();
+    for t in &kept {
+        match reshape {
+            Some((name, dims)) if name == t.name => w.tensor(&t.name, t.ty, dims),
+            _ => w.tensor(&t.name, t.ty, t.shape()),
+        };
+    }
+    w.to_bytes(|i, out| out.copy_from_slice(g.tensor_data(kept[i])))
+}
+
+#[test]
+fn ernie_malformed_files_are_typed_errors() {
+    use pocket_core::Error;
+    let load = |bytes: Vec<u8>| Model::from_gguf(GgufFile::from_bytes(bytes).unwrap());
+    let (all, same) = (|_: &str| true, |_: &str, v: &Value| Some(v.clone()));
+    // Unchanged, the rewrite loads, and every tensor of the file is used.
+    let m = load(rewrite(same, all, None)).unwrap();
+    assert!(m.summary().ignored_tensors.is_empty(), "{:?}", m.summary().ignored_tensors);
+
+    let bad_key = |bytes: Vec<u8>, key: &str| match load(bytes) {
+        Err(Error::InvalidHyperparameter { key: k, reason }) if k == key => eprintln!("{key}: {reason}"),
+        other => panic!("{key}: {:?}", other.err()),
+    };
+    let a = |s: &str| format!("ernie4_5-moe.{s}");
+    let (step, dense, used) = (a("interleave_moe_layer_step"), a("leading_dense_block_count"), a("expert_used_count"));
+    let eps = a("attention.layer_norm_rms_epsilon");
+    let set = |k: &str, v: Value| {
+        let k = k.to_string();
+        rewrite(move |key, old| Some(if key == k { v.clone() } else { old.clone() }), all, None)
+    };
+    bad_key(set(&step, Value::U32(0)), &step);
+    bad_key(set(&dense, Value::U32(5)), &dense);
+    bad_key(set(&used, Value::U32(9)), &used);
+    bad_key(set(&eps, Value::F32(0.0)), &eps);
+
+    // Missing keys and tensors name themselves.
+    for gone in [step.as_str(), eps.as_str(), "ernie4_5-moe.expert_feed_forward_length"] {
+        let err = load(rewrite(|k, v| (k != gone).then(|| v.clone()), all, None)).err().expect(gone);
+        assert!(matches!(err, Error::MissingKey(ref k) if k == gone), "{gone}: {err}");
+    }
+    for gone in ["blk.2.ffn_up_shexp.weight", "blk.0.ffn_down.weight", "blk.3.ffn_gate_exps.weight"] {
+        let err = load(rewrite(same, |n| n != gone, None)).err().expect("missing tensor");
+        assert!(matches!(err, Error::MissingTensor(ref t) if t == gone), "{gone}: {err}");
+    }
+    // The selection bias is optional (llama.cpp's too): without it, other experts.
+    let plain = load(rewrite(same, |n| !n.contains("exp_probs_b"), None)).unwrap();
+    let (biased, _) = common::batch_and_decode_logits(&m, &pool(), &PROMPT);
+    let (unbiased, _) = common::batch_and_decode_logits(&plain, &pool(), &PROMPT);
+    assert!(max_abs_diff(&biased, &unbiased) > 1e-2, "the selection bias changed nothing");
+    // A bias of the wrong length is a shape error, as [n_expert] or [n_expert, 1].
+    let bias = "blk.1.exp_probs_b.bias";
+    let err = load(rewrite(same, all, Some((bias, &[4, 2])))).err().expect("a [4, 2] bias");
+    assert!(matches!(err, Error::TensorShape { ref tensor, .. } if tensor == bias), "{err}");
+    let flat = load(rewrite(same, all, Some((bias, &[8])))).unwrap();
+    let (flat_logits, _) = common::batch_and_decode_logits(&flat, &pool(), &PROMPT);
+    assert_eq!(flat_logits, biased, "an [8] bias reads as the [8, 1] one");
+}
+
+/// Under the smallest memory budget the routed experts come from the
+/// expert cache and the rest from resident copies: the same logits.
+#[test]
+fn ernie_runs_under_a_memory_budget() {
+    use pocket_core::model::LoadOptions;
+    let plain = load();
+    let plan = plain.memory_plan(1 << 30);
+    let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..LoadOptions::default() };
+    let budgeted = Model::load_with(common::synth::tiny_model(NAME), &opts).unwrap();
+    let (a, _) = common::batch_and_decode_logits(&plain, &pool(), &PROMPT);
+    let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &PROMPT);
+    assert_eq!(a, b);
+}
