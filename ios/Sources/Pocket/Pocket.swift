@@ -4574,7 +4574,8 @@ extension Reasoning: Equatable, Hashable {}
 // See https://github.com/mozilla/uniffi-rs/issues/396 for further discussion.
 /**
  * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
- * optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
+ * optional there: absent = `Off`). `Mtp` drafts with the file's own
+ * multi-token-prediction layer (`InvalidArgument` for a file without one).
  */
 
 public enum Speculation {

@@ -5633,7 +5633,8 @@ public object FfiConverterTypeReasoning : FfiConverterRustBuffer<Reasoning>{
 
 /**
  * How a request drafts tokens to verify in one pass (`GenerateOptions.speculation`;
- * optional there: absent = `Off`). `Mtp` is `InvalidArgument` for now.
+ * optional there: absent = `Off`). `Mtp` drafts with the file's own
+ * multi-token-prediction layer (`InvalidArgument` for a file without one).
  */
 sealed class Speculation {
     
