@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
+use common::arrays::max_abs_diff;
 use pocket_core::gguf::{GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, Model};
 use pocket_core::threads::ThreadPool;
@@ -27,26 +27,7 @@ fn load() -> Model {
 
 #[test]
 fn ernie_tiny_matches_llama_cpp_as_a_batch_and_decoding() {
-    let model = load();
-    let v = model.n_vocab();
-    let reference = read_npy(&common::synth::data_dir().join(format!("{NAME}.llama.npy")));
-    assert_eq!(reference.shape, [PROMPT.len(), v]);
-    // Not a degenerate model: the reference's top-1 changes along the prompt.
-    let mut tops: Vec<usize> = reference.f32.chunks_exact(v).map(argmax).collect();
-    tops.dedup();
-    assert!(tops.len() >= 8, "llama.cpp's top-1 is nearly constant: {tops:?}");
-
-    let (batch, decode) = common::batch_and_decode_logits(&model, &pool(), &PROMPT);
-    for (path, ours) in [("batch", &batch), ("decode", &decode)] {
-        let (med, top1) = median_kl_and_top1(&reference.f32, ours, v);
-        let d = max_abs_diff(ours, &reference.f32);
-        eprintln!("{NAME} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
-        assert!(med <= 5e-3, "{path}: median KL {med}");
-        assert!(top1 >= 12, "{path}: top-1 {top1}/16");
-    }
-    let d = max_abs_diff(&batch, &decode);
-    eprintln!("batch vs decode max |Δ| {d:.3e}");
-    assert!(d <= 1e-3, "batch and decode differ by {d}");
+    common::synth::matches_llama_cpp(&load(), NAME, &PROMPT);
 }
 
 /// A session saved after a request and restored elsewhere continues

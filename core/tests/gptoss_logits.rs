@@ -11,16 +11,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
-use common::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
 use pocket_core::gguf::{GgufFile, GgufWriter, Value};
 use pocket_core::model::{KvType, Model};
 use pocket_core::threads::ThreadPool;
-
-#[path = "../../xtask/src/sha256.rs"]
-#[allow(dead_code)]
-mod sha256;
 
 /// The 16-token prompt llama.cpp's logits were made for.
 const PROMPT: [u32; 16] = [1, 300, 450, 17, 901, 77, 512, 33, 640, 128, 999, 260, 5, 731, 404, 888];
@@ -32,42 +25,8 @@ fn name(preset: &str) -> String {
     format!("gptoss-tiny-{preset}")
 }
 
-/// The synthetic models' folder: `$POCKET_SYNTH_TINY`. Panics (fails the
-/// test loudly) without it, as the fixture tests do without their store.
-fn synth_dir() -> PathBuf {
-    let dir = std::env::var_os("POCKET_SYNTH_TINY")
-        .map(PathBuf::from)
-        .expect("POCKET_SYNTH_TINY is not set: export POCKET_SYNTH_TINY=$(scripts/synth-tiny.sh)");
-    assert!(dir.is_dir(), "POCKET_SYNTH_TINY={} is not a folder (run scripts/synth-tiny.sh)", dir.display());
-    dir
-}
-
-fn data(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/synth").join(file)
-}
-
-/// The tiny model of `preset`, after checking it is the file the committed
-/// reference logits were made from.
-fn model_path(preset: &str) -> PathBuf {
-    let path = synth_dir().join(format!("{}.gguf", name(preset)));
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run scripts/synth-tiny.sh)", path.display()));
-    let want = std::fs::read_to_string(data(&format!("{}.sha256", name(preset)))).unwrap();
-    assert_eq!(
-        sha256::hex(&bytes),
-        want.trim(),
-        "{} is not the file the reference logits were made from: if synth-model changed on purpose, regenerate both \
-         (rm the file; scripts/synth-tiny.sh; sha256sum it into core/tests/data/synth/{}.sha256; cargo xtask llama-logits \
-         --model FILE --tokens {} --out core/tests/data/synth/{}.llama.npy)",
-        path.display(),
-        name(preset),
-        PROMPT.map(|t| t.to_string()).join(","),
-        name(preset)
-    );
-    path
-}
-
 fn load(preset: &str) -> Model {
-    Model::load(model_path(preset)).unwrap_or_else(|e| panic!("{preset}: {e}"))
+    Model::load(common::synth::tiny_model(&name(preset))).unwrap_or_else(|e| panic!("{preset}: {e}"))
 }
 
 fn pool() -> ThreadPool {
@@ -76,27 +35,8 @@ fn pool() -> ThreadPool {
 
 #[test]
 fn gptoss_tiny_files_match_llama_cpp_as_a_batch_and_decoding() {
-    let p = pool();
     for preset in PRESETS {
-        let model = load(preset);
-        let v = model.n_vocab();
-        let reference = read_npy(&data(&format!("{}.llama.npy", name(preset))));
-        assert_eq!(reference.shape, [PROMPT.len(), v]);
-        // Not degenerate: llama.cpp's top-1 changes along the prompt.
-        let mut tops: Vec<usize> = reference.f32.chunks_exact(v).map(argmax).collect();
-        tops.dedup();
-        assert!(tops.len() >= 8, "{preset}: llama.cpp's top-1 barely varies: {tops:?}");
-        let (batch, decode) = common::batch_and_decode_logits(&model, &p, &PROMPT);
-        for (path, ours) in [("batch", &batch), ("decode", &decode)] {
-            let (med, top1) = median_kl_and_top1(&reference.f32, ours, v);
-            let d = max_abs_diff(ours, &reference.f32);
-            eprintln!("{preset} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
-            assert!(med <= 5e-3, "{preset} {path}: median KL {med}");
-            assert!(top1 >= 12, "{preset} {path}: top-1 {top1}/16");
-        }
-        let d = max_abs_diff(&batch, &decode);
-        eprintln!("{preset}: batch vs decode max |Δ| {d:.3e}");
-        assert!(d <= 1e-3, "{preset}: batch and decode differ by {d}");
+        common::synth::matches_llama_cpp(&load(preset), &name(preset), &PROMPT);
     }
 }
 
@@ -144,7 +84,7 @@ fn gptoss_runs_under_a_memory_budget() {
     let plain = load("q8_0");
     let plan = plain.memory_plan(1 << 30);
     let opts = LoadOptions { memory_budget: plan.minimum_budget_bytes, ..LoadOptions::default() };
-    let budgeted = Model::load_with(model_path("q8_0"), &opts).unwrap();
+    let budgeted = Model::load_with(common::synth::tiny_model(&name("q8_0")), &opts).unwrap();
     let (a, _) = common::batch_and_decode_logits(&plain, &pool(), &PROMPT);
     let (b, _) = common::batch_and_decode_logits(&budgeted, &pool(), &PROMPT);
     assert_eq!(a, b);
@@ -153,7 +93,7 @@ fn gptoss_runs_under_a_memory_budget() {
 /// A copy of the Q8_0 file with its metadata changed by `edit` and the
 /// tensors `keep` accepts.
 fn rewrite(edit: impl Fn(&str, &Value) -> Option<Value>, keep: impl Fn(&str) -> bool) -> Vec<u8> {
-    let g = GgufFile::open(model_path("q8_0")).unwrap();
+    let g = GgufFile::open(common::synth::tiny_model(&name("q8_0"))).unwrap();
     let mut w = GgufWriter::new();
     for (k, v) in g.metadata() {
         if let Some(v) = edit(k, v) {

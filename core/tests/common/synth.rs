@@ -32,3 +32,29 @@ pub fn tiny_model(name: &str) -> PathBuf {
     );
     path
 }
+
+/// `model`'s teacher-forced logits of `prompt`, as one batch and token by
+/// token, against llama.cpp's (`NAME.llama.npy`): median KL ≤ 5e-3, top-1
+/// ≥ 12 of 16, batch and decode within 1e-3; the reference itself must
+/// not be degenerate (its top-1 changes along the prompt).
+pub fn matches_llama_cpp(model: &pocket_core::model::Model, name: &str, prompt: &[u32]) {
+    use super::arrays::{argmax, max_abs_diff, median_kl_and_top1, read_npy};
+    let v = model.n_vocab();
+    let reference = read_npy(&data_dir().join(format!("{name}.llama.npy")));
+    assert_eq!(reference.shape, [prompt.len(), v]);
+    let mut tops: Vec<usize> = reference.f32.chunks_exact(v).map(argmax).collect();
+    tops.dedup();
+    assert!(tops.len() >= 8, "{name}: llama.cpp's top-1 is nearly constant: {tops:?}");
+    let pool = pocket_core::threads::ThreadPool::new(2);
+    let (batch, decode) = super::batch_and_decode_logits(model, &pool, prompt);
+    for (path, ours) in [("batch", &batch), ("decode", &decode)] {
+        let (med, top1) = median_kl_and_top1(&reference.f32, ours, v);
+        let d = max_abs_diff(ours, &reference.f32);
+        eprintln!("{name} {path}: median KL {med:.2e}, top-1 {top1}/16, max |Δ| {d:.3e} vs llama.cpp");
+        assert!(med <= 5e-3, "{name} {path}: median KL {med}");
+        assert!(top1 >= 12, "{name} {path}: top-1 {top1}/16");
+    }
+    let d = max_abs_diff(&batch, &decode);
+    eprintln!("{name}: batch vs decode max |Δ| {d:.3e}");
+    assert!(d <= 1e-3, "{name}: batch and decode differ by {d}");
+}
