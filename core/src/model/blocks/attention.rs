@@ -64,6 +64,8 @@ pub struct AttnScratch {
     /// The input quantised once for q, k and v; the heads' outputs for o.
     input: ActCache,
     heads: QActs,
+    /// YaRN's (cos, sin) per rotated pair at one position.
+    yarn: Vec<(f32, f32)>,
 }
 
 impl AttnScratch {
@@ -77,6 +79,7 @@ impl AttnScratch {
             + heap(&self.scores)
             + self.input.heap_bytes()
             + self.heads.heap_bytes()
+            + heap(&self.yarn)
     }
 }
 
@@ -173,7 +176,8 @@ impl Attention {
         // (Whole-projection norms first, over each token's q and k.)
         let q_stride = if self.gated { 2 * hd } else { hd };
         let per_head = self.qk_norm == QkNorm::PerHead;
-        let mut yarn_cs = vec![(0.0f32, 0.0f32); self.yarn.as_ref().map_or(0, |y| y.n_rot / 2)];
+        let yarn_cs = &mut s.yarn;
+        yarn_cs.resize(self.yarn.as_ref().map_or(0, |y| y.n_rot / 2), (0.0, 0.0));
         for t in 0..n {
             let pos = pos0 + t;
             let qt = &mut q[t * q_rows..(t + 1) * q_rows];
@@ -200,8 +204,8 @@ impl Attention {
             };
             match &self.yarn {
                 Some(y) => {
-                    y.angles(pos, &mut yarn_cs);
-                    rotate(&yarn_cs)
+                    y.angles(pos, yarn_cs);
+                    rotate(yarn_cs)
                 }
                 None => ops::with_rope_angles(p.rope.n_rot, pos, p.rope.base, p.rope.scale, rotate),
             }
