@@ -148,7 +148,7 @@ pub struct GenerateOptions {
     #[uniffi(default = None)]
     pub reasoning: Option<Reasoning>,
     /// Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
-    /// output is the same with it; switched off under a constraint or tools.
+    /// output is the same with it, under a constraint or tools too.
     #[uniffi(default = None)]
     pub speculation: Option<Speculation>,
 }

@@ -3,7 +3,8 @@
 //! schema); constrained generation on the fixture models always satisfies
 //! its constraint; tool calls in each family's format on the real
 //! templates, with a result sent back; thinking off, budgeted, and a schema
-//! after the thought; bad constraints refused by name.
+//! after the thought; bad constraints refused by name; all of it with
+//! speculative decoding giving the same tokens.
 
 mod common;
 
@@ -12,7 +13,9 @@ use std::sync::Arc;
 use pocket_core::chat::ChatMessage;
 use pocket_core::model::{LoadOptions, Model};
 use pocket_core::sampler::SamplerConfig;
-use pocket_core::session::{GenerateOptions, GenerationStats, Session, SessionOptions, StopReason};
+use pocket_core::session::{
+    testing, GenerateOptions, GenerationStats, Session, SessionOptions, Speculation, StopReason,
+};
 use pocket_core::structured::{Constraint, GenerationEvent, Grammars, Reasoning, ToolChoice, ToolFormat, ToolSpec};
 use pocket_core::tokenizer::Tokenizer;
 use pocket_core::Error;
@@ -350,4 +353,49 @@ fn thinking_is_apart_off_or_budgeted_and_a_schema_follows_it() {
             assert!(v["age"].is_i64() && v["name"].is_string(), "{v}");
         }
     }
+}
+
+#[test]
+fn speculation_under_tools_thinking_and_a_schema_gives_the_same_tokens() {
+    // Drafts: each request's own tokens, every 4th swapped for the one
+    // before it (accepted, and rejected by sampling under the mask).
+    let schema = schemas()[0].to_string();
+    let call = |choice: ToolChoice| GenerateOptions {
+        tools: alarm_tools(),
+        tool_choice: choice,
+        reasoning: Reasoning::Off,
+        ..Default::default()
+    };
+    let cases: Vec<(&str, &str, GenerateOptions)> = vec![
+        ("qwen35moe-tiny-Q4_K_M.gguf", "Qwen3.5-4B.jinja", call(ToolChoice::Required)),
+        ("qwen3moe-tiny-Q4_K_M.gguf", "Qwen-Qwen3-0.6B.jinja", call(ToolChoice::Named("set_alarm".into()))),
+        ("gemma3-tiny-Q8_0.gguf", "google-gemma-2-2b-it.jinja", call(ToolChoice::Required)),
+        (
+            "qwen35moe-tiny-Q4_K_M.gguf",
+            "Qwen3.5-4B.jinja",
+            GenerateOptions { reasoning: Reasoning::Budget(8), json_schema: Some(schema), ..Default::default() },
+        ),
+    ];
+    let msgs = [ChatMessage::new("user", "Wake me at seven.")];
+    let (mut drafted, mut accepted) = (0, 0);
+    for (name, template, o) in cases {
+        let m = model(name, Some(template));
+        for seed in [1, 2] {
+            let off =
+                GenerateOptions { max_tokens: 120, sampler: sampled(seed, 0).sampler, seed: Some(seed), ..o.clone() };
+            let on = GenerateOptions { speculation: Speculation::Lookup { ngram: 3, max_draft: 6 }, ..off.clone() };
+            let mut a = session(&m);
+            let sa = a.chat(&msgs, &off, &mut |_| true).unwrap();
+            testing::script_drafts(Some(common::swapped(a.cached_tokens(), sa.prompt_tokens)));
+            let sb = session(&m).chat(&msgs, &on, &mut |_| true);
+            testing::script_drafts(None);
+            let sb = sb.unwrap_or_else(|e| panic!("{template}: {e}"));
+            assert_eq!(sa.tokens, sb.tokens, "{template} seed {seed}");
+            assert_eq!((&sa.text, &sa.reasoning, &sa.tool_calls), (&sb.text, &sb.reasoning, &sb.tool_calls));
+            assert_eq!(sa.stop_reason, sb.stop_reason);
+            (drafted, accepted) = (drafted + sb.drafted_tokens, accepted + sb.accepted_tokens);
+        }
+    }
+    eprintln!("tools, thinking, schema with speculation: drafted {drafted}, accepted {accepted}");
+    assert!(accepted > 0 && accepted < drafted, "drafted {drafted}, accepted {accepted}");
 }

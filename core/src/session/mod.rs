@@ -460,10 +460,6 @@ impl Session {
         };
         let cancelled = prefilled?;
         let mut turn = turn?;
-        if turn.is_structured() {
-            // No mask per verified position yet: a constrained answer decodes one token per pass.
-            drafter = None;
-        }
         if let (Some(draft), Some(_), Speculation::DraftModel { .. }, false) =
             (self.draft.as_mut(), &drafter, opts.speculation, cancelled)
         {
@@ -485,12 +481,16 @@ impl Session {
         let call_base = prompt.len();
         // The verify pass whose rows are being sampled (speculation).
         let mut verify: Option<Verify> = None;
-        // `pending` begins with tokens a rollback replays (recurrent models):
-        // evaluated as the verify pass did, row by row.
-        let mut replayed = false;
+        // `pending` begins with `replay` tokens a rollback replays (recurrent
+        // models): evaluated as the verify pass did, row by row. The tokens
+        // after them are those decoding evaluates in one pass: the sampled
+        // token, or it and the tokens forced after it (a grammar's
+        // fast-forward), a batch that only a pass of its own computes as
+        // decoding does, so it is not verified beside drafts.
+        let mut replay = 0;
         loop {
             let drafts = match drafter.as_mut() {
-                Some(d) if !pending.is_empty() => {
+                Some(d) if !pending.is_empty() && pending.len() <= replay + 1 => {
                     // Room in the context (no slide inside a verify pass) and in the token budget.
                     let room = n_ctx.saturating_sub(self.state.n_past() + pending.len());
                     let left = opts.max_tokens.saturating_sub(stats.generated_tokens + 1);
@@ -498,7 +498,11 @@ impl Session {
                     history.extend_from_slice(&self.cached);
                     history.extend_from_slice(&pending);
                     let mtp = self.mtp.as_deref_mut().map(|m| (m, &*model, &self.pool));
-                    d.propose(&history, room.min(left), self.draft.as_deref_mut(), mtp)?
+                    let mut drafts = d.propose(&history, room.min(left), self.draft.as_deref_mut(), mtp)?;
+                    // Drafts the constraint refuses would be rejected: they are not verified.
+                    let allowed = turn.allowed_prefix(&drafts)?;
+                    drafts.truncate(allowed);
+                    drafts
                 }
                 _ => Vec::new(),
             };
@@ -510,30 +514,21 @@ impl Session {
                 let mut batch = std::mem::take(&mut pending);
                 batch.extend_from_slice(&drafts);
                 // Rows computed as decoding computes them: the tokens are those without speculation.
-                self.eval_rows(&batch, Logits::All, true)?;
-                replayed = false;
+                // The first row's mask is computed while the pass runs; each next
+                // row's after the token before it is accepted (below).
+                let (evaluated, first_mask) = self.eval_beside(&mut turn, &batch, Logits::All, true);
+                evaluated?;
+                mask = first_mask?;
+                replay = 0;
                 stats.drafted_tokens += drafts.len();
                 verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
-                mask = turn.mask()?;
             } else if !pending.is_empty() {
                 // The next mask is computed while the forward pass runs.
-                let (evaluated, next_mask) = if turn.is_structured() {
-                    let (turn_ref, pending_ref) = (&mut turn, &pending);
-                    std::thread::scope(|s| {
-                        let worker = s.spawn(move || turn_ref.mask());
-                        let evaluated = self.eval(pending_ref, Logits::Last);
-                        let m = worker
-                            .join()
-                            .unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: mask worker failed".into())));
-                        (evaluated, m)
-                    })
-                } else {
-                    (self.eval_rows(&pending, Logits::Last, replayed), turn.mask())
-                };
+                let (evaluated, next_mask) = self.eval_pending(Some(&mut turn), &pending, replay, Logits::Last);
                 evaluated?;
                 mask = next_mask?;
                 pending.clear();
-                replayed = false;
+                replay = 0;
             }
             for closed in turn.take_closed() {
                 let event = match closed {
@@ -581,7 +576,7 @@ impl Session {
             let mut next = sample_under(&mut sampler, logits, &mask, &mut masked);
             if turn.opens_json_call(next, tok)? {
                 mask = turn.mask()?;
-                next = sample_under(&mut sampler, self.state.logits(), &mask, &mut masked);
+                next = sample_under(&mut sampler, logits, &mask, &mut masked);
             }
             if stats.generated_tokens == 0 {
                 stats.time_to_first_token_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -589,7 +584,11 @@ impl Session {
             }
             if tok.is_end_of_generation(next) {
                 if let Some(step) = turn.close_thought_instead_of_ending(tok)? {
-                    // The thought closes in place of the end token; the answer follows.
+                    // The thought closes in place of the end token; the answer
+                    // follows (forced tokens replace the drafts after this row).
+                    if let Some(v) = verify.take() {
+                        replay += self.settle(v, &mut pending, &mut drafter)?;
+                    }
                     for &f in &step.forced {
                         stats.generated_tokens += 1;
                         stats.tokens.push(f);
@@ -608,7 +607,7 @@ impl Session {
                     stats.accepted_tokens += 1;
                     evaluated = true;
                 } else if let Some(v) = verify.take() {
-                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
+                    replay += self.settle(v, &mut pending, &mut drafter)?;
                 }
             }
             stats.generated_tokens += 1;
@@ -626,7 +625,7 @@ impl Session {
             if !step.forced.is_empty() {
                 // Forced tokens replace the drafts after this one.
                 if let Some(v) = verify.take() {
-                    replayed |= self.settle(v, &mut pending, &mut drafter)?;
+                    replay += self.settle(v, &mut pending, &mut drafter)?;
                 }
             }
             for &f in &step.forced {
@@ -638,6 +637,10 @@ impl Session {
             out.route(ticket, &mut stats, on_event, &step.segments);
             if out.stopped.is_some() {
                 break;
+            }
+            if verify.is_some() {
+                // The next verified row's mask, after the token before it.
+                mask = turn.mask()?;
             }
         }
         let mut reason = out.stopped.unwrap_or(StopReason::MaxTokens);
@@ -652,11 +655,11 @@ impl Session {
             out.flush(&mut stats, on_event);
         }
         if let Some(v) = verify.take() {
-            replayed |= self.settle(v, &mut pending, &mut drafter)?;
+            replay += self.settle(v, &mut pending, &mut drafter)?;
         }
         if !pending.is_empty() {
             // Keep the cache equal to the conversation so far.
-            self.eval_rows(&pending, Logits::Last, replayed)?;
+            self.eval_pending(None, &pending, replay, Logits::Last).0?;
         }
         self.save_checkpoint()?;
         let decode_secs = decode_start.elapsed().as_secs_f64();
@@ -697,14 +700,14 @@ impl Session {
     /// state (truncate the KV cache; a recurrent model restores the
     /// checkpoint taken before the pass and puts the accepted tokens in front
     /// of `pending`, replayed by the next pass) and adapt the draft length.
-    /// True when tokens were put in front of `pending`.
-    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<bool> {
+    /// Returns how many tokens were put in front of `pending`.
+    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<usize> {
         if let Some(d) = drafter {
             d.update(v.drafts.len(), v.accepted);
         }
         let keep = v.base + v.first_row + 1 + v.accepted;
         if keep >= self.cached.len() {
-            return Ok(false);
+            return Ok(0);
         }
         if let Some(m) = self.mtp.as_mut() {
             m.truncate(keep);
@@ -718,11 +721,57 @@ impl Session {
                 self.state.restore(cp)?;
                 let replay = self.cached[v.base..keep].to_vec();
                 self.cached.truncate(v.base);
+                let n = replay.len();
                 pending.splice(0..0, replay);
-                return Ok(true);
+                return Ok(n);
             }
         }
-        Ok(false)
+        Ok(0)
+    }
+
+    /// Evaluate `pending` as decoding without speculation would have: its
+    /// first `replay` tokens row by row (as the verify pass that rolled them
+    /// back did), the rest in one pass; the turn's next mask beside it.
+    fn eval_pending(
+        &mut self,
+        turn: Option<&mut Turn>,
+        pending: &[u32],
+        replay: usize,
+        want: Logits,
+    ) -> (Result<()>, Result<Mask>) {
+        let (rows, batch) =
+            if replay > 0 && pending.len() > replay + 1 { pending.split_at(replay) } else { (&[][..], pending) };
+        if !rows.is_empty() {
+            if let Err(e) = self.eval_rows(rows, Logits::None, true) {
+                return (Err(e), Ok(Mask::Free));
+            }
+        }
+        let one_row = rows.is_empty() && replay > 0;
+        match turn {
+            Some(turn) => self.eval_beside(turn, batch, want, one_row),
+            None => (self.eval_rows(batch, want, one_row), Ok(Mask::Free)),
+        }
+    }
+
+    /// [`eval_rows`](Self::eval_rows) with the turn's next mask computed on
+    /// a worker thread meanwhile (where the turn has masks to compute).
+    fn eval_beside(
+        &mut self,
+        turn: &mut Turn,
+        tokens: &[u32],
+        want: Logits,
+        one_row: bool,
+    ) -> (Result<()>, Result<Mask>) {
+        if !turn.is_structured() {
+            return (self.eval_rows(tokens, want, one_row), turn.mask());
+        }
+        std::thread::scope(|s| {
+            let worker = s.spawn(move || turn.mask());
+            let evaluated = self.eval_rows(tokens, want, one_row);
+            let m =
+                worker.join().unwrap_or_else(|_| Err(Error::InvalidArgument("constraint: mask worker failed".into())));
+            (evaluated, m)
+        })
     }
 
     /// [`eval`](Self::eval), with `one_row`: every token computed as a pass

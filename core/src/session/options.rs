@@ -141,7 +141,7 @@ pub struct GenerateOptions {
     /// Thinking: the template's default, off, on, or on with a token budget.
     pub reasoning: Reasoning,
     /// Draft tokens and verify them in one pass (see `session/speculate.rs`);
-    /// off for a request with a constraint or tools.
+    /// under a constraint or tools each verified row is sampled under its own mask.
     pub speculation: Speculation,
 }
 

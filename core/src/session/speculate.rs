@@ -42,10 +42,17 @@
 //! finds n-grams that the answer does not follow, then costs one probe row
 //! every [`MAX_PAUSE`] tokens instead of one wasted row per token.
 //!
-//! Speculation is switched off for a request with a constraint or tools (a
-//! mask per verified position would need the matcher advanced over accepted
-//! drafts and rolled back on rejection; not built): such a request decodes
-//! one token per pass, exactly as with [`Speculation::Off`].
+//! **Constraints and tools.** A request with a constraint or tools
+//! speculates too: each verified row is sampled under the turn's mask for
+//! that position (the first row's computed while the verify pass runs, each
+//! next one after the token before it is accepted), so a draft the
+//! structure forbids is simply rejected. The matcher only ever consumes
+//! sampled tokens, never drafts: a rejection leaves nothing to roll back.
+//! Before the pass, drafts are cut at the first one the constraint (or an
+//! open call's grammar) refuses ([`crate::structured::Turn::allowed_prefix`]),
+//! so no row is spent on them. Forced tokens (a grammar's fast-forward, a
+//! thought closed in place of the end) end the verification, as they replace
+//! the drafts after them.
 
 use crate::error::{Error, Result};
 use crate::gguf::Key;

@@ -301,6 +301,27 @@ impl Turn {
         Ok(Mask::Allowed(mask))
     }
 
+    /// How many of `drafts` (speculative decoding's) the structure lets
+    /// through in a row: the answer's constraint, or the open call's grammar,
+    /// validates them without consuming them; the rest would only be
+    /// rejected. Where the turn may change state among them (a thought, a
+    /// call's marker, harmony's channels) all of them: every verified row is
+    /// sampled under its own mask anyway, so this only saves work.
+    pub(crate) fn allowed_prefix(&mut self, drafts: &[u32]) -> Result<usize> {
+        if drafts.is_empty() || self.harmony.is_some() || self.thinking {
+            return Ok(drafts.len());
+        }
+        // Ids the vocabulary lacks (a draft model's padded head) stop the drafts.
+        let known = drafts.iter().position(|&t| t as usize >= self.n_vocab).unwrap_or(drafts.len());
+        let may_think = !self.answer_started && self.think.as_ref().is_some_and(|f| f.open_id.is_some());
+        let (m, what) = match (self.call.as_mut(), self.tools.is_some(), self.answer.as_mut()) {
+            (Some(m), _, _) => (m, "tools"),
+            (None, false, Some(m)) if !may_think => (m, "constraint"),
+            _ => return Ok(drafts.len()),
+        };
+        m.validate_tokens(&drafts[..known]).map_err(|e| engine_error(what, e))
+    }
+
     /// The model would end while thinking but the answer owes a constrained
     /// answer or a call: the thought is closed instead (the end token is
     /// dropped) and the answer begins.

@@ -65,6 +65,18 @@ pub fn generate_text(
     (text, stats)
 }
 
+/// `tokens` with every 4th from `from` on replaced by the one before it
+/// where they differ: as speculative drafts (`testing::script_drafts`), the
+/// model's own tokens accepted and, every 4th, a token a constraint over the
+/// same alphabet still allows but sampling rejects.
+pub fn swapped(tokens: &[u32], from: usize) -> Vec<u32> {
+    let mut t = tokens.to_vec();
+    for i in (from + 3..t.len()).step_by(4) {
+        t[i] = t[i - 1];
+    }
+    t
+}
+
 /// The real Gemma 3 270M file: `$POCKET_GEMMA` or the cache the README's
 /// commands fill (`~/.cache/pocket/gemma-3-270m-q4_k_m.gguf`). `None` when absent.
 pub fn gemma_270m() -> Option<PathBuf> {
