@@ -59,6 +59,12 @@ pub struct Args {
     /// request with and without it, decode t/s over the same tokens, and the compile time
     #[arg(long, value_name = "FILE|JSON")]
     json_schema: Option<String>,
+    /// Measure speculative decoding's verify pass instead: one decoded token against
+    /// passes of 1..=K drafts (and an MTP draft step where the file has the layer),
+    /// after a -p prompt, medians of --draws; with the decode speed it projects at
+    /// acceptance 0.5, 0.65 and 0.8
+    #[arg(long, value_name = "K", allow_negative_numbers = true)]
+    verify_cost: Option<usize>,
     /// With --speculate other than off, each draw runs through a session
     /// instead (greedy, end tokens ignored) over the same prompt, and reports
     /// the drafts made and accepted (the synthetic prompt gives lookup little
@@ -128,6 +134,26 @@ pub fn run(args: Args) -> Result<(), String> {
     let model = args.budget.load(path)?;
     if let Some(schema) = &args.json_schema {
         return crate::bench_structured::run(model, schema, n_gen.max(2), draws, threads, args.json);
+    }
+    if let Some(k) = args.verify_cost {
+        if !(1..=pocket_core::session::MAX_DRAFT).contains(&k) {
+            return Err(format!("--verify-cost {k}: not in 1..={}", pocket_core::session::MAX_DRAFT));
+        }
+        let pool = ThreadPool::new(threads);
+        let costs = crate::bench_verify::measure(&model, &pool, kv, n_prompt, k, draws)?;
+        if args.json {
+            let mut v = crate::bench_verify::to_json(&costs);
+            v["model"] = json!(path);
+            v["threads"] = json!(threads);
+            v["isa"] = json!(pocket_core::kernels::isa().to_string());
+            v["n_prompt"] = json!(n_prompt);
+            v["draws"] = json!(draws);
+            v["memory_budget"] = json!(model.memory_budget());
+            outln!("{}", serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?);
+        } else {
+            crate::bench_verify::text(&costs).iter().for_each(|l| outln!("{l}"));
+        }
+        return Ok(());
     }
     let model = std::sync::Arc::new(model);
     let speculation = args.speculate.speculation()?;

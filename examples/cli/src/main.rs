@@ -10,6 +10,7 @@ mod out;
 mod bench;
 mod bench_kernels;
 mod bench_structured;
+mod bench_verify;
 mod fingerprint;
 mod gpu_info;
 mod imatrix;

@@ -174,6 +174,35 @@ fn bench_json_follows_the_protocol() {
 }
 
 #[test]
+fn bench_verify_cost_times_each_draft_length_and_projects_speed() {
+    // The hybrid (checkpoints timed) and an attention-only model.
+    for name in ["qwen35moe-tiny-Q4_K_M", "qwen3moe-tiny-Q4_K_M"] {
+        let v = json(&["bench", "--model", &model(name), "-p", "16", "--verify-cost", "3", "--draws", "2", "--json"]);
+        assert!(v["decode_ms"].as_f64().unwrap() > 0.0);
+        assert_eq!(v["recurrent"].as_bool().unwrap(), name.starts_with("qwen35moe"), "{v}");
+        assert!(v["mtp_draft_ms"].is_null(), "no MTP layer in {name}");
+        let verify = v["verify"].as_array().unwrap();
+        assert_eq!(verify.iter().map(|r| r["drafts"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2, 3]);
+        assert!(verify.iter().all(|r| r["ms"].as_f64().unwrap() > 0.0 && r["decode_ratio"].as_f64().unwrap() > 0.0));
+        let projected = v["projected"].as_array().unwrap();
+        let rates: Vec<f64> = projected.iter().map(|p| p["acceptance"].as_f64().unwrap()).collect();
+        assert_eq!(rates, [0.5, 0.65, 0.8]);
+        for p in projected {
+            let by: Vec<f64> = p["by_drafts"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            let best = p["best_drafts"].as_u64().unwrap() as usize;
+            assert_eq!(p["decode_tps"].as_f64().unwrap(), by[best - 1]);
+            assert!(by.iter().all(|&x| x <= by[best - 1]), "{p}");
+        }
+    }
+    let human =
+        ok(&["bench", "--model", &model("qwen3moe-tiny-Q4_K_M"), "-p", "8", "--verify-cost", "2", "--draws", "1"]);
+    assert!(human.contains("verify ms") && human.contains("acceptance 0.80"), "{human}");
+    let out = pocket(&["bench", "--model", &model("qwen3moe-tiny-Q4_K_M"), "--verify-cost", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--verify-cost 0"), "{err}");
+}
+
+#[test]
 fn perplexity_of_gemma_matches_llama_cpp() {
     let Some(g) = gemma() else { return };
     let text = fixtures().join("tokenizer/ppl_text.txt").to_string_lossy().into_owned();
