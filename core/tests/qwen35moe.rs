@@ -62,6 +62,34 @@ fn checkpoint_then_continue_equals_a_fresh_run() {
 }
 
 #[test]
+fn a_checkpoint_taken_into_an_older_one_restores_the_newer_position() {
+    // checkpoint_into reuses an earlier checkpoint's memory (speculation
+    // takes one before every verify pass): restoring it is restoring a fresh one.
+    let m = model("F32");
+    let pool = ThreadPool::new(2);
+    let tokens = long_prompt(40);
+    let mut a = m.new_state(64, KvType::F32).unwrap();
+    m.forward(&pool, &mut a, &tokens[..8], Logits::Last).unwrap();
+    let mut reused = a.checkpoint().unwrap();
+    m.forward(&pool, &mut a, &tokens[8..24], Logits::Last).unwrap();
+    a.checkpoint_into(&mut reused).unwrap();
+    let fresh = a.checkpoint().unwrap();
+    assert_eq!((reused.n_past(), reused.bytes()), (fresh.n_past(), fresh.bytes()));
+    m.forward(&pool, &mut a, &[7, 8, 9], Logits::Last).unwrap();
+    a.restore(&reused).unwrap();
+    m.forward(&pool, &mut a, &tokens[24..], Logits::Last).unwrap();
+    // The same with a checkpoint taken fresh at 24 tokens.
+    let mut b = m.new_state(64, KvType::F32).unwrap();
+    m.forward(&pool, &mut b, &tokens[..8], Logits::Last).unwrap();
+    m.forward(&pool, &mut b, &tokens[8..24], Logits::Last).unwrap();
+    let cp = b.checkpoint().unwrap();
+    m.forward(&pool, &mut b, &[7, 8, 9], Logits::Last).unwrap();
+    b.restore(&cp).unwrap();
+    m.forward(&pool, &mut b, &tokens[24..], Logits::Last).unwrap();
+    assert_eq!(a.logits(), b.logits(), "restoring the reused checkpoint differs from a fresh one's");
+}
+
+#[test]
 fn stale_checkpoints_and_rewinds_are_refused() {
     let m = model("Q4_K_M");
     let pool = ThreadPool::new(1);

@@ -372,6 +372,28 @@ impl State {
         Ok(Checkpoint { n_past: self.n_past, clock: self.clock, recurrent })
     }
 
+    /// [`checkpoint`](Self::checkpoint) into `cp`, reusing the memory of
+    /// its copies where it was taken of this state's layers: a checkpoint
+    /// before every verify pass (speculative decoding) would otherwise
+    /// allocate, and fault in, every recurrent state each time.
+    pub fn checkpoint_into(&self, cp: &mut Checkpoint) -> Result<()> {
+        let mut recurrent = self.layers.iter().enumerate().filter(|(_, l)| matches!(l, LayerState::Recurrent(_)));
+        let same_layers = cp.recurrent.len() == recurrent.clone().count()
+            && cp.recurrent.iter().all(|(il, _)| recurrent.any(|(j, _)| j == *il));
+        if !same_layers {
+            *cp = self.checkpoint()?;
+            return Ok(());
+        }
+        for (il, saved) in &mut cp.recurrent {
+            if let LayerState::Recurrent(r) = &self.layers[*il] {
+                r.save_into(saved)?;
+            }
+        }
+        cp.n_past = self.n_past;
+        cp.clock = self.clock;
+        Ok(())
+    }
+
     /// Return to a checkpoint of this state. Fails when a position before it
     /// has been rewritten since (the cache prefix it refers to is gone).
     pub fn restore(&mut self, cp: &Checkpoint) -> Result<()> {

@@ -71,6 +71,9 @@ pub struct Session {
     /// The multi-token-prediction layer's state (made by the first
     /// [`Speculation::Mtp`] request).
     mtp: Option<Box<MtpDraft>>,
+    /// Recurrent models: the checkpoint a verify pass took, kept for the
+    /// next one to reuse its memory.
+    spare_checkpoint: Option<Checkpoint>,
 }
 
 impl Session {
@@ -169,6 +172,7 @@ impl Session {
             cancel: CancelHandle::default(),
             draft,
             mtp: None,
+            spare_checkpoint: None,
         })
     }
 
@@ -200,7 +204,8 @@ impl Session {
     pub fn memory_bytes(&self) -> usize {
         let draft = self.draft.as_ref().map_or(0, |d| d.memory_bytes());
         let mtp = self.mtp.as_ref().map_or(0, |m| m.memory_bytes());
-        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>() + draft + mtp
+        let spare = self.spare_checkpoint.as_ref().map_or(0, Checkpoint::bytes);
+        self.state.cache_bytes() + self.checkpoints.iter().map(|(_, c)| c.bytes()).sum::<usize>() + draft + mtp + spare
     }
 
     /// Forget the conversation.
@@ -509,7 +514,14 @@ impl Session {
             if !drafts.is_empty() {
                 // Evaluate the pending tokens and the drafts in one pass, a logits row for each.
                 let base = self.cached.len();
-                let checkpoint = if self.state.is_recurrent() { Some(self.state.checkpoint()?) } else { None };
+                let checkpoint = match (self.state.is_recurrent(), self.spare_checkpoint.take()) {
+                    (false, _) => None,
+                    (true, Some(mut cp)) => {
+                        self.state.checkpoint_into(&mut cp)?;
+                        Some(cp)
+                    }
+                    (true, None) => Some(self.state.checkpoint()?),
+                };
                 let first_row = pending.len() - 1;
                 let mut batch = std::mem::take(&mut pending);
                 batch.extend_from_slice(&drafts);
@@ -701,18 +713,27 @@ impl Session {
     /// checkpoint taken before the pass and puts the accepted tokens in front
     /// of `pending`, replayed by the next pass) and adapt the draft length.
     /// Returns how many tokens were put in front of `pending`.
-    fn settle(&mut self, v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<usize> {
+    fn settle(&mut self, mut v: Verify, pending: &mut Vec<u32>, drafter: &mut Option<Drafter>) -> Result<usize> {
         if let Some(d) = drafter {
             d.update(v.drafts.len(), v.accepted);
         }
         let keep = v.base + v.first_row + 1 + v.accepted;
+        let checkpoint = v.checkpoint.take();
+        let replayed = self.roll_back(&v, keep, checkpoint.as_ref(), pending);
+        // The checkpoint's memory serves the next verify pass.
+        self.spare_checkpoint = checkpoint;
+        replayed
+    }
+
+    /// [`settle`](Self::settle)'s rollback to `keep` tokens.
+    fn roll_back(&mut self, v: &Verify, keep: usize, cp: Option<&Checkpoint>, pending: &mut Vec<u32>) -> Result<usize> {
         if keep >= self.cached.len() {
             return Ok(0);
         }
         if let Some(m) = self.mtp.as_mut() {
             m.truncate(keep);
         }
-        match &v.checkpoint {
+        match cp {
             None => {
                 self.state.truncate(keep)?;
                 self.cached.truncate(keep);

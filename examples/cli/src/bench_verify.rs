@@ -105,6 +105,8 @@ pub fn measure(
     let prompt: Vec<u32> = (0..n_prompt.max(1) as u64).map(token).collect();
     model.forward(pool, &mut state, &prompt, Logits::Last).map_err(e)?;
     let base = state.checkpoint().map_err(e)?;
+    // The session reuses one checkpoint's memory from verify pass to verify pass.
+    let mut spare = state.checkpoint().map_err(e)?;
     let mut mtp = if has_mtp { Some(model.new_mtp_state(n_ctx, kv).map_err(e)?) } else { None };
     let h_last = if has_mtp {
         let h = state.hidden();
@@ -119,7 +121,7 @@ pub fn measure(
     for d in 0..=draws {
         let step = |i: u64| token(100_000 + d as u64 * 1_000 + i);
         let t = Instant::now();
-        std::hint::black_box(state.checkpoint().map_err(e)?);
+        state.checkpoint_into(&mut spare).map_err(e)?;
         let checkpoint_ms = t.elapsed().as_secs_f64() * 1e3;
         let t = Instant::now();
         model.forward(pool, &mut state, &[step(0)], Logits::Last).map_err(e)?;

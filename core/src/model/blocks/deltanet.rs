@@ -122,6 +122,16 @@ impl DeltaState {
         Ok(SavedDelta { conv: self.conv.read()?.into_owned(), ssm: self.ssm.read()?.into_owned() })
     }
 
+    /// [`save`](Self::save) into `saved`, reusing its memory.
+    pub fn save_into(&self, saved: &mut SavedDelta) -> Result<()> {
+        let (conv, ssm) = (self.conv.read()?, self.ssm.read()?);
+        saved.conv.clear();
+        saved.conv.extend_from_slice(&conv);
+        saved.ssm.clear();
+        saved.ssm.extend_from_slice(&ssm);
+        Ok(())
+    }
+
     /// Zeros of this state's shape, to read saved values into.
     pub fn blank(&self) -> SavedDelta {
         SavedDelta { conv: vec![0.0; self.conv.len()], ssm: vec![0.0; self.ssm.len()] }
