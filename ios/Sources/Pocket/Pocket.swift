@@ -2537,7 +2537,7 @@ public struct GenerateOptions {
     public var reasoning: Reasoning?
     /**
      * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
-     * output is the same with it; switched off under a constraint or tools.
+     * output is the same with it, under a constraint or tools too.
      */
     public var speculation: Speculation?
 
@@ -2595,7 +2595,7 @@ public struct GenerateOptions {
          */reasoning: Reasoning? = nil, 
         /**
          * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
-         * output is the same with it; switched off under a constraint or tools.
+         * output is the same with it, under a constraint or tools too.
          */speculation: Speculation? = nil) {
         self.maxTokens = maxTokens
         self.temperature = temperature

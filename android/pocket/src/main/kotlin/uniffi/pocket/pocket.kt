@@ -4293,7 +4293,7 @@ data class GenerateOptions (
     var `reasoning`: Reasoning? = null, 
     /**
      * Speculative decoding; absent = `Speculation.Off`. Greedy and seeded
-     * output is the same with it; switched off under a constraint or tools.
+     * output is the same with it, under a constraint or tools too.
      */
     var `speculation`: Speculation? = null
 ) {
