@@ -10,15 +10,25 @@ PROMPTS = {
  "fix a typo in code": "Fix the typo in this code and print the whole corrected code:\n```python\ndef average(values):\n    total = 0\n    for v in values:\n        total += v\n    retrun total / len(values)\n\nprint(average([1, 2, 3, 4]))\n```",
  "free chat": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
+# Prompts answered under a JSON Schema (speculation verifies each row under its own mask).
+SCHEMAS = {
+ "extract fields as JSON (schema)": (PROMPTS["extract fields"].replace("as lines 'name: ...', 'age: ...', 'city: ...', 'job: ...'", "as JSON"),
+  '{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"city":{"type":"string"},"job":{"type":"string"},"summary":{"type":"string"}},"required":["name","age","city","job","summary"],"additionalProperties":false}'),
+}
 RUNS = 3
 def one(model, prompt, spec):
+    schema = None
+    if isinstance(prompt, tuple):
+        prompt, schema = prompt
     msgs = json.dumps([{"role": "user", "content": prompt}])
     cmd = [P, "chat", "--model", model, "--messages", msgs, "--json", "-n", "128", "--temp", "0", "--threads", "2", "--speculate", spec]
+    if schema:
+        cmd += ["--json-schema", schema]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 rows = []
 for mname, mpath in MODELS.items():
-    for pname, prompt in PROMPTS.items():
+    for pname, prompt in list(PROMPTS.items()) + list(SCHEMAS.items()):
         res = {"off": [], "lookup": []}
         texts = {}
         for r in range(RUNS):
