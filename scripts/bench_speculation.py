@@ -15,7 +15,7 @@ SCHEMAS = {
  "extract fields as JSON (schema)": (PROMPTS["extract fields"].replace("as lines 'name: ...', 'age: ...', 'city: ...', 'job: ...'", "as JSON"),
   '{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"city":{"type":"string"},"job":{"type":"string"},"summary":{"type":"string"}},"required":["name","age","city","job","summary"],"additionalProperties":false}'),
 }
-RUNS = 3
+RUNS = int(os.environ.get("RUNS", "3"))
 def one(model, prompt, spec):
     schema = None
     if isinstance(prompt, tuple):

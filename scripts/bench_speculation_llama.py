@@ -18,7 +18,7 @@ MODELS = {"Gemma 3 270M Q4_K_M": CACHE + "gemma-3-270m-q4_k_m.gguf",
 # The prompts of bench_speculation.py (kept in one place).
 src = open(os.path.join(os.path.dirname(__file__), "bench_speculation.py")).read()
 PROMPTS = eval(re.search(r"PROMPTS = (\{.*?\n\})", src, re.S).group(1))
-RUNS, N = 3, 128
+RUNS, N = int(os.environ.get("RUNS", "3")), 128
 
 
 def render(model, prompt):
