@@ -387,7 +387,10 @@ impl Kernels {
     /// has them. (Beside the table rather than in it: the paths without them
     /// build their tables unchanged.)
     pub(crate) fn exact_dot(&self, ty: GgmlType) -> Option<ExactDot> {
-        super::simd::exact_table(self.isa)(ty)
+        match self.isa {
+            Isa::Scalar => scalar::exact_dot(ty),
+            isa => super::simd::exact_table(isa)(ty),
+        }
     }
 
     /// The kernels for weights of type `ty`, or `None` if unsupported.

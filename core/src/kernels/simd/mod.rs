@@ -21,9 +21,9 @@ mod arch {
     }
 }
 
-/// The [`Exact`](super::table::Exact) kernels of the path `isa`: the x86
-/// paths have them; on the others (the scalar path, NEON) batches that must
-/// equal decoding run row by row.
+/// The [`Exact`](super::table::Exact) kernels of the SIMD path `isa`: the
+/// x86 paths have them; on NEON batches that must equal decoding run row by
+/// row.
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::exact_table;
 #[cfg(not(target_arch = "x86_64"))]
