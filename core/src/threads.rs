@@ -144,8 +144,8 @@ unsafe impl Send for Shared {}
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
-    /// Products run one activation row at a time, tiled as for one row (see
-    /// [`set_one_row`](Self::set_one_row)).
+    /// Products compute each activation row as a product of one row would,
+    /// tiled as for one row (see [`set_one_row`](Self::set_one_row)).
     one_row: AtomicBool,
 }
 
@@ -194,11 +194,12 @@ impl ThreadPool {
     }
 
     /// While on, the weight products on this pool compute every activation
-    /// row as a product of one row would (the decode kernels and tiling), so
-    /// a batch's results equal token-by-token decoding bit for bit (the
-    /// multi-row kernels round differently in the last bits). Speculative
-    /// decoding's verify passes run so; the weights are still read once per
-    /// tile for all rows.
+    /// row as a product of one row would (the decode tiling, and the exact
+    /// multi-row kernels where the weight type has them, else the decode
+    /// kernels row by row), so a batch's results equal token-by-token
+    /// decoding bit for bit (the prefill kernels round differently in the
+    /// last bits). Speculative decoding's verify passes run so; the weights
+    /// are still read once per tile for all rows.
     pub fn set_one_row(&self, on: bool) {
         self.one_row.store(on, Ordering::Relaxed);
     }

@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::table::{decoded_buffer, Acts, Decoded, Dot, Kernels, Multi, Panels, RowDot, Rows};
+use super::table::{decoded_buffer, Acts, Decoded, Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot, Rows};
 use super::{ActFormat, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
@@ -72,20 +72,35 @@ impl Kernels {
             return None;
         }
         let threads = pool.n_threads();
+        // One-row mode: every product as decoding computes it, to the bit.
+        let exact = if pool.one_row() { self.exact_dot(w.ty) } else { None };
         let plan = if pool.one_row() {
-            // The weight rows tiled as for one activation row, each tile run
-            // for one row at a time: every row takes the decode kernels.
-            Plan { n, acts_per_tile: 1, ..Plan::new(threads, w, 1, self.panel_rows(w, 1)) }
+            // The weight rows tiled as for one activation row; each tile runs
+            // all the activation rows with the exact kernels where the type
+            // has them, else one row at a time with the decode kernels.
+            let acts_per_tile = if exact.is_some() { n } else { 1 };
+            Plan { n, acts_per_tile, ..Plan::new(threads, w, 1, self.panel_rows(w, 1)) }
         } else {
             Plan::new(threads, w, n, self.panel_rows(w, n))
         };
         let out = Out(out.as_mut_ptr());
         let (k, row_bytes) = (x.k, w.row_bytes());
-        Some(match self.row_dot(w.ty).expect("a supported type has kernels") {
-            RowDot::Q8_0(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, out })),
-            RowDot::Q8_1(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, out })),
-            RowDot::Q8K(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, out })),
-            RowDot::F32(dot) => Box::new((plan, Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, out })),
+        Some(match (self.row_dot(w.ty).expect("a supported type has kernels"), exact) {
+            (RowDot::Q8_0(dot), e) => {
+                let exact = if let Some(ExactDot::Q8_0(e)) = e { Some(e) } else { None };
+                Box::new((plan, Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, exact, out }))
+            }
+            (RowDot::Q8_1(dot), e) => {
+                let exact = if let Some(ExactDot::Q8_1(e)) = e { Some(e) } else { None };
+                Box::new((plan, Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, exact, out }))
+            }
+            (RowDot::Q8K(dot), e) => {
+                let exact = if let Some(ExactDot::Q8K(e)) = e { Some(e) } else { None };
+                Box::new((plan, Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, exact, out }))
+            }
+            (RowDot::F32(dot), _) => {
+                Box::new((plan, Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, exact: None, out }))
+            }
         })
     }
 
@@ -199,6 +214,9 @@ struct Job<'a, B: 'static> {
     per_row: usize,
     rows: Option<&'a [usize]>,
     dot: Dot<B>,
+    /// The exact kernels, in one-row mode where the type has them: then
+    /// they run every tile.
+    exact: Option<Exact<B>>,
     out: Out,
 }
 
@@ -246,6 +264,9 @@ impl<B: 'static> Job<'_, B> {
     /// shares beside their products; other prompt tiles at their start, if
     /// the next tile is cache-sized, as a panel tile is).
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
+        if let Some(e) = self.exact {
+            return self.exact_tile(e, r0, r1, j0, j1);
+        }
         if let Some(p) = self.dot.panels {
             if j1 - j0 >= p.min_acts && r1 - r0 >= p.height {
                 return self.panels_tile(p, r0, r1, j0, j1, ahead);
@@ -328,6 +349,28 @@ impl<B: 'static> Job<'_, B> {
         let rest = r0 + h * n_panels;
         if rest < r1 {
             self.tile_with(rest, r1, j0, j1, None);
+        }
+    }
+
+    /// Weight rows `r0..r1` times activation rows `j0..j1` with the exact
+    /// kernels, as many activation rows per pass over the weights as they
+    /// take (the tile's weights stay in L2 for the passes after the first).
+    fn exact_tile(&self, e: Exact<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
+        const MAX_ACTS: usize = 8;
+        assert!(e.acts <= MAX_ACTS, "exact kernels of {} activation rows", e.acts);
+        let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
+        // Passes of nearly equal size (9 rows as 3 + 3 + 3, not 4 + 4 + 1): a
+        // pass of one row repeats the weights' unpacking for one product.
+        let passes = (j1 - j0).div_ceil(e.acts);
+        let per_pass = (j1 - j0).div_ceil(passes);
+        for j in (j0..j1).step_by(per_pass) {
+            let je = (j + per_pass).min(j1);
+            let acts: [&[B]; MAX_ACTS] = std::array::from_fn(|t| self.act((j + t).min(je - 1)));
+            // SAFETY: the table holds only kernels this CPU has; row and
+            // activation lengths match (checked in `run`); the kernel writes
+            // the outputs of weight rows `r0..r1` with activation rows
+            // `j..je`, which this tile alone owns.
+            unsafe { (e.rows)(w, self.row_bytes, &acts[..je - j], self.out_at(j, r0), self.w.rows) };
         }
     }
 

@@ -1,7 +1,8 @@
 //! Scalar twins of the table's f32 kernels: the reference each SIMD body is
 //! tested against, and the scalar path's entries.
 
-use crate::quant::f16_to_f32;
+use super::table::{Exact, ExactDot};
+use crate::quant::{f16_to_f32, GgmlType};
 use half::f16;
 
 /// In-place SiLU with libm's `expf`.
@@ -124,5 +125,65 @@ pub fn state_update_cols(s: &mut [f32], decay: f32, k: &[f32], d: &[f32], from: 
     }
     for (row, &ki) in s.chunks_exact_mut(d.len()).zip(k) {
         row[from..].iter_mut().zip(&d[from..]).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
+    }
+}
+
+/// The scalar path's exact kernels (see [`Exact`]): the formats whose dot
+/// products are written over `N` activation rows (`vec_dot_rows`), up to
+/// four rows per pass over the weights.
+pub(crate) fn exact_dot(ty: GgmlType) -> Option<ExactDot> {
+    use crate::quant::{q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0};
+    /// An exact kernel from a format's `vec_dot_rows`.
+    macro_rules! exact {
+        ($variant:ident, $m:ident) => {
+            ExactDot::$variant(Exact {
+                acts: 4,
+                // SAFETY (the caller's): `out` holds the outputs (see `ExactRows`).
+                rows: |w, row_bytes, a, out, stride| unsafe {
+                    match *a {
+                        [a0] => exact_rows(w, row_bytes, [a0], out, stride, $m::vec_dot_rows),
+                        [a0, a1] => exact_rows(w, row_bytes, [a0, a1], out, stride, $m::vec_dot_rows),
+                        [a0, a1, a2] => exact_rows(w, row_bytes, [a0, a1, a2], out, stride, $m::vec_dot_rows),
+                        [a0, a1, a2, a3] => exact_rows(w, row_bytes, [a0, a1, a2, a3], out, stride, $m::vec_dot_rows),
+                        _ => panic!("exact kernels take 1 to 4 activation rows, not {}", a.len()),
+                    }
+                },
+            })
+        };
+    }
+    use GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => exact!(Q8_0, q4_0),
+        T::Q5_0 => exact!(Q8_0, q5_0),
+        T::Q8_0 => exact!(Q8_0, q8_0),
+        T::Q4_1 => exact!(Q8_1, q4_1),
+        T::Q5_1 => exact!(Q8_1, q5_1),
+        T::Q3K => exact!(Q8K, q3_k),
+        T::Q4K => exact!(Q8K, q4_k),
+        T::Q5K => exact!(Q8K, q5_k),
+        T::Q6K => exact!(Q8K, q6_k),
+        _ => return None,
+    })
+}
+
+/// Every weight row of `w` (`row_bytes` each) with the `N` activation rows
+/// `a`: row `r` with activation row `t` into `out[t * stride + r]`.
+///
+/// # Safety
+/// `out` must hold those elements.
+#[inline(always)]
+unsafe fn exact_rows<B, const N: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    a: [&[B]; N],
+    out: *mut f32,
+    stride: usize,
+    dot: impl Fn(&[u8], [&[B]; N]) -> [f32; N],
+) {
+    for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+        for (t, v) in dot(row, a).into_iter().enumerate() {
+            // SAFETY: in `out` (caller).
+            unsafe { *out.add(t * stride + r) = v };
+        }
     }
 }

@@ -242,6 +242,43 @@ impl<B> Clone for Multi<B> {
 }
 impl<B> Copy for Multi<B> {}
 
+/// Weight rows with up to `acts` activation rows per pass over the weights,
+/// each product computed by the same float operations in the same order as
+/// the path's one-row kernel (`Dot::one`, `Dot::rows`): only the unpacking of
+/// the weights (and integer sums, which are exact in any order) is shared by
+/// the rows. So a batch computed with these equals decoding it token by
+/// token, bit for bit, which speculative verification needs (see
+/// `session/speculate.rs`); the other multi-row kernels round differently.
+pub(crate) struct Exact<B: 'static> {
+    /// Activation rows per call, at most.
+    pub(crate) acts: usize,
+    pub(crate) rows: ExactRows<B>,
+}
+
+/// See [`Exact`]: `(w, row_bytes, acts, out, stride)`, the consecutive weight
+/// rows `w` (`row_bytes` each) with one to [`Exact::acts`] activation rows:
+/// weight row `r` with activation row `t` is written to `out[t * stride + r]`.
+pub(crate) type ExactRows<B> = unsafe fn(&[u8], usize, &[&[B]], *mut f32, usize);
+
+impl<B> Clone for Exact<B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B> Copy for Exact<B> {}
+
+/// The [`Exact`] kernels of one weight type, by activation format.
+#[derive(Clone, Copy)]
+pub(crate) enum ExactDot {
+    Q8_0(Exact<BlockQ8_0F>),
+    Q8_1(Exact<BlockQ8_1>),
+    Q8K(Exact<BlockQ8K>),
+}
+
+/// A path's [`Exact`] kernels by weight type (`None`: the type has none on
+/// that path, and its batches that must equal decoding run row by row).
+pub(crate) type ExactTable = fn(GgmlType) -> Option<ExactDot>;
+
 /// The kernels for one weight type, by activation format.
 #[derive(Clone, Copy)]
 pub(crate) enum RowDot {
@@ -344,6 +381,16 @@ impl Kernels {
 
     pub fn isa(&self) -> Isa {
         self.isa
+    }
+
+    /// The [`Exact`] kernels for weights of type `ty` on this path, if it
+    /// has them. (Beside the table rather than in it: the paths without them
+    /// build their tables unchanged.)
+    pub(crate) fn exact_dot(&self, ty: GgmlType) -> Option<ExactDot> {
+        match self.isa {
+            Isa::Scalar => scalar::exact_dot(ty),
+            isa => super::simd::exact_table(isa)(ty),
+        }
     }
 
     /// The kernels for weights of type `ty`, or `None` if unsupported.

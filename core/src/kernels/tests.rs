@@ -6,7 +6,7 @@
 //! the magnitudes of the terms (`mag`), which is the relative tolerance that
 //! stays meaningful when a dot product cancels to near zero.
 
-use super::table::{Dot, Kernels, Multi, Panels, RowDot};
+use super::table::{Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot};
 use super::testing::{make_valid, random_weights, Rng};
 use super::*;
 use crate::threads::ThreadPool;
@@ -742,6 +742,106 @@ fn float_multi_row_kernels_equal_the_one_row_kernel_to_the_bit() {
                     assert_eq!(four.to_vec(), one, "{} {ty} x4, {cols} columns", k.isa());
                     assert_eq!(three.to_vec(), one[..3], "{} {ty} x3, {cols} columns", k.isa());
                     assert_eq!(two.to_vec(), one[..2], "{} {ty} x2, {cols} columns", k.isa());
+                }
+            }
+        }
+    }
+}
+
+/// The products of exact kernels on the weight rows of `m` from row 2 on
+/// (an odd count) with one to `e.acts` of the activation rows, as `(weight
+/// row, activation row, value)`; each call must write its rows' outputs and
+/// nothing else.
+fn exact_products<B>(e: Exact<B>, m: &QMatrix, acts: &[B], per_row: usize) -> Vec<(usize, usize, f32)> {
+    let a = |j: usize| &acts[j * per_row..(j + 1) * per_row];
+    let n_acts = acts.len() / per_row;
+    let (r0, rows) = (2, m.rows - 2);
+    let w = &m.data[r0 * m.row_bytes()..];
+    let mut out = vec![];
+    for n in 1..=e.acts {
+        // Activation rows in another order each time: `t` takes row `js[t]`.
+        let js: Vec<usize> = (0..n).map(|t| (3 * t + n) % n_acts).collect();
+        let x: Vec<&[B]> = js.iter().map(|&j| a(j)).collect();
+        let stride = rows + 3;
+        let mut v = vec![f32::NAN; n * stride];
+        // SAFETY: a path this CPU has; whole rows of whole blocks, matching activations.
+        unsafe { (e.rows)(w, m.row_bytes(), &x, v.as_mut_ptr(), stride) };
+        for (t, o) in v.chunks_exact(stride).enumerate() {
+            out.extend(o[..rows].iter().enumerate().map(|(r, &g)| (r0 + r, js[t], g)));
+            assert!(o[rows..].iter().all(|g| g.is_nan()), "an exact kernel wrote past its {rows} rows");
+        }
+    }
+    out
+}
+
+#[test]
+fn exact_kernels_equal_the_one_row_kernel_to_the_bit() {
+    // Speculative verification batches the drafted tokens through these:
+    // its logits must be decoding's to the bit (see `table::Exact`).
+    let mut rng = Rng::new(23);
+    let mut exact_types = Vec::new();
+    for k in paths() {
+        for ty in TYPES {
+            let Some(exact) = k.exact_dot(ty) else { continue };
+            exact_types.push((k.isa(), ty));
+            for nb in [1, 2, 3, 5] {
+                let (cols, rows, n) = (cols_for(ty, nb), 9, 7);
+                let w = random_weights(ty, rows, cols, &mut rng);
+                let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+                let mut acts = QActs::new();
+                acts.quantize(ty, &rng.vec(n * cols, 1.0), n, cols);
+                let got = match exact {
+                    ExactDot::Q8_0(e) => exact_products(e, &m, &acts.q8_0, cols / 32),
+                    ExactDot::Q8_1(e) => exact_products(e, &m, &acts.q8_1, cols / 32),
+                    ExactDot::Q8K(e) => exact_products(e, &m, &acts.q8k, cols / 256),
+                };
+                assert!(!got.is_empty());
+                for (r, j, g) in got {
+                    let want = dot_on(k, ty, m.row(r), &acts, j);
+                    assert_eq!(g.to_bits(), want.to_bits(), "{} {ty} nb={nb} ({r},{j}): {g} vs one {want}", k.isa());
+                }
+            }
+        }
+    }
+    eprintln!("exact kernels: {exact_types:?}");
+    // The formats of the small models speculation serves, on every x86 path.
+    for k in simd_paths().filter(|k| matches!(k.isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)) {
+        for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K] {
+            assert!(exact_types.contains(&(k.isa(), ty)), "{} has no exact {ty} kernel", k.isa());
+        }
+    }
+}
+
+#[test]
+fn one_row_mode_products_equal_decoding_to_the_bit() {
+    // A verify pass (the pool in one-row mode) against each of its rows as
+    // a decode step (a product of one activation row), through the driver
+    // and the pool: types with exact kernels and without (Q2_K, F16), row
+    // counts that leave a remainder, and every path.
+    let mut rng = Rng::new(29);
+    let pool = ThreadPool::new(2);
+    for k in paths() {
+        for ty in
+            [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q2K, GgmlType::Q4K, GgmlType::Q6K, GgmlType::F16]
+        {
+            let (rows, cols) = (301, 512);
+            let w = random_weights(ty, rows, cols, &mut rng);
+            let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+            for n in [2, 5, 9] {
+                let x = rng.vec(n * cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(ty, &x, n, cols);
+                let mut batch = vec![0f32; n * rows];
+                pool.set_one_row(true);
+                k.matmul(&pool, &m, &acts, &mut batch);
+                pool.set_one_row(false);
+                for (j, got) in batch.chunks_exact(rows).enumerate() {
+                    let mut one = QActs::new();
+                    one.quantize(ty, &x[j * cols..(j + 1) * cols], 1, cols);
+                    let mut want = vec![0f32; rows];
+                    k.matmul(&pool, &m, &one, &mut want);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(got), bits(&want), "{} {ty}: row {j} of {n}", k.isa());
                 }
             }
         }

@@ -33,16 +33,27 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 
 /// Dot product of one Q4_1 row with Q8_1 activations.
 pub fn vec_dot(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+    vec_dot_rows(w, [a])[0]
+}
+
+/// [`vec_dot`] of one row with `N` activation rows: the block's unpacking
+/// shared, each row summed by the same float operations as alone (the
+/// scalar path's exact kernels, `kernels::table::Exact`).
+#[inline(always)]
+pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
     let blocks = as_blocks::<BlockQ4_1>(w);
-    assert_eq!(blocks.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in blocks.iter().zip(a) {
-        let mut sumi = 0i32;
-        for (j, &q) in x.qs.iter().enumerate() {
-            sumi += (q & 0xF) as i32 * y.qs[j] as i32;
-            sumi += (q >> 4) as i32 * y.qs[j + 16] as i32;
+    assert!(a.iter().all(|a| a.len() == blocks.len()), "vec_dot: activation rows of another length");
+    let mut sum = [0.0f32; N];
+    for (i, x) in blocks.iter().enumerate() {
+        for (s, a) in sum.iter_mut().zip(&a) {
+            let y = &a[i];
+            let mut sumi = 0i32;
+            for (j, &q) in x.qs.iter().enumerate() {
+                sumi += (q & 0xF) as i32 * y.qs[j] as i32;
+                sumi += (q >> 4) as i32 * y.qs[j + 16] as i32;
+            }
+            *s += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
         }
-        sum += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
     }
     sum
 }

@@ -51,20 +51,31 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 
 /// Dot product of one Q4_K row with Q8_K activations.
 pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    vec_dot_rows(w, [a])[0]
+}
+
+/// [`vec_dot`] of one row with `N` activation rows: the block's unpacking
+/// shared, each row summed by the same float operations as alone (the
+/// scalar path's exact kernels, `kernels::table::Exact`).
+#[inline(always)]
+pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let blocks = as_blocks::<BlockQ4K>(w);
-    assert_eq!(blocks.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in blocks.iter().zip(a) {
+    assert!(a.iter().all(|a| a.len() == blocks.len()), "vec_dot: activation rows of another length");
+    let mut sum = [0.0f32; N];
+    for (i, x) in blocks.iter().enumerate() {
         let (sc, m) = scales_mins_k4(&x.scales);
         let q = unpack(x);
-        let mut isum = 0i32;
-        let mut summs = 0i32;
-        for g in 0..8 {
-            let dot: i32 = (32 * g..32 * g + 32).map(|l| q[l] as i32 * y.qs[l] as i32).sum();
-            isum += sc[g] as i32 * dot;
-            summs += m[g] as i32 * (y.bsums[2 * g] as i32 + y.bsums[2 * g + 1] as i32);
+        for (s, a) in sum.iter_mut().zip(&a) {
+            let y = &a[i];
+            let mut isum = 0i32;
+            let mut summs = 0i32;
+            for g in 0..8 {
+                let dot: i32 = (32 * g..32 * g + 32).map(|l| q[l] as i32 * y.qs[l] as i32).sum();
+                isum += sc[g] as i32 * dot;
+                summs += m[g] as i32 * (y.bsums[2 * g] as i32 + y.bsums[2 * g + 1] as i32);
+            }
+            *s += x.d.to_f32() * y.d * isum as f32 - x.dmin.to_f32() * y.d * summs as f32;
         }
-        sum += x.d.to_f32() * y.d * isum as f32 - x.dmin.to_f32() * y.d * summs as f32;
     }
     sum
 }

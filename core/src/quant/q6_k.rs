@@ -56,17 +56,28 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 
 /// Dot product of one Q6_K row with Q8_K activations.
 pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> f32 {
+    vec_dot_rows(w, [a])[0]
+}
+
+/// [`vec_dot`] of one row with `N` activation rows: the block's unpacking
+/// shared, each row summed by the same float operations as alone (the
+/// scalar path's exact kernels, `kernels::table::Exact`).
+#[inline(always)]
+pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let blocks = as_blocks::<BlockQ6K>(w);
-    assert_eq!(blocks.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in blocks.iter().zip(a) {
+    assert!(a.iter().all(|a| a.len() == blocks.len()), "vec_dot: activation rows of another length");
+    let mut sum = [0.0f32; N];
+    for (i, x) in blocks.iter().enumerate() {
         let q = unpack(x);
-        let mut isum = 0i32;
-        for g in 0..16 {
-            let dot: i32 = (16 * g..16 * g + 16).map(|l| q[l] as i32 * y.qs[l] as i32).sum();
-            isum += x.scales[g] as i32 * dot;
+        for (s, a) in sum.iter_mut().zip(&a) {
+            let y = &a[i];
+            let mut isum = 0i32;
+            for g in 0..16 {
+                let dot: i32 = (16 * g..16 * g + 16).map(|l| q[l] as i32 * y.qs[l] as i32).sum();
+                isum += x.scales[g] as i32 * dot;
+            }
+            *s += x.d.to_f32() * y.d * isum as f32;
         }
-        sum += x.d.to_f32() * y.d * isum as f32;
     }
     sum
 }

@@ -119,12 +119,23 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 /// Dot product of one Q8_0 row with Q8_0 activations: per block, an exact
 /// integer sum scaled by both block scales.
 pub fn vec_dot(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
+    vec_dot_rows(w, [a])[0]
+}
+
+/// [`vec_dot`] of one row with `N` activation rows: the block's unpacking
+/// shared, each row summed by the same float operations as alone (the
+/// scalar path's exact kernels, `kernels::table::Exact`).
+#[inline(always)]
+pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     let blocks = as_blocks::<BlockQ8_0>(w);
-    assert_eq!(blocks.len(), a.len());
-    let mut sum = 0.0f32;
-    for (x, y) in blocks.iter().zip(a) {
-        let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
-        sum += sumi as f32 * (x.d.to_f32() * y.d);
+    assert!(a.iter().all(|a| a.len() == blocks.len()), "vec_dot: activation rows of another length");
+    let mut sum = [0.0f32; N];
+    for (i, x) in blocks.iter().enumerate() {
+        for (s, a) in sum.iter_mut().zip(&a) {
+            let y = &a[i];
+            let sumi: i32 = x.qs.iter().zip(&y.qs).map(|(&p, &q)| p as i32 * q as i32).sum();
+            *s += sumi as f32 * (x.d.to_f32() * y.d);
+        }
     }
     sum
 }

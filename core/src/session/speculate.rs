@@ -15,12 +15,16 @@
 //! generator, as without speculation, so a seeded request gives the same
 //! tokens with or without it (greedy: argmax, the same tokens by construction).
 //!
-//! **Exactness.** The multi-row kernels (K-quant panels, tiled attention)
-//! round differently from the one-row kernels in the last bits, which flips
-//! a near-tie now and then (seen on Gemma 3 270M Q4_K_M). A verify pass
-//! therefore runs with the pool in one-row mode ([`crate::threads::ThreadPool::set_one_row`]):
-//! every position is computed as decoding would compute it, bit for bit,
-//! while each tile of weights is still read once for all positions.
+//! **Exactness.** The prefill kernels (K-quant panels, four-token tails,
+//! tiled attention) round differently from the one-row kernels in the last
+//! bits, which flips a near-tie now and then (seen on Gemma 3 270M Q4_K_M).
+//! A verify pass therefore runs with the pool in one-row mode
+//! ([`crate::threads::ThreadPool::set_one_row`]): every position is computed
+//! as decoding would compute it, bit for bit. The weight products take the
+//! exact multi-row kernels (`kernels::table::Exact`: up to four positions per
+//! pass over the weights, each by the one-row kernel's float operations)
+//! where the weight type has them, else the decode kernels position by
+//! position; attention runs position by position.
 //!
 //! **Rollback.** Rejected drafts were evaluated into the state. Attention
 //! layers truncate their KV cache to the accepted length. Recurrent layers

@@ -21,6 +21,16 @@ mod arch {
     }
 }
 
+/// The [`Exact`](super::table::Exact) kernels of the SIMD path `isa`: the
+/// x86 paths have them; on NEON batches that must equal decoding run row by
+/// row.
+#[cfg(target_arch = "x86_64")]
+pub(crate) use avx2::exact_table;
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
+    |_| None
+}
+
 /// Ask for the cache line holding `p` to be brought into this core's L2
 /// (`prefetcht1`, `prfm pldl2keep`: the driver prefetches the next tile's
 /// weights while the current tile's decoded panels stream through L1; some

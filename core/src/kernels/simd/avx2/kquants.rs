@@ -8,20 +8,32 @@
 
 pub(super) mod zmm;
 
-use super::{dot_i16, dot_u8i8, fp16, hsum_ps, load32, paths, prefetch_ahead};
+use super::{dot_i16, dot_u8i8, exact_paths, fp16, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, scales_mins_k4, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use std::arch::x86_64::*;
 
 paths! {
     q2_k = dot_q2_k(BlockQ8K);
-    q3_k = dot_q3_k(BlockQ8K);
-    q4_k = dot_q4_k(BlockQ8K);
-    q5_k = dot_q5_k(BlockQ8K);
-    q6_k = dot_q6_k(BlockQ8K);
+    q3_k = dot_q3_k<true>(BlockQ8K);
+    q4_k = dot_q4_k<true>(BlockQ8K);
+    q5_k = dot_q5_k<true>(BlockQ8K);
+    q6_k = dot_q6_k<true>(BlockQ8K);
+}
+
+// Without `FUSE` the bodies finish every token's block as with one token:
+// the exact kernels (see `crate::kernels::table::Exact`). (Q2_K's one-token
+// body is another kernel than its multi-token one: it has none.)
+exact_paths! {
+    q3_k = dot_q3_k<false>(BlockQ8K);
+    q4_k = dot_q4_k<false>(BlockQ8K);
+    q5_k = dot_q5_k<false>(BlockQ8K);
+    q6_k = dot_q6_k<false>(BlockQ8K);
 }
 
 // Every body dots one weight row with `N` activation rows: each weight
 // register is unpacked once and meets the `N` rows' activations in turn.
+// With `FUSE` (the prefill kernels), four tokens end each block in one
+// shared float tail, which rounds differently from one token's.
 
 /// Activations `32r..32r + 32` of a Q8_K block.
 #[inline(always)]
@@ -196,9 +208,9 @@ unsafe fn remove_offset<const N: usize, const SHIFT: i32>(
 
 /// Block `i`'s integer sums `t[n]` of a one-scale format (Q3_K, Q6_K) times
 /// `d * y_n`, into the accumulators: all four tokens at once ([`tail4`])
-/// when `N == 4`, else per token.
+/// when `FUSE` and `N == 4`, else per token.
 #[inline(always)]
-unsafe fn add_scaled<const N: usize>(
+unsafe fn add_scaled<const N: usize, const FUSE: bool>(
     acc: &mut [__m256; N],
     acc4: &mut __m128,
     t: &[__m256i; N],
@@ -206,7 +218,7 @@ unsafe fn add_scaled<const N: usize>(
     a: &[&[BlockQ8K]; N],
     i: usize,
 ) {
-    if N == 4 {
+    if FUSE && N == 4 {
         *acc4 = tail4(*acc4, t, d, act_scales4(a, i));
         return;
     }
@@ -217,8 +229,8 @@ unsafe fn add_scaled<const N: usize>(
 
 /// The `N` dot products from [`add_scaled`]'s accumulators.
 #[inline(always)]
-unsafe fn finish_scaled<const N: usize>(acc: [__m256; N], acc4: __m128) -> [f32; N] {
-    if N == 4 {
+unsafe fn finish_scaled<const N: usize, const FUSE: bool>(acc: [__m256; N], acc4: __m128) -> [f32; N] {
+    if FUSE && N == 4 {
         return out4(split4(acc4));
     }
     hsums(acc)
@@ -450,7 +462,7 @@ unsafe fn dot_q2_k_table<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K];
             acc[n] = scale_acc(acc[n], y.d * d, sumi[n], y.d * dmin, _mm256_madd_epi16(mins, bsums(y)));
         }
     }
-    finish_scaled_min(acc, acc4)
+    finish_scaled_min::<N, true>(acc, acc4)
 }
 
 /// The decoded-tile prefill (see [`crate::kernels::table::Decoded`]): a
@@ -597,7 +609,7 @@ unsafe fn bit_r_as_4(hm: __m256i, r: usize) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+unsafe fn dot_q3_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ3K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm_setzero_ps());
@@ -621,9 +633,9 @@ unsafe fn dot_q3_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         // Remove the +4 offset of the values: 4 * sum_g sc_g * bsum_g.
         let t = remove_offset::<N, 2>(sumi, _mm256_cvtepi8_epi16(sc8), &a, i);
-        add_scaled(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
+        add_scaled::<N, FUSE>(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
     }
-    finish_scaled(acc, acc4)
+    finish_scaled::<N, FUSE>(acc, acc4)
 }
 
 /// A Q3_K block unpacked for [`decoded`].
@@ -713,9 +725,9 @@ unsafe fn mins_dot_bsums(mins: __m256i, y: &BlockQ8K) -> __m256i {
 /// Block `i`'s scaled sums `sumi[n]` of a Q4_K/Q5_K row times `d * y_n`,
 /// minus its minimums (met with the activations' pair sums) times `dmin *
 /// y_n`, into the accumulators: all four tokens at once ([`tail4_min`]) when
-/// `N == 4`, else per token.
+/// `FUSE` and `N == 4`, else per token.
 #[inline(always)]
-unsafe fn add_scaled_k4<const N: usize>(
+unsafe fn add_scaled_k4<const N: usize, const FUSE: bool>(
     acc: &mut [__m256; N],
     acc4: &mut __m256,
     sumi: &[__m256i; N],
@@ -724,7 +736,7 @@ unsafe fn add_scaled_k4<const N: usize>(
     a: &[&[BlockQ8K]; N],
     i: usize,
 ) {
-    if N == 4 {
+    if FUSE && N == 4 {
         *acc4 = tail4_k4(*acc4, sumi, mins, (d, dmin), a, i);
         return;
     }
@@ -757,15 +769,15 @@ unsafe fn tail4_k4<const N: usize>(
 /// The `N` dot products from the accumulators of [`add_scaled_k4`] (or of
 /// the same pair of tails in Q2_K).
 #[inline(always)]
-unsafe fn finish_scaled_min<const N: usize>(acc: [__m256; N], acc4: __m256) -> [f32; N] {
-    if N == 4 {
+unsafe fn finish_scaled_min<const N: usize, const FUSE: bool>(acc: [__m256; N], acc4: __m256) -> [f32; N] {
+    if FUSE && N == 4 {
         return out4(finish4_min(acc4));
     }
     hsums(acc)
 }
 
 #[inline(always)]
-unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+unsafe fn dot_q4_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ4K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
@@ -784,13 +796,13 @@ unsafe fn dot_q4_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
         }
-        add_scaled_k4(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
+        add_scaled_k4::<N, FUSE>(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
     }
-    finish_scaled_min(acc, acc4)
+    finish_scaled_min::<N, FUSE>(acc, acc4)
 }
 
 #[inline(always)]
-unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+unsafe fn dot_q5_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ5K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm256_setzero_ps());
@@ -811,13 +823,13 @@ unsafe fn dot_q5_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
                 sumi[n] = dot_i16::<V>(sumi[n], _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
         }
-        add_scaled_k4(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
+        add_scaled_k4::<N, FUSE>(&mut acc, &mut acc4, &sumi, mins, (fp16(xb.d), fp16(xb.dmin)), &a, i);
     }
-    finish_scaled_min(acc, acc4)
+    finish_scaled_min::<N, FUSE>(acc, acc4)
 }
 
 #[inline(always)]
-unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+unsafe fn dot_q6_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ6K>(w);
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let (mut acc, mut acc4) = ([_mm256_setzero_ps(); N], _mm_setzero_ps());
@@ -848,7 +860,7 @@ unsafe fn dot_q6_k<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -
         }
         // Remove the +32 offset of the values: 32 * sum_g sc_g * bsum_g.
         let t = remove_offset::<N, 5>(sumi, _mm256_cvtepi8_epi16(sc8), &a, i);
-        add_scaled(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
+        add_scaled::<N, FUSE>(&mut acc, &mut acc4, &t, fp16(xb.d), &a, i);
     }
-    finish_scaled(acc, acc4)
+    finish_scaled::<N, FUSE>(acc, acc4)
 }

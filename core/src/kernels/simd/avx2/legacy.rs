@@ -2,11 +2,21 @@
 //! with Q8_0 / Q8_1 activations. One 256-bit register holds a block; two
 //! blocks per iteration keep two FMA chains in flight.
 
-use super::{dot_u8i8, fp16, fp16_x8, hsum_ps, load32, paths, prefetch_ahead};
+use super::{dot_u8i8, exact_paths, fp16, fp16_x8, hsum_ps, load32, paths, prefetch_ahead};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1};
 use std::arch::x86_64::*;
 
 paths! {
+    q4_0 = dot_q4_0(BlockQ8_0F);
+    q4_1 = dot_q4_1(BlockQ8_1);
+    q5_0 = dot_q5_0(BlockQ8_0F);
+    q5_1 = dot_q5_1(BlockQ8_1);
+    q8_0 = dot_q8_0(BlockQ8_0F);
+}
+
+// Every body sums each activation row exactly as with one row (see
+// [`dot_signed`], [`dot_unsigned`]): all are exact kernels too.
+exact_paths! {
     q4_0 = dot_q4_0(BlockQ8_0F);
     q4_1 = dot_q4_1(BlockQ8_1);
     q5_0 = dot_q5_0(BlockQ8_0F);

@@ -24,7 +24,7 @@ mod legacy;
 mod quant;
 mod ternary;
 
-use crate::kernels::table::{Acts, Decoded, Dot, Isa, Kernels, Multi};
+use crate::kernels::table::{Acts, Decoded, Dot, Exact, ExactDot, ExactTable, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::x86_64::*;
 
@@ -159,18 +159,19 @@ macro_rules! table {
 }
 use table;
 
-/// Instantiate kernel bodies `$body::<V, N>` as `#[target_feature]` functions
+/// Instantiate kernel bodies `$body::<V, N>` (`$body::<V, N, FUSE>` for a
+/// body written `$body<FUSE>`) as `#[target_feature]` functions
 /// in modules `avx2`, `avxvnni` and `avx512vnni`, one module per format
 /// (`$name`) holding `one` (one activation row), `x2`, `x3`, `x4` (that many
 /// activation rows per pass over the weights) and `rows` (consecutive weight
 /// rows with one activation row).
 macro_rules! paths {
-    ($($name:ident = $body:ident ($act:ty);)*) => {
-        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($name = $body($act);)*);
-        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($name = $body($act);)*);
-        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($name = $body($act);)*);
+    ($($name:ident = $body:ident $(<$fuse:literal>)? ($act:ty);)*) => {
+        paths!(@isa avx2, "avx2,fma,f16c", MADD; $($name = $body [$($fuse)?] ($act);)*);
+        paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($name = $body [$($fuse)?] ($act);)*);
+        paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($name = $body [$($fuse)?] ($act);)*);
     };
-    (@isa $m:ident, $features:literal, $v:ident; $($name:ident = $body:ident ($act:ty);)*) => {
+    (@isa $m:ident, $features:literal, $v:ident; $($name:ident = $body:ident [$($fuse:literal)?] ($act:ty);)*) => {
         pub(crate) mod $m {
             $(
                 pub(crate) mod $name {
@@ -179,27 +180,27 @@ macro_rules! paths {
                     use super::super::super::$v as V;
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn one(w: &[u8], a: &[$act]) -> f32 {
-                        super::super::$body::<V, 1>(w, [a])[0]
+                        super::super::$body::<V, 1 $(, $fuse)?>(w, [a])[0]
                     }
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn x2(w: &[u8], a: [&[$act]; 2]) -> [f32; 2] {
-                        super::super::$body::<V, 2>(w, a)
+                        super::super::$body::<V, 2 $(, $fuse)?>(w, a)
                     }
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn x3(w: &[u8], a: [&[$act]; 3]) -> [f32; 3] {
                         // The four-row body with the last row twice beats a
                         // three-row body (more registers than AVX2 has).
-                        let v = super::super::$body::<V, 4>(w, [a[0], a[1], a[2], a[2]]);
+                        let v = super::super::$body::<V, 4 $(, $fuse)?>(w, [a[0], a[1], a[2], a[2]]);
                         [v[0], v[1], v[2]]
                     }
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn x4(w: &[u8], a: [&[$act]; 4]) -> [f32; 4] {
-                        super::super::$body::<V, 4>(w, a)
+                        super::super::$body::<V, 4 $(, $fuse)?>(w, a)
                     }
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
                         for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
-                            *o = super::super::$body::<V, 1>(row, [a])[0];
+                            *o = super::super::$body::<V, 1 $(, $fuse)?>(row, [a])[0];
                         }
                     }
                 }
@@ -208,6 +209,95 @@ macro_rules! paths {
     };
 }
 use paths;
+
+/// Instantiate kernel bodies whose every activation row is computed by the
+/// same float operations as with one row (see [`Exact`]) as exact kernels:
+/// module `exact::<isa>::<format>::rows` for `$body::<V, N>` (or
+/// `$body::<V, N, FUSE>` for a body written `$body<FUSE>`), `N` from 1 to
+/// [`EXACT_ACTS`].
+macro_rules! exact_paths {
+    ($($name:ident = $body:ident $(<$fuse:literal>)? ($act:ty);)*) => {
+        /// The exact kernels (see [`crate::kernels::table::Exact`]).
+        pub(crate) mod exact {
+            use super::exact_paths;
+            exact_paths!(@isa avx2, "avx2,fma,f16c", MADD; $($name = $body [$($fuse)?] ($act);)*);
+            exact_paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($name = $body [$($fuse)?] ($act);)*);
+            exact_paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($name = $body [$($fuse)?] ($act);)*);
+        }
+    };
+    (@isa $m:ident, $features:literal, $v:ident; $($name:ident = $body:ident [$($fuse:literal)?] ($act:ty);)*) => {
+        pub(crate) mod $m {
+            $(
+                pub(crate) mod $name {
+                    #[allow(unused_imports)]
+                    use crate::quant::*;
+                    use super::super::super::super::$v as V;
+                    /// Every weight row of `w` with the `N` activation rows `a`.
+                    #[inline]
+                    #[target_feature(enable = $features)]
+                    unsafe fn n_rows<const N: usize>(
+                        w: &[u8],
+                        row_bytes: usize,
+                        a: [&[$act]; N],
+                        out: *mut f32,
+                        stride: usize,
+                    ) {
+                        for (r, row) in w.chunks_exact(row_bytes).enumerate() {
+                            let v = super::super::super::$body::<V, N $(, $fuse)?>(row, a);
+                            for (t, vt) in v.into_iter().enumerate() {
+                                *out.add(t * stride + r) = vt;
+                            }
+                        }
+                    }
+                    #[target_feature(enable = $features)]
+                    pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[&[$act]], out: *mut f32, stride: usize) {
+                        match *a {
+                            [a0] => n_rows(w, row_bytes, [a0], out, stride),
+                            [a0, a1] => n_rows(w, row_bytes, [a0, a1], out, stride),
+                            [a0, a1, a2] => n_rows(w, row_bytes, [a0, a1, a2], out, stride),
+                            [a0, a1, a2, a3] => n_rows(w, row_bytes, [a0, a1, a2, a3], out, stride),
+                            _ => panic!("exact kernels take 1 to {} activation rows, not {}", super::super::super::super::EXACT_ACTS, a.len()),
+                        }
+                    }
+                }
+            )*
+        }
+    };
+}
+use exact_paths;
+
+/// Activation rows per call of the exact kernels, at most.
+pub(super) const EXACT_ACTS: usize = 4;
+
+/// The exact kernels of path `isa` (see [`Exact`]): the formats whose bodies
+/// compute each activation row as the one-row kernel does.
+pub(crate) fn exact_table(isa: Isa) -> ExactTable {
+    macro_rules! exact_table {
+        ($m:ident) => {
+            |ty| {
+                use crate::quant::GgmlType as T;
+                Some(match ty {
+                    T::Q4_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_0::rows }),
+                    T::Q5_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_0::rows }),
+                    T::Q8_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q8_0::rows }),
+                    T::Q4_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_1::rows }),
+                    T::Q5_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_1::rows }),
+                    T::Q3K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q3_k::rows }),
+                    T::Q4K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q4_k::rows }),
+                    T::Q5K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q5_k::rows }),
+                    T::Q6K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q6_k::rows }),
+                    _ => return None,
+                })
+            }
+        };
+    }
+    match isa {
+        Isa::Avx2 => exact_table!(avx2),
+        Isa::AvxVnni => exact_table!(avxvnni),
+        Isa::Avx512Vnni => exact_table!(avx512vnni),
+        _ => |_| None,
+    }
+}
 
 // ---- shared helpers (inlined into the target_feature wrappers) ----------
 
