@@ -298,6 +298,17 @@ pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
     unsafe { (Kernels::selected().state_update)(s, decay, k, d) }
 }
 
+/// One token's step of a Mamba2 head's selective scan over its state `s`
+/// (`x.len()` rows of `b.len()` values): `s_i = decay * s_i + (x_i dt) b`
+/// for every row `i`, then `y_i = s_i . c`. One pass over the state: it is
+/// read and written once per token.
+pub fn ssm_scan(s: &mut [f32], decay: f32, dt: f32, x: &[f32], b: &[f32], c: &[f32], y: &mut [f32]) {
+    assert!(b.len() == c.len() && x.len() == y.len(), "ssm_scan: lengths");
+    assert_eq!(s.len(), x.len() * b.len(), "ssm_scan: state size");
+    // SAFETY: as above.
+    unsafe { (Kernels::selected().ssm_scan)(s, decay, dt, x, b, c, y) }
+}
+
 /// Rotary position embedding of `x` (`n_heads * head_dim` values, heads
 /// contiguous) at position `pos`, on the first `n_rot` dims of each head
 /// (partial rotary; the rest pass through).

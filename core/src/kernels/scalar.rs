@@ -126,3 +126,48 @@ pub fn state_update_cols(s: &mut [f32], decay: f32, k: &[f32], d: &[f32], from: 
         row[from..].iter_mut().zip(&d[from..]).for_each(|(v, &dj)| *v = decay * *v + ki * dj);
     }
 }
+
+/// Lanes of [`ssm_scan`]'s dot products, as the SIMD kernels' registers hold them.
+pub const SCAN_LANES: usize = 16;
+
+/// One token's step of a selective-scan head (see [`super::ops::ssm_scan`]):
+/// per state row `i`, `s_i = s_i * decay + b * (x_i dt)` (two products and a
+/// sum, unfused, as ggml's scan), then `y_i = s_i . c` summed in
+/// [`SCAN_LANES`] lanes (lane `l` takes the columns `j ≡ l` mod 16 by fused
+/// multiply-adds), the lanes added in halves (`l + l+8`, then 4, 2, 1), the
+/// last `len % 16` columns after them one at a time: the SIMD kernels' order,
+/// so they agree to the bit (and on aarch64 this loop vectorises as it is).
+pub fn ssm_scan(s: &mut [f32], decay: f32, dt: f32, x: &[f32], b: &[f32], c: &[f32], y: &mut [f32]) {
+    let ds = b.len();
+    if ds == 0 {
+        y.fill(0.0);
+        return;
+    }
+    let full = ds / SCAN_LANES * SCAN_LANES;
+    for ((row, &xi), y) in s.chunks_exact_mut(ds).zip(x).zip(y) {
+        let xd = xi * dt;
+        let (head, tail) = row.split_at_mut(full);
+        let mut acc = [0f32; SCAN_LANES];
+        for ((sv, bv), cv) in
+            head.chunks_exact_mut(SCAN_LANES).zip(b.chunks_exact(SCAN_LANES)).zip(c.chunks_exact(SCAN_LANES))
+        {
+            for l in 0..SCAN_LANES {
+                sv[l] = sv[l] * decay + bv[l] * xd;
+                acc[l] = sv[l].mul_add(cv[l], acc[l]);
+            }
+        }
+        let mut width = SCAN_LANES / 2;
+        while width > 0 {
+            for l in 0..width {
+                acc[l] += acc[l + width];
+            }
+            width /= 2;
+        }
+        let mut sum = acc[0];
+        for ((sv, &bv), &cv) in tail.iter_mut().zip(&b[full..]).zip(&c[full..]) {
+            *sv = *sv * decay + bv * xd;
+            sum = sv.mul_add(cv, sum);
+        }
+        *y = sum;
+    }
+}

@@ -523,6 +523,42 @@ fn state_kernels_equal_scalar_twins() {
 }
 
 #[test]
+fn ssm_scan_equals_its_scalar_twin_and_plain_math() {
+    // State widths around the sixteen lanes (Granite: 128), odd row counts.
+    let mut rng = Rng::new(37);
+    for (rows, ds) in [(1, 1), (3, 0), (2, 15), (5, 16), (7, 17), (4, 33), (9, 64), (8, 128), (3, 130)] {
+        let s = rng.vec(rows * ds, 1.0);
+        let (x, b, c) = (rng.vec(rows, 1.0), rng.vec(ds, 1.0), rng.vec(ds, 1.0));
+        let (decay, dt) = (0.93, 0.41);
+        let mut want_s = s.clone();
+        let mut want_y = vec![f32::NAN; rows];
+        scalar::ssm_scan(&mut want_s, decay, dt, &x, &b, &c, &mut want_y);
+        // The twin against plain math in f64.
+        for i in 0..rows {
+            let mut dot = 0.0f64;
+            for j in 0..ds {
+                let v = f64::from(s[i * ds + j]) * f64::from(decay) + f64::from(b[j]) * f64::from(x[i] * dt);
+                assert!((f64::from(want_s[i * ds + j]) - v).abs() <= 1e-6 * (1.0 + v.abs()), "state {rows}x{ds}");
+                dot += v * f64::from(c[j]);
+            }
+            assert!((f64::from(want_y[i]) - dot).abs() <= 1e-5 * (1.0 + ds as f64), "y {rows}x{ds} row {i}");
+        }
+        for k in simd_paths() {
+            let (mut got_s, mut got_y) = (s.clone(), vec![f32::NAN; rows]);
+            // SAFETY: `k` came from `for_isa`; the sizes are the contract's.
+            unsafe { (k.ssm_scan)(&mut got_s, decay, dt, &x, &b, &c, &mut got_y) };
+            // The twin's lanes and order: equal to the bit.
+            assert!(
+                got_s.iter().zip(&want_s).all(|(g, w)| g.to_bits() == w.to_bits()),
+                "{} state {rows}x{ds}",
+                k.isa()
+            );
+            assert!(got_y.iter().zip(&want_y).all(|(g, w)| g.to_bits() == w.to_bits()), "{} y {rows}x{ds}", k.isa());
+        }
+    }
+}
+
+#[test]
 fn f32_helpers_equal_scalar_twins() {
     let mut rng = Rng::new(16);
     for k in simd_paths() {

@@ -22,6 +22,7 @@ mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
+mod ssm;
 mod ternary;
 
 use crate::kernels::table::{Acts, Decoded, Dot, Isa, Kernels, Multi};
@@ -60,6 +61,7 @@ pub(crate) fn detected() -> Vec<Kernels> {
         gemm::install(&mut k);
         k.attend_f16 = Some(attend::attend_f16);
         k.state_read = float::zmm::state_read;
+        k.ssm_scan = ssm::ssm_scan_zmm;
         out.push(k);
     }
     out
@@ -152,6 +154,7 @@ macro_rules! table {
             attend_f16: Some(attend_ymm::attend_f16),
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
+            ssm_scan: ssm::ssm_scan,
             silu: float::avx2::silu,
             quantize_q8k: quant::quantize_q8_k,
         }
