@@ -65,7 +65,8 @@ pub(crate) const EXP_TAYLOR: [f32; 6] = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5
 
 /// [`super::ops::attend_f16`] one row at a time, in the order and roundings
 /// of the SIMD kernels' lanes (fused multiply-adds along the dimension and
-/// down the positions, [`exp_attend`], the normaliser summed in key order,
+/// down the positions, [`exp_attend`], the normaliser summed in key order
+/// after the row's sink,
 /// the weights rounded to f16), so they agree to the bit.
 pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
     let (d, dv) = (a.d, a.dv);
@@ -77,8 +78,10 @@ pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut
             let dot = q.iter().zip(k).fold(0.0f32, |acc, (&x, &y)| x.mul_add(f16_to_f32(y.to_bits()), acc));
             *s = dot * a.scale;
         }
-        let max = p.iter().fold(f32::MIN, |m, &s| m.max(s));
-        let mut sum = 0.0f32;
+        // A sink joins the maximum and starts the sum.
+        let sink = a.sinks.map(|s| s[r]);
+        let max = p.iter().fold(sink.map_or(f32::MIN, |s| s.max(f32::MIN)), |m, &s| m.max(s));
+        let mut sum = sink.map_or(0.0, |s| exp_attend(s - max));
         for s in p.iter_mut() {
             *s = exp_attend(*s - max);
             sum += *s;
