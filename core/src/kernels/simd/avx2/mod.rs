@@ -16,6 +16,7 @@ mod attend;
 mod attend_ymm;
 mod float;
 mod gemm;
+mod gemm_mxfp4;
 mod gemm_ymm;
 mod iq12;
 mod iq34;
@@ -59,6 +60,7 @@ pub(crate) fn detected() -> Vec<Kernels> {
         let mut k = table!(avx512vnni, Isa::Avx512Vnni);
         kquants::zmm::install(&mut k);
         gemm::install(&mut k);
+        gemm_mxfp4::install(&mut k);
         k.attend_f16 = Some(attend::attend_f16);
         k.state_read = float::zmm::state_read;
         k.ssm_scan = ssm::ssm_scan_zmm;
