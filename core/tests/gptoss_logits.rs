@@ -40,6 +40,29 @@ fn gptoss_tiny_files_match_llama_cpp_as_a_batch_and_decoding() {
     }
 }
 
+/// With an f16 cache a prompt takes the tiled attention kernel, sinks and
+/// windows included; token by token takes the per-position path (sinks in
+/// f64), which the f32-cache test above holds to llama.cpp: the two agree.
+#[test]
+fn gptoss_f16_prompt_attention_with_sinks_matches_decoding() {
+    use pocket_core::model::Logits;
+    let model = load("mxfp4_moe");
+    let pool = pool();
+    let mut st = model.new_state(PROMPT.len(), KvType::F16).unwrap();
+    model.forward(&pool, &mut st, &PROMPT, Logits::All).unwrap();
+    let batch = st.logits().to_vec();
+    let mut st = model.new_state(PROMPT.len(), KvType::F16).unwrap();
+    let mut decode = Vec::with_capacity(batch.len());
+    for &t in &PROMPT {
+        model.forward(&pool, &mut st, &[t], Logits::Last).unwrap();
+        decode.extend_from_slice(st.logits());
+    }
+    let scale = decode.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = batch.iter().zip(&decode).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    eprintln!("f16 cache: batch vs decode max |Δ| {d:.3e} (logits up to {scale:.3e})");
+    assert!(d <= 2e-3 * scale, "batch and decode differ by {d} (logits up to {scale})");
+}
+
 /// A session saved after a request and restored elsewhere continues
 /// exactly as the one it was saved from, reusing the saved prefix.
 #[test]

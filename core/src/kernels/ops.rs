@@ -223,6 +223,9 @@ pub struct AttendRows<'a> {
     pub ranges: &'a [(usize, usize)],
     /// Applied to the scores before the softmax.
     pub scale: f32,
+    /// Per row, one more logit (not scaled) that takes part in the
+    /// softmax's denominator but mixes no value (gpt-oss's sinks), if any.
+    pub sinks: Option<&'a [f32]>,
 }
 
 impl AttendRows<'_> {
@@ -245,6 +248,17 @@ impl AttendRows<'_> {
         let jhi = self.ranges.iter().map(|r| r.1).max().unwrap_or(0);
         (lo, hi, jlo, jhi)
     }
+
+    /// Each lane's sink, -inf where there is none (lanes past the block, or
+    /// no sinks): a sink joins the row's maximum, and its `exp` starts the
+    /// row's sum (the softmax's normaliser) where it is finite.
+    pub(crate) fn sink_lanes(&self) -> [f32; ATTEND_ROWS] {
+        let mut out = [f32::NEG_INFINITY; ATTEND_ROWS];
+        if let Some(s) = self.sinks {
+            out[..s.len()].copy_from_slice(s);
+        }
+        out
+    }
 }
 
 /// Scratch `f32`s [`attend_f16`] needs for keys of length `d` and `n` positions.
@@ -263,7 +277,7 @@ pub fn has_tiled_attention() -> bool {
 
 /// Softmax attention of up to [`ATTEND_ROWS`] query rows over an f16 KV
 /// head: row `r`'s scores `scale · q_r · k_j` for `j` in its range, their
-/// softmax rounded to f16 (as [`mix_f16`]'s callers round the weights), and
+/// softmax (with the row's sink in the denominator, if any) rounded to f16 (as [`mix_f16`]'s callers round the weights), and
 /// `out[r * dv..][..dv] = Σ_j p_rj · v_j`. The keys and values are read
 /// once for all the rows. `scratch`: [`attend_f16_scratch`]`(d, n)` values.
 pub fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
@@ -274,6 +288,7 @@ pub fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
     let n = a.k.len() / a.d;
     assert_eq!(a.v.len(), n * a.dv, "attend_f16: values");
     assert!(a.ranges.iter().all(|&(lo, hi)| lo < hi && hi <= n), "attend_f16: ranges");
+    assert!(a.sinks.is_none_or(|s| s.len() == rows && s.iter().all(|v| v.is_finite())), "attend_f16: sinks");
     assert_eq!(out.len(), rows * a.dv, "attend_f16: output");
     assert!(scratch.len() >= attend_f16_scratch(a.d, n), "attend_f16: scratch");
     let kernel = Kernels::selected().attend_f16.unwrap_or(super::scalar::attend_f16);
@@ -296,6 +311,17 @@ pub fn state_update(s: &mut [f32], decay: f32, k: &[f32], d: &[f32]) {
     assert_eq!(s.len(), k.len() * d.len(), "state_update: state size");
     // SAFETY: as above.
     unsafe { (Kernels::selected().state_update)(s, decay, k, d) }
+}
+
+/// One token's step of a Mamba2 head's selective scan over its state `s`
+/// (`x.len()` rows of `b.len()` values): `s_i = decay * s_i + (x_i dt) b`
+/// for every row `i`, then `y_i = s_i . c`. One pass over the state: it is
+/// read and written once per token.
+pub fn ssm_scan(s: &mut [f32], decay: f32, dt: f32, x: &[f32], b: &[f32], c: &[f32], y: &mut [f32]) {
+    assert!(b.len() == c.len() && x.len() == y.len(), "ssm_scan: lengths");
+    assert_eq!(s.len(), x.len() * b.len(), "ssm_scan: state size");
+    // SAFETY: as above.
+    unsafe { (Kernels::selected().ssm_scan)(s, decay, dt, x, b, c, y) }
 }
 
 /// Rotary position embedding of `x` (`n_heads * head_dim` values, heads

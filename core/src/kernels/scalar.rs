@@ -66,7 +66,8 @@ pub(crate) const EXP_TAYLOR: [f32; 6] = [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5
 
 /// [`super::ops::attend_f16`] one row at a time, in the order and roundings
 /// of the SIMD kernels' lanes (fused multiply-adds along the dimension and
-/// down the positions, [`exp_attend`], the normaliser summed in key order,
+/// down the positions, [`exp_attend`], the normaliser summed in key order
+/// after the row's sink,
 /// the weights rounded to f16), so they agree to the bit.
 pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut [f32]) {
     let (d, dv) = (a.d, a.dv);
@@ -78,8 +79,10 @@ pub fn attend_f16(a: &super::ops::AttendRows<'_>, out: &mut [f32], scratch: &mut
             let dot = q.iter().zip(k).fold(0.0f32, |acc, (&x, &y)| x.mul_add(f16_to_f32(y.to_bits()), acc));
             *s = dot * a.scale;
         }
-        let max = p.iter().fold(f32::MIN, |m, &s| m.max(s));
-        let mut sum = 0.0f32;
+        // A sink joins the maximum and starts the sum.
+        let sink = a.sinks.map(|s| s[r]);
+        let max = p.iter().fold(sink.map_or(f32::MIN, |s| s.max(f32::MIN)), |m, &s| m.max(s));
+        let mut sum = sink.map_or(0.0, |s| exp_attend(s - max));
         for s in p.iter_mut() {
             *s = exp_attend(*s - max);
             sum += *s;
@@ -185,5 +188,50 @@ unsafe fn exact_rows<B, const N: usize>(
             // SAFETY: in `out` (caller).
             unsafe { *out.add(t * stride + r) = v };
         }
+    }
+}
+
+/// Lanes of [`ssm_scan`]'s dot products, as the SIMD kernels' registers hold them.
+pub const SCAN_LANES: usize = 16;
+
+/// One token's step of a selective-scan head (see [`super::ops::ssm_scan`]):
+/// per state row `i`, `s_i = s_i * decay + b * (x_i dt)` (two products and a
+/// sum, unfused, as ggml's scan), then `y_i = s_i . c` summed in
+/// [`SCAN_LANES`] lanes (lane `l` takes the columns `j ≡ l` mod 16 by fused
+/// multiply-adds), the lanes added in halves (`l + l+8`, then 4, 2, 1), the
+/// last `len % 16` columns after them one at a time: the SIMD kernels' order,
+/// so they agree to the bit (and on aarch64 this loop vectorises as it is).
+pub fn ssm_scan(s: &mut [f32], decay: f32, dt: f32, x: &[f32], b: &[f32], c: &[f32], y: &mut [f32]) {
+    let ds = b.len();
+    if ds == 0 {
+        y.fill(0.0);
+        return;
+    }
+    let full = ds / SCAN_LANES * SCAN_LANES;
+    for ((row, &xi), y) in s.chunks_exact_mut(ds).zip(x).zip(y) {
+        let xd = xi * dt;
+        let (head, tail) = row.split_at_mut(full);
+        let mut acc = [0f32; SCAN_LANES];
+        for ((sv, bv), cv) in
+            head.chunks_exact_mut(SCAN_LANES).zip(b.chunks_exact(SCAN_LANES)).zip(c.chunks_exact(SCAN_LANES))
+        {
+            for l in 0..SCAN_LANES {
+                sv[l] = sv[l] * decay + bv[l] * xd;
+                acc[l] = sv[l].mul_add(cv[l], acc[l]);
+            }
+        }
+        let mut width = SCAN_LANES / 2;
+        while width > 0 {
+            for l in 0..width {
+                acc[l] += acc[l + width];
+            }
+            width /= 2;
+        }
+        let mut sum = acc[0];
+        for ((sv, &bv), &cv) in tail.iter_mut().zip(&b[full..]).zip(&c[full..]) {
+            *sv = *sv * decay + bv * xd;
+            sum = sv.mul_add(cv, sum);
+        }
+        *y = sum;
     }
 }

@@ -327,6 +327,8 @@ pub struct Kernels {
     // recurrent state (Gated DeltaNet): see ops::state_read / state_update
     pub(crate) state_read: StateRead,
     pub(crate) state_update: unsafe fn(&mut [f32], f32, &[f32], &[f32]),
+    /// Mamba2's scan step: see ops::ssm_scan.
+    pub(crate) ssm_scan: SsmScan,
     // activations
     pub(crate) silu: unsafe fn(&mut [f32]),
     /// Q8_K activation quantiser (equal to the bit to the scalar one).
@@ -335,6 +337,9 @@ pub struct Kernels {
 
 /// `attend_f16(rows, out, scratch)`: see [`super::ops::attend_f16`].
 pub(crate) type AttendF16 = unsafe fn(&super::ops::AttendRows<'_>, &mut [f32], &mut [f32]);
+
+/// `ssm_scan(s, decay, dt, x, b, c, y)`: see [`super::ops::ssm_scan`].
+pub(crate) type SsmScan = unsafe fn(&mut [f32], f32, f32, &[f32], &[f32], &[f32], &mut [f32]);
 
 /// `state_read(s, k, q, u, out)`: see [`super::ops::state_read`].
 pub(crate) type StateRead = unsafe fn(&[f32], &[f32], &[f32], &mut [f32], &mut [f32]);
@@ -375,6 +380,7 @@ impl Kernels {
         attend_f16: None,
         state_read: scalar::state_read,
         state_update: scalar::state_update,
+        ssm_scan: scalar::ssm_scan,
         silu: scalar::silu,
         quantize_q8k: quant::q8_k::quantize_row_q8_k,
     };

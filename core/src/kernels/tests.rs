@@ -523,6 +523,42 @@ fn state_kernels_equal_scalar_twins() {
 }
 
 #[test]
+fn ssm_scan_equals_its_scalar_twin_and_plain_math() {
+    // State widths around the sixteen lanes (Granite: 128), odd row counts.
+    let mut rng = Rng::new(37);
+    for (rows, ds) in [(1, 1), (3, 0), (2, 15), (5, 16), (7, 17), (4, 33), (9, 64), (8, 128), (3, 130)] {
+        let s = rng.vec(rows * ds, 1.0);
+        let (x, b, c) = (rng.vec(rows, 1.0), rng.vec(ds, 1.0), rng.vec(ds, 1.0));
+        let (decay, dt) = (0.93, 0.41);
+        let mut want_s = s.clone();
+        let mut want_y = vec![f32::NAN; rows];
+        scalar::ssm_scan(&mut want_s, decay, dt, &x, &b, &c, &mut want_y);
+        // The twin against plain math in f64.
+        for i in 0..rows {
+            let mut dot = 0.0f64;
+            for j in 0..ds {
+                let v = f64::from(s[i * ds + j]) * f64::from(decay) + f64::from(b[j]) * f64::from(x[i] * dt);
+                assert!((f64::from(want_s[i * ds + j]) - v).abs() <= 1e-6 * (1.0 + v.abs()), "state {rows}x{ds}");
+                dot += v * f64::from(c[j]);
+            }
+            assert!((f64::from(want_y[i]) - dot).abs() <= 1e-5 * (1.0 + ds as f64), "y {rows}x{ds} row {i}");
+        }
+        for k in simd_paths() {
+            let (mut got_s, mut got_y) = (s.clone(), vec![f32::NAN; rows]);
+            // SAFETY: `k` came from `for_isa`; the sizes are the contract's.
+            unsafe { (k.ssm_scan)(&mut got_s, decay, dt, &x, &b, &c, &mut got_y) };
+            // The twin's lanes and order: equal to the bit.
+            assert!(
+                got_s.iter().zip(&want_s).all(|(g, w)| g.to_bits() == w.to_bits()),
+                "{} state {rows}x{ds}",
+                k.isa()
+            );
+            assert!(got_y.iter().zip(&want_y).all(|(g, w)| g.to_bits() == w.to_bits()), "{} y {rows}x{ds}", k.isa());
+        }
+    }
+}
+
+#[test]
 fn f32_helpers_equal_scalar_twins() {
     let mut rng = Rng::new(16);
     for k in simd_paths() {
@@ -659,9 +695,12 @@ fn tiled_attention_equals_its_scalar_twin() {
         let Some(kernel) = k.attend_f16 else { continue };
         for rows in [1, 3, 8, 9, 16] {
             for (d, dv) in [(1, 1), (7, 5), (16, 16), (33, 40), (64, 64), (256, 256)] {
-                for n in [1, 2, 8, 9, 23] {
+                for (n, sunk) in [(1, false), (2, true), (8, false), (9, true), (23, false), (23, true)] {
                     let (q, kv_k, kv_v, ranges) = attend_case(&mut rng, rows, d, dv, n);
-                    let a = ops::AttendRows { q: &q, d, k: &kv_k, v: &kv_v, dv, ranges: &ranges, scale: 0.3 };
+                    // Sinks (gpt-oss): some far below the scores, some above.
+                    let sink_rows = rng.vec(rows, 4.0);
+                    let sinks = sunk.then_some(&sink_rows[..]);
+                    let a = ops::AttendRows { q: &q, d, k: &kv_k, v: &kv_v, dv, ranges: &ranges, scale: 0.3, sinks };
                     let mut scratch = vec![f32::NAN; ops::attend_f16_scratch(d, n)];
                     let (mut got, mut want) = (vec![f32::NAN; rows * dv], vec![f32::NAN; rows * dv]);
                     // SAFETY: `k` came from `for_isa`; the sizes are the contract's.
@@ -673,7 +712,7 @@ fn tiled_attention_equals_its_scalar_twin() {
                     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             g == w,
-                            "{} rows={rows} d={d} dv={dv} n={n} row {} col {}: {g} vs {w}",
+                            "{} rows={rows} d={d} dv={dv} n={n} sinks={sunk} row {} col {}: {g} vs {w}",
                             k.isa(),
                             i / dv,
                             i % dv
@@ -703,19 +742,27 @@ fn tiled_attention_is_scores_softmax_and_mix() {
     let mut rng = Rng::new(31);
     let (rows, d, dv, n) = (5, 24, 16, 13);
     let (q, k, v, ranges) = attend_case(&mut rng, rows, d, dv, n);
-    let a = ops::AttendRows { q: &q, d, k: &k, v: &v, dv, ranges: &ranges, scale: 0.25 };
-    let mut got = vec![0.0; rows * dv];
-    ops::attend_f16(&a, &mut got, &mut vec![0.0; ops::attend_f16_scratch(d, n)]);
-    for (r, &(lo, hi)) in ranges.iter().enumerate() {
-        let mut s = vec![0.0; hi - lo];
-        ops::scores_f16(&q[r * d..][..d], 1, &k[lo * d..hi * d], &mut s);
-        ops::scale(&mut s, 0.25);
-        ops::softmax(&mut s);
-        s.iter_mut().for_each(|w| *w = f16::from_f32(*w).to_f32());
-        let mut want = vec![0.0; dv];
-        ops::mix_f16(&s, 1, &v[lo * dv..hi * dv], &mut want);
-        for (c, (g, w)) in got[r * dv..][..dv].iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 2e-3, "row {r} col {c}: {g} vs {w}");
+    // Without sinks, and with a sink per row (one more logit in the
+    // denominator, mixing nothing: gpt-oss's).
+    let sink_rows = [-30.0, 0.5, 2.0, -1.0, 6.0];
+    for sinks in [None, Some(&sink_rows[..])] {
+        let a = ops::AttendRows { q: &q, d, k: &k, v: &v, dv, ranges: &ranges, scale: 0.25, sinks };
+        let mut got = vec![0.0; rows * dv];
+        ops::attend_f16(&a, &mut got, &mut vec![0.0; ops::attend_f16_scratch(d, n)]);
+        for (r, &(lo, hi)) in ranges.iter().enumerate() {
+            // The softmax over the scores and the sink, the sink's share dropped.
+            let mut s = vec![0.0; hi - lo];
+            ops::scores_f16(&q[r * d..][..d], 1, &k[lo * d..hi * d], &mut s);
+            ops::scale(&mut s, 0.25);
+            s.extend(sinks.map(|s| s[r]));
+            ops::softmax(&mut s);
+            s.truncate(hi - lo);
+            s.iter_mut().for_each(|w| *w = f16::from_f32(*w).to_f32());
+            let mut want = vec![0.0; dv];
+            ops::mix_f16(&s, 1, &v[lo * dv..hi * dv], &mut want);
+            for (c, (g, w)) in got[r * dv..][..dv].iter().zip(&want).enumerate() {
+                assert!((g - w).abs() <= 2e-3, "sinks {} row {r} col {c}: {g} vs {w}", sinks.is_some());
+            }
         }
     }
 }

@@ -241,8 +241,7 @@ pub(crate) fn attend_cpu(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: 
     let group = p.n_head / p.n_kv_head;
     // One-row mode (speculative verify passes): every token as decoding runs it.
     let one_row = pool.one_row();
-    // (The tiled kernel has no sinks.)
-    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() && !one_row && a.sinks.is_none() {
+    if n > 1 && cache.ty == KvType::F16 && ops::has_tiled_attention() && !one_row {
         return attend_tiled(pass, a, att, scratch);
     }
     let per_item = heads_per_item(group, if one_row { 1 } else { n } * p.n_kv_head, pool.n_threads());
@@ -305,7 +304,8 @@ impl Attend<'_> {
 /// work items are (block of tokens, KV head, slice of its query heads)
 /// with at most [`ops::ATTEND_ROWS`] rows, so each key and value is read once
 /// for a few tokens' queries of the group (keys a block's first token sees
-/// before its window starts, or its last token's future, are masked).
+/// before its window starts, or its last token's future, are masked; each
+/// row's head's sink, if the layer has them, joins its softmax).
 fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<f32>) {
     let (p, cache, q, q_rows, pool) = (a.p, a.cache, a.q, a.q_rows, pass.pool);
     let (n, pos0) = (pass.n, pass.pos0);
@@ -329,6 +329,7 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
         let (qs, rest) = stripe.split_at_mut(rows_max * hd);
         let (os, work) = rest.split_at_mut(rows_max * hdv);
         let mut ranges = [(0usize, 0usize); ops::ATTEND_ROWS];
+        let mut sinks = [0f32; ops::ATTEND_ROWS];
         // Claimed one at a time, last first: later blocks of a causal prompt
         // see more keys.
         for item in pieces.iter().map(|i| items - 1 - i) {
@@ -343,12 +344,21 @@ fn attend_tiled(pass: &Pass, a: &Attend<'_>, att: &mut [f32], scratch: &mut Vec<
                     let r = (t - t0) * heads + g;
                     cache.round_query(&q[t * q_rows + (h0 + g) * q_stride..][..hd], &mut qs[r * hd..][..hd]);
                     ranges[r] = (lo_of(pos) - base, pos + 1 - base);
+                    sinks[r] = a.sinks.map_or(0.0, |s| s[h0 + g]);
                 }
             }
             // (Always an f16 cache: the caller checked.)
             let Some((k, v)) = cache.f16_rows(kvh, base, top) else { continue };
-            let rows_in =
-                ops::AttendRows { q: &qs[..rows * hd], d: hd, k, v, dv: hdv, ranges: &ranges[..rows], scale: p.scale };
+            let rows_in = ops::AttendRows {
+                q: &qs[..rows * hd],
+                d: hd,
+                k,
+                v,
+                dv: hdv,
+                ranges: &ranges[..rows],
+                scale: p.scale,
+                sinks: a.sinks.map(|_| &sinks[..rows]),
+            };
             ops::attend_f16(&rows_in, &mut os[..rows * hdv], work);
             for t in t0..t1 {
                 // SAFETY: the item owns heads h0..h0 + heads of its tokens.

@@ -269,24 +269,10 @@ fn scan(pool: &ThreadPool, p: &Mamba2Params, a: &[f32], xbc: &[f32], dt: &[f32],
                 let dt = dt[t * nh + h];
                 let decay = (dt * a[h]).exp();
                 let yh = unsafe { y_out.slice(t * di + h * hd, hd) };
-                for ((s, &xi), yi) in sh.chunks_exact_mut(ds).zip(x).zip(yh.iter_mut()) {
-                    *yi = scan_row(s, decay, xi * dt, b, c);
-                }
+                ops::ssm_scan(sh, decay, dt, x, b, c, yh);
             }
         }
     });
-}
-
-/// One row of a head's state for one token: `s <- decay * s + xdt * b`,
-/// returning `s . c`.
-#[inline]
-fn scan_row(s: &mut [f32], decay: f32, xdt: f32, b: &[f32], c: &[f32]) -> f32 {
-    let mut sum = 0.0f32;
-    for ((s, &b), &c) in s.iter_mut().zip(b).zip(c) {
-        *s = *s * decay + b * xdt;
-        sum += *s * c;
-    }
-    sum
 }
 
 /// `log(1 + e^x)`, linear above 20 (as ggml's `ggml_compute_softplus_f32`).

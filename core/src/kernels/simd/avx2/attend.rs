@@ -9,7 +9,8 @@
 //!   sixteen rows, no horizontal sums. `st[j]` keeps key j's scores of all
 //!   rows, -inf outside a row's range.
 //! - Softmax down the lanes: the rows' maxima, `exp` (the scalar twin's
-//!   polynomial), the rows' sums, the weights rounded to f16.
+//!   polynomial), the rows' sums (from their sinks' share, if any), the
+//!   weights rounded to f16.
 //! - Values: eight rows times 32 columns of accumulators, each value row
 //!   widened once per block of columns and met by the eight rows' weights
 //!   broadcast from `st`.
@@ -100,8 +101,12 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
         j += keys;
     }
 
-    // Softmax down the lanes; the weights rounded to f16 in place.
-    let mut sum = _mm512_setzero_ps();
+    // Softmax down the lanes (each row's sink, if any, joins the maximum and
+    // starts the sum); the weights rounded to f16 in place.
+    let sink = _mm512_loadu_ps(a.sink_lanes().as_ptr());
+    let max = _mm512_max_ps(max, sink);
+    let has_sink = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(sink, _mm512_set1_ps(f32::NEG_INFINITY));
+    let mut sum = _mm512_maskz_mov_ps(has_sink, exp(_mm512_sub_ps(sink, max)));
     for j in jlo..jhi {
         let p = st.as_mut_ptr().add(j * LANES);
         let s = _mm512_loadu_ps(p);

@@ -72,9 +72,17 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
         j += keys;
     }
 
-    // Softmax down the lanes; the weights rounded to f16 in place.
+    // Softmax down the lanes (each row's sink, if any, joins the maximum and
+    // starts the sum); the weights rounded to f16 in place.
     let neg_inf = _mm256_set1_ps(f32::NEG_INFINITY);
+    let sinks = a.sink_lanes();
     let mut sum = [_mm256_setzero_ps(); HALVES];
+    for g in 0..HALVES {
+        let sink = _mm256_loadu_ps(sinks.as_ptr().add(8 * g));
+        max[g] = _mm256_max_ps(max[g], sink);
+        let none = _mm256_cmp_ps::<_CMP_EQ_OQ>(sink, neg_inf);
+        sum[g] = _mm256_andnot_ps(none, exp(_mm256_sub_ps(sink, max[g])));
+    }
     for j in jlo..jhi {
         for g in 0..HALVES {
             let p = st.as_mut_ptr().add(j * LANES + 8 * g);

@@ -549,7 +549,10 @@ pub(crate) const LEGACY_BLOCK_BYTES: usize = LEGACY_VALUES + 64;
 /// `B`'s 16 weight rows into panel blocks: the values plus `OFF` (so
 /// unsigned: Q4_0 0..16, Q5_0 0..32), `d` as f32.
 #[inline(always)]
-unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(rows: &[&[u8]], out: &mut [u8]) {
+pub(super) unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(
+    rows: &[&[u8]],
+    out: &mut [u8],
+) {
     assert_eq!(rows.len(), HEIGHT, "decode: a panel is {HEIGHT} rows");
     let x: [&[B]; HEIGHT] = std::array::from_fn(|r| as_blocks::<B>(rows[r]));
     let nb = x[0].len();
@@ -574,7 +577,12 @@ unsafe fn decode_legacy<B: Signed32 + crate::quant::FileBlock, const OFF: i8>(ro
 
 /// `T` tokens against one decoded Q4_0 / Q5_0 panel: `out[stride t + r]`.
 #[inline(always)]
-unsafe fn legacy_dot<const T: usize, const OFF: i32>(dec: &[u8], a: &[&[BlockQ8_0F]], out: *mut f32, stride: usize) {
+pub(super) unsafe fn legacy_dot<const T: usize, const OFF: i32>(
+    dec: &[u8],
+    a: &[&[BlockQ8_0F]],
+    out: *mut f32,
+    stride: usize,
+) {
     let nb = a[0].len();
     assert!(a.len() == T && a.iter().all(|x| x.len() == nb) && dec.len() >= nb * LEGACY_BLOCK_BYTES);
     let mut acc = [_mm512_setzero_ps(); T];

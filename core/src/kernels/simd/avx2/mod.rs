@@ -16,12 +16,14 @@ mod attend;
 mod attend_ymm;
 mod float;
 mod gemm;
+mod gemm_mxfp4;
 mod gemm_ymm;
 mod iq12;
 mod iq34;
 mod kquants;
 mod legacy;
 mod quant;
+mod ssm;
 mod ternary;
 
 use crate::kernels::table::{Acts, Decoded, Dot, Exact, ExactDot, ExactTable, Isa, Kernels, Multi};
@@ -58,8 +60,10 @@ pub(crate) fn detected() -> Vec<Kernels> {
         let mut k = table!(avx512vnni, Isa::Avx512Vnni);
         kquants::zmm::install(&mut k);
         gemm::install(&mut k);
+        gemm_mxfp4::install(&mut k);
         k.attend_f16 = Some(attend::attend_f16);
         k.state_read = float::zmm::state_read;
+        k.ssm_scan = ssm::ssm_scan_zmm;
         out.push(k);
     }
     out
@@ -152,6 +156,7 @@ macro_rules! table {
             attend_f16: Some(attend_ymm::attend_f16),
             state_read: float::avx2::state_read,
             state_update: float::avx2::state_update,
+            ssm_scan: ssm::ssm_scan,
             silu: float::avx2::silu,
             quantize_q8k: quant::quantize_q8_k,
         }

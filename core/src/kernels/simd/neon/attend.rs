@@ -105,9 +105,17 @@ pub(crate) unsafe fn attend_f16(a: &AttendRows<'_>, out: &mut [f32], scratch: &m
         j += keys;
     }
 
-    // Softmax down the lanes; the weights rounded to f16 in place.
+    // Softmax down the lanes (each row's sink, if any, joins the maximum and
+    // starts the sum); the weights rounded to f16 in place.
     let neg_inf = vdupq_n_f32(f32::NEG_INFINITY);
+    let sinks = a.sink_lanes();
     let mut sum = [vdupq_n_f32(0.0); QUADS];
+    for g in 0..QUADS {
+        let sink = vld1q_f32(sinks.as_ptr().add(4 * g));
+        max[g] = vmaxq_f32(max[g], sink);
+        let none = vceqq_f32(sink, neg_inf);
+        sum[g] = vbslq_f32(none, vdupq_n_f32(0.0), exp(vsubq_f32(sink, max[g])));
+    }
     for j in jlo..jhi {
         for g in 0..QUADS {
             let p = st.as_mut_ptr().add(j * LANES + 4 * g);

@@ -142,6 +142,8 @@ macro_rules! table {
             attend_f16: Some(attend::attend_f16),
             state_read: float::state_read,
             state_update: float::state_update,
+            // (The scalar twin vectorises as it is on NEON.)
+            ssm_scan: crate::kernels::scalar::ssm_scan,
             silu: float::silu,
             quantize_q8k: quant::quantize_q8_k,
         }
