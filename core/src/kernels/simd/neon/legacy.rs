@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{dot16, fp16, ld_s8, paths};
+use super::{dot16, fp16, fp16x4, lane_sums4, ld_s8, paths};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
 use std::arch::aarch64::*;
 
@@ -67,26 +67,44 @@ unsafe fn dot_signed<B, const D: bool>(
     vaddvq_f32(vaddq_f32(acc0, acc1))
 }
 
-/// `R` Q8_0 weight rows with one activation row: each block's 32 activations
-/// and scale are loaded once for all rows.
+/// Four Q8_0 weight rows with one activation row, lane `r` of every vector
+/// for row `r`: each block's 32 activations and scale are loaded once for the
+/// four rows. The rows' integer sums run on through the blocks, never zeroed
+/// (wrapping arithmetic: the difference between two blocks' running sums is
+/// exact), and are reduced across lanes with pairwise adds into one register,
+/// so that the block's sums take one conversion, one multiply and one add for
+/// the four rows, whose scales are widened together. Lane for lane the scalar
+/// twin's arithmetic (`sum += sumi * (x.d * y.d)`, no fused multiply-add):
+/// equal to [`crate::quant::q8_0::vec_dot`] to the bit.
 #[inline(always)]
 unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
+    const { assert!(R == 4, "the Q8_0 body takes four rows") };
     let x = rows.map(as_blocks::<BlockQ8_0>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut acc = vdupq_n_f32(0.0);
+    // The rows' running sums, and their reduction after the previous block.
+    let mut run = [vdupq_n_s32(0); R];
+    let mut before = vdupq_n_s32(0);
     for (b, yb) in a[..nb].iter().enumerate() {
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
-        let yd = yb.d;
+        let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         for r in 0..R {
-            let xb = x[r].get_unchecked(b);
-            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(xb.qs.as_ptr().cast()), y0);
-            let p = dot16::<D>(p, ld_s8(xb.qs.as_ptr().add(16).cast()), y1);
-            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(p), fp16(xb.d) * yd);
+            let q = xb[r].qs.as_ptr();
+            run[r] = dot16::<D>(dot16::<D>(run[r], ld_s8(q.cast()), y0), ld_s8(q.add(16).cast()), y1);
         }
+        // Lane r: row r's sum over the blocks so far; minus the last: this block's.
+        let total = lane_sums4(&run);
+        let sumi = vsubq_s32(total, before);
+        before = total;
+        let h = |r: usize| u16::from_le_bytes(xb[r].d.0) as u64;
+        let d = vmulq_n_f32(fp16x4(h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48), yb.d);
+        acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sumi), d));
     }
-    acc.map(|v| vaddvq_f32(v))
+    let mut out = [0.0f32; R];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
 }
 
 #[inline(always)]
