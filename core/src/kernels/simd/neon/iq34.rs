@@ -17,7 +17,7 @@
 //! rows at a time, one lane of its accumulator per row ([`dotn_mxfp4`]).
 
 use super::{
-    acts_paths, aux_scales, dot16, fp16, ksigns32, lane_sums4, ld_s8, mla_lane, nibbles8, odd, opaque, word,
+    acts_paths, aux_scales, by_twos, dot16, fp16, ksigns32, lane_sums4, ld_s8, mla_lane, nibbles8, odd, opaque, word,
 };
 use crate::quant::iq4::KVALUES_IQ4NL;
 use crate::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
@@ -128,7 +128,8 @@ unsafe fn dotn_mxfp4<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[Block
     // The rows' running sums, and their reduction after the previous block.
     let mut run = [vdupq_n_s32(0); R];
     let mut before = vdupq_n_s32(0);
-    for (b, yb) in a[..nb].iter().enumerate() {
+    by_twos(nb, |b| {
+        let yb = a.get_unchecked(b);
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
         let xb: [&BlockMXFP4; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         for r in 0..R {
@@ -141,7 +142,7 @@ unsafe fn dotn_mxfp4<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[Block
         before = total;
         let d = vmulq_n_f32(e8m0_half4([xb[0].e, xb[1].e, xb[2].e, xb[3].e]), yb.d);
         acc = vaddq_f32(acc, vmulq_f32(d, vcvtq_f32_s32(sumi)));
-    }
+    });
     let mut out = [0.0f32; R];
     vst1q_f32(out.as_mut_ptr(), acc);
     out

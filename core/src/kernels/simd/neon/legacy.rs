@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{dot16, fp16, fp16x4, lane_sums4, ld_s8, paths};
+use super::{by_twos, dot16, fp16, fp16x4, lane_sums4, ld_s8, paths};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
 use std::arch::aarch64::*;
 
@@ -87,7 +87,8 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     // The rows' running sums, and their reduction after the previous block.
     let mut run = [vdupq_n_s32(0); R];
     let mut before = vdupq_n_s32(0);
-    for (b, yb) in a[..nb].iter().enumerate() {
+    by_twos(nb, |b| {
+        let yb = a.get_unchecked(b);
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
         let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         for r in 0..R {
@@ -98,10 +99,9 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let total = lane_sums4(&run);
         let sumi = vsubq_s32(total, before);
         before = total;
-        let h = |r: usize| u16::from_le_bytes(xb[r].d.0) as u64;
-        let d = vmulq_n_f32(fp16x4(h(0) | h(1) << 16 | h(2) << 32 | h(3) << 48), yb.d);
+        let d = vmulq_n_f32(fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr())), yb.d);
         acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sumi), d));
-    }
+    });
     let mut out = [0.0f32; R];
     vst1q_f32(out.as_mut_ptr(), acc);
     out

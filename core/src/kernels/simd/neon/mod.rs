@@ -325,12 +325,21 @@ pub(super) unsafe fn fp16x2(p: *const u8) -> float32x4_t {
     out
 }
 
-/// Four f16 values (little-endian in `bits`, the first in the low half-word)
-/// as f32 lanes (`fcvtl`).
+/// The f16 values at `p[0..4]` (2 bytes each, any alignment) as f32 lanes:
+/// four lane loads straight into one register, then `fcvtl` (LLVM assembles
+/// four scalar loads with shifts and ors and moves the result across).
 #[inline(always)]
-pub(super) unsafe fn fp16x4(bits: u64) -> float32x4_t {
+pub(super) unsafe fn fp16x4(p: [*const u8; 4]) -> float32x4_t {
     let out: float32x4_t;
-    asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) out, i = in(vreg) bits, options(pure, nomem, nostack));
+    asm!(
+        "ld1 {{ {o:v}.h }}[0], [{p0}]",
+        "ld1 {{ {o:v}.h }}[1], [{p1}]",
+        "ld1 {{ {o:v}.h }}[2], [{p2}]",
+        "ld1 {{ {o:v}.h }}[3], [{p3}]",
+        "fcvtl {o:v}.4s, {o:v}.4h",
+        o = out(vreg) out, p0 = in(reg) p[0], p1 = in(reg) p[1], p2 = in(reg) p[2], p3 = in(reg) p[3],
+        options(pure, readonly, nostack, preserves_flags)
+    );
     out
 }
 
@@ -340,6 +349,21 @@ pub(super) unsafe fn fp16x4(bits: u64) -> float32x4_t {
 pub(super) unsafe fn lane_sums4<const R: usize>(v: &[int32x4_t; R]) -> int32x4_t {
     const { assert!(R == 4) };
     vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]))
+}
+
+/// `f(0), f(1), .., f(n - 1)`, two calls to an iteration: the loop's count
+/// and pointer updates shared by two blocks.
+#[inline(always)]
+pub(super) fn by_twos(n: usize, mut f: impl FnMut(usize)) {
+    let mut i = 0;
+    while i + 2 <= n {
+        f(i);
+        f(i + 1);
+        i += 2;
+    }
+    if i < n {
+        f(i);
+    }
 }
 
 /// `acc + p * s[lane]` (`lane` a constant once inlined).
