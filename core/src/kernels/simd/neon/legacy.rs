@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{by_twos, dot16, fp16, fp16x4, lane_sums4, ld_s8, paths};
+use super::{by_twos, dot16, fp16, fp16x4, ld_s8, paths};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
 use std::arch::aarch64::*;
 
@@ -67,15 +67,12 @@ unsafe fn dot_signed<B, const D: bool>(
     vaddvq_f32(vaddq_f32(acc0, acc1))
 }
 
-/// Four Q8_0 weight rows with one activation row, lane `r` of every vector
-/// for row `r`: each block's 32 activations and scale are loaded once for the
-/// four rows. The rows' integer sums run on through the blocks, never zeroed
-/// (wrapping arithmetic: the difference between two blocks' running sums is
-/// exact), and are reduced across lanes with pairwise adds into one register,
-/// so that the block's sums take one conversion, one multiply and one add for
-/// the four rows, whose scales are widened together. Lane for lane the scalar
-/// twin's arithmetic (`sum += sumi * (x.d * y.d)`, no fused multiply-add):
-/// equal to [`crate::quant::q8_0::vec_dot`] to the bit.
+/// Four Q8_0 weight rows with one activation row: each block's 32
+/// activations are loaded once for the four rows, and the four rows' scales
+/// by lane loads into one register, multiplied by the activations' scale
+/// together. Each row keeps its 4-lane f32 accumulator (a fused
+/// multiply-add by the lane of its scale per block, one horizontal sum at the
+/// end): the arithmetic, and so the results, of the earlier per-row scales.
 #[inline(always)]
 unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
     const { assert!(R == 4, "the Q8_0 body takes four rows") };
@@ -83,28 +80,32 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = vdupq_n_f32(0.0);
-    // The rows' running sums, and their reduction after the previous block.
-    let mut run = [vdupq_n_s32(0); R];
-    let mut before = vdupq_n_s32(0);
+    let mut acc = [vdupq_n_f32(0.0); R];
     by_twos(nb, |b| {
         let yb = a.get_unchecked(b);
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
         let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        // Lane r: row r's scale times the activations'.
+        let d = vmulq_n_f32(fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr())), yb.d);
         for r in 0..R {
             let q = xb[r].qs.as_ptr();
-            run[r] = dot16::<D>(dot16::<D>(run[r], ld_s8(q.cast()), y0), ld_s8(q.add(16).cast()), y1);
+            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(q.cast()), y0);
+            let p = dot16::<D>(p, ld_s8(q.add(16).cast()), y1);
+            acc[r] = fma_lane(acc[r], vcvtq_f32_s32(p), d, r);
         }
-        // Lane r: row r's sum over the blocks so far; minus the last: this block's.
-        let total = lane_sums4(&run);
-        let sumi = vsubq_s32(total, before);
-        before = total;
-        let d = vmulq_n_f32(fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr())), yb.d);
-        acc = vaddq_f32(acc, vmulq_f32(vcvtq_f32_s32(sumi), d));
     });
-    let mut out = [0.0f32; R];
-    vst1q_f32(out.as_mut_ptr(), acc);
-    out
+    acc.map(|v| vaddvq_f32(v))
+}
+
+/// `acc + p * s[lane]`, fused (`lane` a constant once inlined).
+#[inline(always)]
+unsafe fn fma_lane(acc: float32x4_t, p: float32x4_t, s: float32x4_t, lane: usize) -> float32x4_t {
+    match lane {
+        0 => vfmaq_laneq_f32::<0>(acc, p, s),
+        1 => vfmaq_laneq_f32::<1>(acc, p, s),
+        2 => vfmaq_laneq_f32::<2>(acc, p, s),
+        _ => vfmaq_laneq_f32::<3>(acc, p, s),
+    }
 }
 
 #[inline(always)]
