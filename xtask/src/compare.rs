@@ -3,7 +3,8 @@
 //! in the same run and each engine's fraction of the roofline.
 //!
 //! `cargo xtask insn-count`: aarch64 instructions per decoded and per prompt
-//! token under qemu (deterministic), for Pocket and for llama.cpp builds.
+//! token under qemu (deterministic), for Pocket and for llama.cpp builds;
+//! with `--by-function`, each one's decode split by function (`insn_profile`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use pocket_core::gguf::{GgufFile, Summary};
 use pocket_core::threads::ThreadPool;
 
+use crate::insn_profile::{self, Profile};
 use crate::llama;
 
 struct Opts {
@@ -28,6 +30,8 @@ struct Opts {
     /// bench-compare: both engines on one lower instruction set (`avx2`):
     /// Pocket with `POCKET_ISA`, llama.cpp built for it (not native).
     isa: Option<String>,
+    /// insn-count: also the decode's instructions by function.
+    by_function: bool,
 }
 
 fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, String> {
@@ -40,6 +44,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
         llama: true,
         pocket: None,
         isa: None,
+        by_function: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -53,6 +58,7 @@ fn parse(args: &[String], default_p: usize, default_n: usize) -> Result<Opts, St
             "--no-llama" => o.llama = false,
             "--pocket" => o.pocket = Some(PathBuf::from(val()?)),
             "--isa" => o.isa = Some(val()?),
+            "--by-function" => o.by_function = true,
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -248,18 +254,18 @@ pub fn bench_compare(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Guest instructions of one qemu run.
-fn count(plugin: &Path, cpu: &str, exe: &Path, args: &[String]) -> Result<u64, String> {
+/// Guest instructions of one qemu run (by function too when `by_function`).
+fn count(plugin: &Path, by_function: bool, cpu: &str, exe: &Path, args: &[String]) -> Result<Profile, String> {
     let out = std::env::temp_dir().join(format!("pocket-insns-{}.txt", std::process::id()));
+    let by = if by_function { ",by_function=1" } else { "" };
     let mut cmd = Command::new("qemu-aarch64");
     cmd.args(["-L", "/usr/aarch64-linux-gnu", "-cpu", cpu])
         .arg("-plugin")
-        .arg(format!("{},out={}", plugin.display(), out.display()))
+        .arg(format!("{},out={}{by}", plugin.display(), out.display()))
         .arg(exe)
         .args(args);
     output(&mut cmd)?;
-    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    text.trim().strip_prefix("insns: ").and_then(|n| n.parse().ok()).ok_or_else(|| format!("plugin output {text:?}"))
+    Profile::read(&out)
 }
 
 pub fn insn_count(args: &[String]) -> Result<(), String> {
@@ -294,17 +300,24 @@ pub fn insn_count(args: &[String]) -> Result<(), String> {
     // bench runs a warm-up and one draw: every token counted twice. Marginal costs:
     // decode = (p, n) - (p, 0); prefill = (2p, 0) - (p, 0).
     let (p, n) = (o.p, o.n);
+    let by = o.by_function;
+    // The decode profiles, printed after the table.
+    let mut profiles = Vec::new();
     println!("{:<26} {:>16} {:>16}", "", "decode insn/tok", "prompt insn/tok");
     for (label, cpu) in [("pocket (-cpu max: i8mm)", "max"), ("pocket (-cpu cortex-a76: dotprod)", "cortex-a76")] {
-        let base = count(&plugin, cpu, &pocket, &pb(p, 0))?;
-        let dec = count(&plugin, cpu, &pocket, &pb(p, n))?;
-        let pre = count(&plugin, cpu, &pocket, &pb(2 * p, 0))?;
+        let base = count(&plugin, by, cpu, &pocket, &pb(p, 0))?;
+        let dec = count(&plugin, by, cpu, &pocket, &pb(p, n))?;
+        let pre = count(&plugin, false, cpu, &pocket, &pb(2 * p, 0))?;
+        let per_token = (dec.total - base.total) as f64 / (2 * n) as f64;
         println!(
             "{:<26} {:>14.2}M {:>14.2}M",
             label,
-            (dec - base) as f64 / (2 * n) as f64 / 1e6,
-            (pre - base) as f64 / (2 * p) as f64 / 1e6
+            per_token / 1e6,
+            (pre.total - base.total) as f64 / (2 * p) as f64 / 1e6
         );
+        if by {
+            profiles.push((label, insn_profile::per_token(&dec, &base, 2 * n), per_token));
+        }
     }
     for i8mm in [false, true].into_iter().filter(|_| o.llama) {
         let exe = llama::aarch64_build(i8mm)?;
@@ -317,16 +330,25 @@ pub fn insn_count(args: &[String]) -> Result<(), String> {
         // llama-bench warms up with the whole prompt but a single generated
         // token, then runs the test once: n more tokens decode n more times,
         // p more prompt tokens are evaluated twice.
-        let d1 = count(&plugin, "max", &exe, &lb(0, n))?;
-        let d2 = count(&plugin, "max", &exe, &lb(0, 2 * n))?;
-        let p1 = count(&plugin, "max", &exe, &lb(p, 0))?;
-        let p2 = count(&plugin, "max", &exe, &lb(2 * p, 0))?;
+        let d1 = count(&plugin, by, "max", &exe, &lb(0, n))?;
+        let d2 = count(&plugin, by, "max", &exe, &lb(0, 2 * n))?;
+        let p1 = count(&plugin, false, "max", &exe, &lb(p, 0))?;
+        let p2 = count(&plugin, false, "max", &exe, &lb(2 * p, 0))?;
+        let label = if i8mm { "llama.cpp (dotprod+i8mm)" } else { "llama.cpp (dotprod)" };
+        let per_token = (d2.total - d1.total) as f64 / n as f64;
         println!(
             "{:<26} {:>14.2}M {:>14.2}M",
-            if i8mm { "llama.cpp (dotprod+i8mm)" } else { "llama.cpp (dotprod)" },
-            (d2 - d1) as f64 / n as f64 / 1e6,
-            (p2 - p1) as f64 / (2 * p) as f64 / 1e6
+            label,
+            per_token / 1e6,
+            (p2.total - p1.total) as f64 / (2 * p) as f64 / 1e6
         );
+        if by {
+            profiles.push((label, insn_profile::per_token(&d2, &d1, n), per_token));
+        }
+    }
+    for (label, rows, per_token) in &profiles {
+        println!();
+        insn_profile::print(&format!("{label} decode"), rows, *per_token, 25);
     }
     Ok(())
 }

@@ -7,6 +7,7 @@ mod bindings;
 mod budget;
 mod compare;
 mod elf;
+mod insn_profile;
 mod llama;
 mod pagesize;
 mod sha256;
@@ -36,8 +37,9 @@ commands:
       llama.cpp (mmap), pocket mapped and pocket with --memory-budget (default a little under
       the limit) inside a memory cgroup of --limit, caches dropped before each draw (root);
       pocket varies its tokens as llama-bench does (--replay: one prompt, one repeated token)
-  insn-count --model FILE [-p 16] [-n 8] [--no-llama]
-      aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp)
+  insn-count --model FILE [-p 16] [-n 8] [--no-llama] [--by-function]
+      aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp);
+      --by-function: each one's decode split by function, the top 25 printed
   bindings swift|kotlin|python [--release] [--out DIR]
       generate bindings in library mode from the host build of pocket_ffi; without --out,
       Swift goes to ios/Sources/Pocket, Kotlin to android/pocket/src/main/kotlin,

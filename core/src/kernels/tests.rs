@@ -322,6 +322,33 @@ fn rows_kernels_equal_scalar_twins() {
     }
 }
 
+/// The NEON rows kernel of MXFP4 (four rows at a time, lane by lane the
+/// scalar twin's arithmetic) equals it to the bit, in the groups of four
+/// (9 rows: two groups and a one-row tail, which takes the one-row kernel and
+/// is only held to the tolerance above).
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_mxfp4_rows_kernel_equals_the_scalar_twin_to_the_bit() {
+    let mut rng = Rng::new(53);
+    let ty = GgmlType::MXFP4;
+    for k in simd_paths() {
+        for nb in [1, 2, 7, 90] {
+            let (rows, cols) = (9, cols_for(ty, nb));
+            let w = random_weights(ty, rows, cols, &mut rng);
+            let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
+            let x = rng.vec(cols, 1.0);
+            let mut acts = QActs::new();
+            acts.quantize(ty, &x, 1, cols);
+            let RowDot::Q8_0(d) = k.row_dot(ty).expect("supported") else { panic!("{ty}: Q8_0 activations") };
+            let got = rows_products(d, &m, &acts.q8_0, cols / 32).expect("a rows kernel");
+            for (r, g) in got.into_iter().enumerate().take(8) {
+                let want = dot_on(scalar(), ty, m.row(r), &acts, 0);
+                assert_eq!(g.to_bits(), want.to_bits(), "{} {ty} nb={nb} row {r}: {g} vs scalar {want}", k.isa());
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_equals_per_row_dots() {
     let mut rng = Rng::new(13);

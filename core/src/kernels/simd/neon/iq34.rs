@@ -12,8 +12,13 @@
 //! sums into an i32 accumulator (super-blocks: the eight scales computed
 //! once in vectors and applied by lane): one float multiply-add per block
 //! (IQ4_NL, MXFP4) or super-block.
+//!
+//! MXFP4's rows kernel (decode: the experts of gpt-oss) takes four weight
+//! rows at a time, one lane of its accumulator per row ([`dotn_mxfp4`]).
 
-use super::{acts_paths, aux_scales, dot16, fp16, ksigns32, ld_s8, mla_lane, nibbles8, odd, opaque, word};
+use super::{
+    acts_paths, aux_scales, by_twos, dot16, fp16, ksigns32, lane_sums4, ld_s8, mla_lane, nibbles8, odd, opaque, word,
+};
 use crate::quant::iq4::KVALUES_IQ4NL;
 use crate::quant::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4};
 use crate::quant::{
@@ -23,7 +28,7 @@ use std::arch::aarch64::*;
 
 acts_paths! {
     iq4_nl = dot_iq4_nl(BlockQ8_0F);
-    mxfp4 = dot_mxfp4(BlockQ8_0F);
+    mxfp4 = dot_mxfp4(BlockQ8_0F) / dotn_mxfp4 * 4;
     iq4_xs = dot_iq4_xs(BlockQ8K);
     iq3_xxs = dot_iq3_xxs(BlockQ8K);
     iq3_s = dot_iq3_s(BlockQ8K);
@@ -100,6 +105,60 @@ unsafe fn dot_iq4_nl<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F];
 #[inline(always)]
 unsafe fn dot_mxfp4<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     dot_lut32::<BlockMXFP4, D, N>(as_blocks(w), a, &KVALUES_MXFP4, |b| (e8m0_to_f32_half(b.e), &b.qs))
+}
+
+/// Four MXFP4 rows with one activation row, lane `r` of every vector for
+/// row `r`. Each block's activations are loaded once for the four rows; the
+/// rows' integer sums run on through the blocks, never zeroed (wrapping
+/// arithmetic: the difference between two blocks' running sums is exact), and
+/// are reduced across lanes with pairwise adds into one register, so that the
+/// block's sums take one conversion, one multiply and one add for the four
+/// rows, with the four scales decoded in one vector. Lane for lane the scalar
+/// twin's arithmetic (`sum += (y.d * scale) * sumi`, no fused multiply-add):
+/// equal to [`crate::quant::mxfp4::vec_dot`] to the bit.
+#[inline(always)]
+unsafe fn dotn_mxfp4<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
+    const { assert!(R == 4, "the MXFP4 body takes four rows") };
+    let x = rows.map(as_blocks::<BlockMXFP4>);
+    debug_assert!(x.iter().all(|r| r.len() == a.len()));
+    // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
+    let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
+    let t = vld1q_s8(KVALUES_MXFP4.as_ptr());
+    let mut acc = vdupq_n_f32(0.0);
+    // The rows' running sums, and their reduction after the previous block.
+    let mut run = [vdupq_n_s32(0); R];
+    let mut before = vdupq_n_s32(0);
+    by_twos(nb, |b| {
+        let yb = a.get_unchecked(b);
+        let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
+        let xb: [&BlockMXFP4; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        for r in 0..R {
+            let w = lookup(t, xb[r].qs.as_ptr());
+            run[r] = dot16::<D>(dot16::<D>(run[r], w[0], y0), w[1], y1);
+        }
+        // Lane r: row r's sum over the blocks so far; minus the last: this block's.
+        let total = lane_sums4(&run);
+        let sumi = vsubq_s32(total, before);
+        before = total;
+        let d = vmulq_n_f32(e8m0_half4([xb[0].e, xb[1].e, xb[2].e, xb[3].e]), yb.d);
+        acc = vaddq_f32(acc, vmulq_f32(d, vcvtq_f32_s32(sumi)));
+    });
+    let mut out = [0.0f32; R];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
+}
+
+/// Four E8M0 exponents as the halved scales `2^(e - 128)` of
+/// [`e8m0_to_f32_half`], one lane each: `(e - 1) << 23` as f32 bits, the
+/// subnormals `0x0020_0000 << e` where `e < 2`.
+#[inline(always)]
+unsafe fn e8m0_half4(e: [u8; 4]) -> float32x4_t {
+    let e = vmovl_u16(vget_low_u16(vmovl_u8(vcreate_u8(u32::from_le_bytes(e) as u64))));
+    let one = vdupq_n_u32(1);
+    let normal = vshlq_n_u32::<23>(vsubq_u32(e, one));
+    let subnormal = vshlq_u32(vdupq_n_u32(0x0020_0000), vreinterpretq_s32_u32(e));
+    let small = vcleq_u32(e, one);
+    vreinterpretq_f32_u32(vbslq_u32(small, subnormal, normal))
 }
 
 // ---- super-blocks of 256, Q8_K activations ---------------------------------

@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{dot16, fp16, ld_s8, paths};
+use super::{by_twos, dot16, fp16, fp16x4, ld_s8, paths};
 use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
 use std::arch::aarch64::*;
 
@@ -67,26 +67,45 @@ unsafe fn dot_signed<B, const D: bool>(
     vaddvq_f32(vaddq_f32(acc0, acc1))
 }
 
-/// `R` Q8_0 weight rows with one activation row: each block's 32 activations
-/// and scale are loaded once for all rows.
+/// Four Q8_0 weight rows with one activation row: each block's 32
+/// activations are loaded once for the four rows, and the four rows' scales
+/// by lane loads into one register, multiplied by the activations' scale
+/// together. Each row keeps its 4-lane f32 accumulator (a fused
+/// multiply-add by the lane of its scale per block, one horizontal sum at the
+/// end): the arithmetic, and so the results, of the earlier per-row scales.
 #[inline(always)]
 unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
+    const { assert!(R == 4, "the Q8_0 body takes four rows") };
     let x = rows.map(as_blocks::<BlockQ8_0>);
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
     let mut acc = [vdupq_n_f32(0.0); R];
-    for (b, yb) in a[..nb].iter().enumerate() {
+    by_twos(nb, |b| {
+        let yb = a.get_unchecked(b);
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
-        let yd = yb.d;
+        let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        // Lane r: row r's scale times the activations'.
+        let d = vmulq_n_f32(fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr())), yb.d);
         for r in 0..R {
-            let xb = x[r].get_unchecked(b);
-            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(xb.qs.as_ptr().cast()), y0);
-            let p = dot16::<D>(p, ld_s8(xb.qs.as_ptr().add(16).cast()), y1);
-            acc[r] = vfmaq_n_f32(acc[r], vcvtq_f32_s32(p), fp16(xb.d) * yd);
+            let q = xb[r].qs.as_ptr();
+            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(q.cast()), y0);
+            let p = dot16::<D>(p, ld_s8(q.add(16).cast()), y1);
+            acc[r] = fma_lane(acc[r], vcvtq_f32_s32(p), d, r);
         }
-    }
+    });
     acc.map(|v| vaddvq_f32(v))
+}
+
+/// `acc + p * s[lane]`, fused (`lane` a constant once inlined).
+#[inline(always)]
+unsafe fn fma_lane(acc: float32x4_t, p: float32x4_t, s: float32x4_t, lane: usize) -> float32x4_t {
+    match lane {
+        0 => vfmaq_laneq_f32::<0>(acc, p, s),
+        1 => vfmaq_laneq_f32::<1>(acc, p, s),
+        2 => vfmaq_laneq_f32::<2>(acc, p, s),
+        _ => vfmaq_laneq_f32::<3>(acc, p, s),
+    }
 }
 
 #[inline(always)]

@@ -195,13 +195,14 @@ use paths;
 /// Like [`paths!`], for bodies `$body::<D, N>` of one weight row with `N`
 /// activation rows: module `$m::$name` (`$m` = `neon`, `dotprod`) holds
 /// `one`, `x2`, `x3`, `x4` (for [`Multi::Acts`]) and `rows` (consecutive
-/// weight rows with one activation row).
+/// weight rows with one activation row; by `$bodyn::<D, N>`, N weight rows at
+/// a time, where the format has one, as in [`paths!`]).
 macro_rules! acts_paths {
-    ($($name:ident = $body:ident ($act:ty);)*) => {
-        acts_paths!(@path neon, "neon", false; $($name = $body ($act);)*);
-        acts_paths!(@path dotprod, "neon,dotprod", true; $($name = $body ($act);)*);
+    ($($name:ident = $body:ident ($act:ty) $(/ $bodyn:ident * $n:literal)?;)*) => {
+        acts_paths!(@path neon, "neon", false; $($name = $body ($act) $(/ $bodyn * $n)?;)*);
+        acts_paths!(@path dotprod, "neon,dotprod", true; $($name = $body ($act) $(/ $bodyn * $n)?;)*);
     };
-    (@path $m:ident, $feat:literal, $d:literal; $($name:ident = $body:ident ($act:ty);)*) => {
+    (@path $m:ident, $feat:literal, $d:literal; $($name:ident = $body:ident ($act:ty) $(/ $bodyn:ident * $n:literal)?;)*) => {
         pub(crate) mod $m {
             $(
                 pub(crate) mod $name {
@@ -224,8 +225,19 @@ macro_rules! acts_paths {
                         super::super::$body::<$d, 4>(w, a)
                     }
                     #[target_feature(enable = $feat)]
+                    #[allow(unused_mut)]
                     pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[$act], out: &mut [f32]) {
-                        for (o, row) in out.iter_mut().zip(w.chunks_exact(row_bytes)) {
+                        let mut done = 0;
+                        $(
+                            for (o, r) in out.chunks_exact_mut($n).zip(w.chunks_exact($n * row_bytes)) {
+                                let rows: [&[u8]; $n] =
+                                    std::array::from_fn(|i| &r[i * row_bytes..(i + 1) * row_bytes]);
+                                o.copy_from_slice(&super::super::$bodyn::<$d, $n>(rows, a));
+                                done += $n;
+                            }
+                        )?
+                        let rest = w.get(done * row_bytes..).unwrap_or_default();
+                        for (o, row) in out[done..].iter_mut().zip(rest.chunks_exact(row_bytes)) {
                             *o = super::super::$body::<$d, 1>(row, [a])[0];
                         }
                     }
@@ -313,6 +325,47 @@ pub(super) unsafe fn fp16x2(p: *const u8) -> float32x4_t {
     let out: float32x4_t;
     asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) out, i = in(vreg) bits, options(pure, nomem, nostack));
     out
+}
+
+/// The f16 values at `p[0..4]` (2 bytes each, any alignment) as f32 lanes:
+/// four lane loads straight into one register, then `fcvtl` (LLVM assembles
+/// four scalar loads with shifts and ors and moves the result across).
+#[inline(always)]
+pub(super) unsafe fn fp16x4(p: [*const u8; 4]) -> float32x4_t {
+    let out: float32x4_t;
+    asm!(
+        "ld1 {{ {o:v}.h }}[0], [{p0}]",
+        "ld1 {{ {o:v}.h }}[1], [{p1}]",
+        "ld1 {{ {o:v}.h }}[2], [{p2}]",
+        "ld1 {{ {o:v}.h }}[3], [{p3}]",
+        "fcvtl {o:v}.4s, {o:v}.4h",
+        o = out(vreg) out, p0 = in(reg) p[0], p1 = in(reg) p[1], p2 = in(reg) p[2], p3 = in(reg) p[3],
+        options(pure, readonly, nostack, preserves_flags)
+    );
+    out
+}
+
+/// The sums of the lanes of `v[0..4]` (lane `r`: the sum of `v[r]`'s
+/// lanes), by pairwise adds.
+#[inline(always)]
+pub(super) unsafe fn lane_sums4<const R: usize>(v: &[int32x4_t; R]) -> int32x4_t {
+    const { assert!(R == 4) };
+    vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]))
+}
+
+/// `f(0), f(1), .., f(n - 1)`, two calls to an iteration: the loop's count
+/// and pointer updates shared by two blocks.
+#[inline(always)]
+pub(super) fn by_twos(n: usize, mut f: impl FnMut(usize)) {
+    let mut i = 0;
+    while i + 2 <= n {
+        f(i);
+        f(i + 1);
+        i += 2;
+    }
+    if i < n {
+        f(i);
+    }
 }
 
 /// `acc + p * s[lane]` (`lane` a constant once inlined).
