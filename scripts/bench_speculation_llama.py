@@ -1,7 +1,8 @@
 """llama.cpp's own speculative decoding beside Pocket's (issue 50), on the prompts of
 bench_speculation.py: the chat prompt rendered by `pocket template` (the same text both
-engines get), greedy, 128 tokens, 2 threads; llama.cpp's `llama-speculative-simple` with
---spec-type none and ngram-simple (lookup n-gram 3, drafts of at most 8, as Pocket's
+engines get), greedy, 128 tokens, 2 threads; llama.cpp's llama-bench (decode after a
+prompt as long: llama-speculative-simple refuses to run without a drafter) and `llama-speculative-simple` with
+ngram-simple (lookup n-gram 3, drafts of at most 8, as Pocket's
 `--speculate lookup --ngram 3 --draft-max 8`), Pocket's `pocket run --prompt` (the same text) with
 --speculate off and lookup. 3 runs each, alternating, medians of decode t/s.
 
@@ -28,6 +29,15 @@ def render(model, prompt):
 
 
 def llama(model, path, spec):
+    if spec == "none":
+        # llama-speculative-simple refuses to run without a drafter: the baseline is
+        # llama-bench's decode of N tokens after a prompt of the same length.
+        ids = json.loads(subprocess.run([P, "tokenize", "--model", model, "--file", path, "--json"],
+                                        capture_output=True, text=True, check=True).stdout)["ids"]
+        n_prompt = len(ids)
+        cmd = [L + "/llama-bench", "-m", model, "-p", "0", "-n", str(N), "-d", str(n_prompt), "-t", "2", "-r", "1", "-o", "json"]
+        out = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=900).stdout)
+        return out[0]["avg_ts"], 0, 0
     cmd = [L + "/llama-speculative-simple", "-m", model, "-f", path, "-n", str(N), "--temp", "0", "--top-k", "1",
            "-t", "2", "-c", "2048", "--spec-type", spec, "--spec-draft-n-max", "8",
            "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8"]

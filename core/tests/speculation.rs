@@ -358,6 +358,111 @@ fn a_constrained_request_speculates_with_a_mask_per_row() {
     }
 }
 
+/// The evaluated state in a saved session: its tokens and every layer's
+/// cache (`TOKS`, `ATTN`, `DNET` sections; the clock, which counts passes, left out).
+fn state_sections(path: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let (mut at, mut out) = (12, Vec::new());
+    while at + 20 <= bytes.len() {
+        let tag = String::from_utf8_lossy(&bytes[at..at + 4]).into_owned();
+        let len = u64::from_le_bytes(bytes[at + 4..at + 12].try_into().unwrap()) as usize;
+        let payload = bytes[at + 20..at + 20 + len].to_vec();
+        if ["TOKS", "ATTN", "DNET"].contains(&tag.as_str()) {
+            out.push((tag, payload));
+        }
+        at += 20 + len;
+    }
+    assert!(out.iter().any(|(t, _)| t != "TOKS"), "no layer found in {}", path.display());
+    out
+}
+
+#[test]
+fn a_constrained_request_leaves_the_state_decoding_leaves() {
+    // A schema forces tokens (its keys) after sampled ones; decoding evaluates
+    // a sampled token and those forced after it in one batch, which rounds
+    // otherwise than a verified row: the state after a speculative request
+    // must still be the state without speculation, bit for bit (compared as
+    // saved sessions), on an attention model and on the hybrid.
+    // Long keys: batches of forced tokens wide enough for the prefill kernels.
+    let schema = r#"{"type":"object","properties":{"the_full_name_of_the_person_in_question":{"type":"string"},"the_city_where_this_person_lives_today":{"type":"string"},"count":{"type":"integer"}},"required":["the_full_name_of_the_person_in_question","the_city_where_this_person_lives_today","count"],"additionalProperties":false}"#;
+    let dir = std::env::temp_dir().join(format!("pocket-spec-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in ["qwen3moe-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M"] {
+        let m = tiny(name);
+        let off = GenerateOptions {
+            max_tokens: 48,
+            sampler: SamplerConfig::greedy(),
+            json_schema: Some(schema.into()),
+            ..Default::default()
+        };
+        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+        // An F32 cache keeps every bit a pass computes.
+        let f32_session = || {
+            let o = SessionOptions { context_length: 512, threads: 2, kv_type: KvType::F32, ..Default::default() };
+            Session::new(m.clone(), o).unwrap()
+        };
+        let mut a = f32_session();
+        let (ta, sa) = run(&mut a, REPETITIVE, &off);
+        // Drafts: the answer's own tokens, so drafts right before forced keys are accepted.
+        testing::script_drafts(Some(a.cached_tokens().to_vec()));
+        let mut b = f32_session();
+        let (tb, sb) = run(&mut b, REPETITIVE, &on);
+        testing::script_drafts(None);
+        assert_eq!((&ta, &sa.tokens), (&tb, &sb.tokens), "{name}");
+        assert!(sb.accepted_tokens > 0, "{name}: {sb:?}");
+        let (fa, fb) = (dir.join(format!("{name}-off")), dir.join(format!("{name}-on")));
+        a.save(&fa).unwrap();
+        b.save(&fb).unwrap();
+        let (sa, sb) = (state_sections(&fa), state_sections(&fb));
+        assert_eq!(sa.len(), sb.len());
+        for ((tag, x), (_, y)) in sa.iter().zip(&sb) {
+            assert!(x == y, "{name}: the saved {tag} sections differ");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_schema_answer_on_gemma_270m_is_the_same_with_lookup() {
+    // The real model, real lookup drafts (the answer copies the input), the
+    // default F16 cache: prompt attention is tiled there, so a forced batch
+    // computed otherwise than decoding computes it shows.
+    let Some(path) = common::gemma_270m() else {
+        eprintln!("a_schema_answer_on_gemma_270m_is_the_same_with_lookup: skipped, Gemma 3 270M absent");
+        return;
+    };
+    let m = Arc::new(Model::load(path).unwrap());
+    let schema = r#"{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"city":{"type":"string"},"job":{"type":"string"},"summary":{"type":"string"}},"required":["name","age","city","job","summary"],"additionalProperties":false}"#;
+    let msgs = [pocket_core::chat::ChatMessage::new(
+        "user",
+        "Extract the name, age, city and job of the person as JSON.\n\nMaria Lopez, 34, is an architect. She moved \
+         from Seville to Valencia in 2015, where she now lives and runs a small studio designing schools.",
+    )];
+    let off = GenerateOptions {
+        max_tokens: 96,
+        sampler: SamplerConfig::greedy(),
+        json_schema: Some(schema.into()),
+        ..Default::default()
+    };
+    let on = GenerateOptions { speculation: Speculation::Lookup { ngram: 3, max_draft: 8 }, ..off.clone() };
+    let (mut a, mut b) = (session(&m), session(&m));
+    let sa = a.chat(&msgs, &off, &mut |_| true).unwrap();
+    let sb = b.chat(&msgs, &on, &mut |_| true).unwrap();
+    eprintln!("gemma 270m schema: {:?}; drafted {}, accepted {}", sa.text, sb.drafted_tokens, sb.accepted_tokens);
+    assert_eq!(sa.tokens, sb.tokens);
+    assert!(sb.accepted_tokens > 0, "{sb:?}");
+    let dir = std::env::temp_dir().join(format!("pocket-spec-gemma-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (fa, fb) = (dir.join("off"), dir.join("on"));
+    a.save(&fa).unwrap();
+    b.save(&fb).unwrap();
+    let (xa, xb) = (state_sections(&fa), state_sections(&fb));
+    std::fs::remove_dir_all(&dir).ok();
+    for ((tag, x), (_, y)) in xa.iter().zip(&xb) {
+        assert!(x == y, "the saved {tag} sections differ");
+    }
+}
+
 #[test]
 fn drafts_the_constraint_refuses_are_not_verified() {
     // Lookup over the prompt proposes its words' tokens, punctuation among

@@ -636,8 +636,17 @@ impl Session {
             }
             if !step.forced.is_empty() {
                 // Forced tokens replace the drafts after this one.
-                if let Some(v) = verify.take() {
-                    replay += self.settle(v, &mut pending, &mut drafter)?;
+                if let Some(mut v) = verify.take() {
+                    if evaluated {
+                        // Decoding evaluates this token in one pass with the
+                        // tokens forced after it: its verified row is dropped
+                        // and it is evaluated with them, as decoding would.
+                        v.accepted -= 1;
+                        replay += self.settle(v, &mut pending, &mut drafter)?;
+                        pending.push(next);
+                    } else {
+                        replay += self.settle(v, &mut pending, &mut drafter)?;
+                    }
                 }
             }
             for &f in &step.forced {
