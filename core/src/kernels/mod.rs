@@ -21,7 +21,7 @@ pub mod testing;
 pub use dispatch::{available_isas, isa};
 pub use table::{Isa, Kernels};
 
-use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType, QK_K};
+use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1F, GgmlType, QK_K};
 use crate::threads::ThreadPool;
 use crate::{Error, Result};
 
@@ -124,7 +124,7 @@ pub struct QActs {
     n: usize,
     k: usize,
     q8_0: Vec<BlockQ8_0F>,
-    q8_1: Vec<BlockQ8_1>,
+    q8_1: Vec<BlockQ8_1F>,
     q8k: Vec<BlockQ8K>,
     f32: Vec<f32>,
 }
@@ -161,8 +161,8 @@ impl QActs {
                 quant::q8_0::quantize_row_q8_0f(x, &mut self.q8_0);
             }
             ActFormat::Q8_1 => {
-                self.q8_1.resize(nb, BlockQ8_1::default());
-                quant::q8_0::quantize_row_q8_1(x, &mut self.q8_1);
+                self.q8_1.resize(nb, BlockQ8_1F::default());
+                quant::q8_0::quantize_row_q8_1f(x, &mut self.q8_1);
             }
             ActFormat::Q8K => {
                 self.q8k.resize(nb, BlockQ8K::default());
@@ -187,10 +187,7 @@ impl QActs {
                 out.extend(self.q8_0.iter().flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32)));
             }
             Some(ActFormat::Q8_1) => {
-                out.extend(self.q8_1.iter().flat_map(|b| {
-                    let d = b.d.to_f32();
-                    b.qs.iter().map(move |&q| d * q as f32)
-                }));
+                out.extend(self.q8_1.iter().flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32)));
             }
             Some(ActFormat::Q8K) => {
                 out.extend(self.q8k.iter().flat_map(|b| b.qs.iter().map(move |&q| b.d * q as f32)));
@@ -213,9 +210,8 @@ impl QActs {
         out.clear();
         out.reserve(self.q8_1.len() * 33);
         for b in &self.q8_1 {
-            let d = b.d.to_f32();
-            out.extend(b.qs.iter().map(|&q| d * q as f32));
-            out.push(b.s.to_f32());
+            out.extend(b.qs.iter().map(|&q| b.d * q as f32));
+            out.push(b.s);
         }
     }
 
@@ -242,7 +238,7 @@ impl QActs {
     pub(crate) fn dequantized(&self) -> Vec<f32> {
         match self.fmt {
             Some(ActFormat::Q8_0) => self.q8_0.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
-            Some(ActFormat::Q8_1) => self.q8_1.iter().flat_map(|b| b.qs.map(|q| b.d.to_f32() * q as f32)).collect(),
+            Some(ActFormat::Q8_1) => self.q8_1.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
             Some(ActFormat::Q8K) => self.q8k.iter().flat_map(|b| b.qs.map(|q| b.d * q as f32)).collect(),
             Some(ActFormat::F32) => self.f32.clone(),
             None => Vec::new(),

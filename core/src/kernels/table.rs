@@ -4,7 +4,7 @@
 //! choosing one at start-up is [`super::dispatch`]'s. This file knows neither.
 
 use super::scalar;
-use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1, GgmlType};
+use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1F, GgmlType};
 use half::f16;
 use std::fmt;
 
@@ -271,7 +271,7 @@ impl<B> Copy for Exact<B> {}
 #[derive(Clone, Copy)]
 pub(crate) enum ExactDot {
     Q8_0(Exact<BlockQ8_0F>),
-    Q8_1(Exact<BlockQ8_1>),
+    Q8_1(Exact<BlockQ8_1F>),
     Q8K(Exact<BlockQ8K>),
 }
 
@@ -283,7 +283,7 @@ pub(crate) type ExactTable = fn(GgmlType) -> Option<ExactDot>;
 #[derive(Clone, Copy)]
 pub(crate) enum RowDot {
     Q8_0(Dot<BlockQ8_0F>),
-    Q8_1(Dot<BlockQ8_1>),
+    Q8_1(Dot<BlockQ8_1F>),
     Q8K(Dot<BlockQ8K>),
     F32(Dot<f32>),
 }
@@ -294,8 +294,8 @@ pub struct Kernels {
     pub(crate) q4_0: Dot<BlockQ8_0F>,
     pub(crate) q5_0: Dot<BlockQ8_0F>,
     pub(crate) q8_0: Dot<BlockQ8_0F>,
-    pub(crate) q4_1: Dot<BlockQ8_1>,
-    pub(crate) q5_1: Dot<BlockQ8_1>,
+    pub(crate) q4_1: Dot<BlockQ8_1F>,
+    pub(crate) q5_1: Dot<BlockQ8_1F>,
     pub(crate) q2_k: Dot<BlockQ8K>,
     pub(crate) q3_k: Dot<BlockQ8K>,
     pub(crate) q4_k: Dot<BlockQ8K>,

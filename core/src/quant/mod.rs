@@ -50,7 +50,7 @@ pub use q5_0::BlockQ5_0;
 pub use q5_1::BlockQ5_1;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
-pub use q8_0::{BlockQ8_0, BlockQ8_0F, BlockQ8_1};
+pub use q8_0::{BlockQ8_0, BlockQ8_0F, BlockQ8_1, BlockQ8_1F};
 pub use q8_k::BlockQ8K;
 pub use tq::{BlockTQ1_0, BlockTQ2_0};
 

@@ -3,7 +3,7 @@
 //! Bits as Q5_0; value = `d * q + m`. Dotted with Q8_1 activations.
 
 use super::q5_0::unpack5;
-use super::{as_blocks, BlockQ8_1, F16Bytes, FileBlock};
+use super::{as_blocks, BlockQ8_1F, F16Bytes, FileBlock};
 use std::mem::size_of;
 
 pub const QK5_1: usize = 32;
@@ -32,7 +32,7 @@ pub fn dequantize_row(src: &[u8], dst: &mut [f32]) {
 }
 
 /// Dot product of one Q5_1 row with Q8_1 activations.
-pub fn vec_dot(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+pub fn vec_dot(w: &[u8], a: &[BlockQ8_1F]) -> f32 {
     vec_dot_rows(w, [a])[0]
 }
 
@@ -40,7 +40,7 @@ pub fn vec_dot(w: &[u8], a: &[BlockQ8_1]) -> f32 {
 /// shared, each row summed by the same float operations as alone (the
 /// scalar path's exact kernels, `kernels::table::Exact`).
 #[inline(always)]
-pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     let blocks = as_blocks::<BlockQ5_1>(w);
     assert!(a.iter().all(|a| a.len() == blocks.len()), "vec_dot: activation rows of another length");
     let mut sum = [0.0f32; N];
@@ -49,7 +49,7 @@ pub fn vec_dot_rows<const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] 
         for (s, a) in sum.iter_mut().zip(&a) {
             let y = &a[i];
             let sumi: i32 = q.iter().zip(&y.qs).map(|(&q, &p)| q as i32 * p as i32).sum();
-            *s += (x.d.to_f32() * y.d.to_f32()) * sumi as f32 + x.m.to_f32() * y.s.to_f32();
+            *s += (x.d.to_f32() * y.d) * sumi as f32 + x.m.to_f32() * y.s;
         }
     }
     sum

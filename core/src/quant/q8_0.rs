@@ -7,7 +7,8 @@
 //! again for every weight row (the value, and so every product, is unchanged).
 //! Q8_1 adds `s = d * sum(qs)`, so that formats with a per-block minimum
 //! (Q4_1, Q5_1) can fold the minimum in without touching the activations
-//! again. Value `i` of a block is `d * qs[i]`.
+//! again; its activations are held as [`BlockQ8_1F`] (both values widened
+//! once, as for Q8_0). Value `i` of a block is `d * qs[i]`.
 
 use super::{as_blocks, F16Bytes, FileBlock};
 use std::mem::size_of;
@@ -48,6 +49,20 @@ pub struct BlockQ8_1 {
 const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 // SAFETY: as for BlockQ8_0.
 unsafe impl FileBlock for BlockQ8_1 {}
+
+/// A Q8_1 block of activations: `d` and `s` are [`BlockQ8_1`]'s f16-rounded
+/// values, widened to f32 once when the activations are quantised (as
+/// [`BlockQ8_0F`] widens `d`), so no kernel converts them again for every
+/// weight row.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct BlockQ8_1F {
+    pub d: f32,
+    /// `d * sum(qs)`, rounded to f16 (with `d` before its own rounding), widened.
+    pub s: f32,
+    pub qs: [i8; QK8_0],
+}
+const _: () = assert!(size_of::<BlockQ8_1F>() == 40);
 
 /// The scale of a block of 32 values, `amax / 127`, and the multiplier
 /// `127 / amax` (0 for an all-zero block), as llama.cpp's x86 runtime
@@ -102,6 +117,21 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
             sum += *q as i32;
         }
         yb.s = F16Bytes::from_f32(sum as f32 * d);
+    }
+}
+
+/// [`quantize_row_q8_1`] into activation blocks (`d` and `s` widened to f32).
+pub fn quantize_row_q8_1f(x: &[f32], y: &mut [BlockQ8_1F]) {
+    assert_eq!(x.len(), y.len() * QK8_0, "Q8_1: {} values for {} blocks", x.len(), y.len());
+    for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
+        let (d, id) = block_scale(xb);
+        yb.d = F16Bytes::from_f32(d).to_f32();
+        let mut sum = 0i32;
+        for (q, &v) in yb.qs.iter_mut().zip(xb) {
+            *q = super::round_even(v * id) as i8;
+            sum += *q as i32;
+        }
+        yb.s = F16Bytes::from_f32(sum as f32 * d).to_f32();
     }
 }
 

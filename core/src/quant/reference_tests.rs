@@ -8,7 +8,7 @@
 //!
 //! Dequantisation against gguf-py's reference lives in `tests/dequant_fixtures.rs`.
 
-use super::q8_0::{quantize_row_q8_0, quantize_row_q8_0f, quantize_row_q8_1};
+use super::q8_0::{quantize_row_q8_0, quantize_row_q8_0f, quantize_row_q8_1, quantize_row_q8_1f};
 use super::q8_k::quantize_row_q8_k;
 use super::*;
 use crate::kernels::testing::{random_weights, Rng};
@@ -37,8 +37,12 @@ fn q8_0_and_q8_1_match_llama_reference_bytes() {
         // The activation blocks: the same quants, the same scale widened.
         assert_eq!((f.d.to_bits(), f.qs), (b.d.to_f32().to_bits(), b.qs), "Q8_0 activation block {i}");
     }
-    for (i, (a, b)) in y1.iter().zip(want1).enumerate() {
+    let mut y1f = vec![BlockQ8_1F::default(); N / 32];
+    quantize_row_q8_1f(&x, &mut y1f);
+    for (i, ((a, f), b)) in y1.iter().zip(&y1f).zip(want1).enumerate() {
         assert_eq!((a.d, a.s, a.qs), (b.d, b.s, b.qs), "Q8_1 block {i}");
+        let widened = (b.d.to_f32().to_bits(), b.s.to_f32().to_bits(), b.qs);
+        assert_eq!((f.d.to_bits(), f.s.to_bits(), f.qs), widened, "Q8_1 activation block {i}");
     }
 }
 

@@ -3,14 +3,14 @@
 //! blocks per iteration keep two FMA chains in flight.
 
 use super::{dot_u8i8, exact_paths, fp16, fp16_x8, hsum_ps, load32, paths, prefetch_ahead};
-use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1};
+use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1F};
 use std::arch::x86_64::*;
 
 paths! {
     q4_0 = dot_q4_0(BlockQ8_0F);
-    q4_1 = dot_q4_1(BlockQ8_1);
+    q4_1 = dot_q4_1(BlockQ8_1F);
     q5_0 = dot_q5_0(BlockQ8_0F);
-    q5_1 = dot_q5_1(BlockQ8_1);
+    q5_1 = dot_q5_1(BlockQ8_1F);
     q8_0 = dot_q8_0(BlockQ8_0F);
 }
 
@@ -18,9 +18,9 @@ paths! {
 // [`dot_signed`], [`dot_unsigned`]): all are exact kernels too.
 exact_paths! {
     q4_0 = dot_q4_0(BlockQ8_0F);
-    q4_1 = dot_q4_1(BlockQ8_1);
+    q4_1 = dot_q4_1(BlockQ8_1F);
     q5_0 = dot_q5_0(BlockQ8_0F);
-    q5_1 = dot_q5_1(BlockQ8_1);
+    q5_1 = dot_q5_1(BlockQ8_1F);
     q8_0 = dot_q8_0(BlockQ8_0F);
 }
 
@@ -278,7 +278,7 @@ unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N])
 /// Dot products of one row of a scale-and-minimum format with `N` Q8_1
 /// activation rows.
 #[inline(always)]
-unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_m = [0.0f32; N];
@@ -292,9 +292,9 @@ unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [
         for n in 0..N {
             let y = &a[n][i];
             let s = dot_u8i8::<V>(_mm256_setzero_si256(), u, load32(y.qs.as_ptr().cast()));
-            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(s), acc[n]);
             // The minimum meets the activation sum, precomputed in the Q8_1 block.
-            acc_m[n] += m * fp16(y.s);
+            acc_m[n] += m * y.s;
         }
     }
     let mut out = [0.0f32; N];
@@ -305,11 +305,11 @@ unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [
 }
 
 #[inline(always)]
-unsafe fn dot_q4_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+unsafe fn dot_q4_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     dot_unsigned::<BlockQ4_1, V, N>(as_blocks(w), a)
 }
 
 #[inline(always)]
-unsafe fn dot_q5_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1]; N]) -> [f32; N] {
+unsafe fn dot_q5_1<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     dot_unsigned::<BlockQ5_1, V, N>(as_blocks(w), a)
 }

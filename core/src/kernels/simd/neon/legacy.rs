@@ -3,14 +3,16 @@
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
 use super::{by_twos, dot16, fp16, fp16x4, ld_s8, paths};
-use crate::quant::{as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1, F16Bytes};
+use crate::quant::{
+    as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1F, F16Bytes,
+};
 use std::arch::aarch64::*;
 
 paths! {
     q4_0, q4_0_rows = dot_q4_0(BlockQ8_0F);
-    q4_1, q4_1_rows = dot_q4_1(BlockQ8_1);
+    q4_1, q4_1_rows = dot_q4_1(BlockQ8_1F);
     q5_0, q5_0_rows = dot_q5_0(BlockQ8_0F);
-    q5_1, q5_1_rows = dot_q5_1(BlockQ8_1);
+    q5_1, q5_1_rows = dot_q5_1(BlockQ8_1F);
     q8_0, q8_0_rows = dot_q8_0(BlockQ8_0F) / dotn_q8_0 * 4;
 }
 
@@ -154,7 +156,7 @@ unsafe fn dot_q5_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
 #[inline(always)]
 unsafe fn dot_unsigned<B, const D: bool>(
     x: &[B],
-    a: &[BlockQ8_1],
+    a: &[BlockQ8_1F],
     dm: impl Fn(&B) -> (F16Bytes, F16Bytes),
     unsigned: impl Fn(&B) -> (uint8x16_t, uint8x16_t),
 ) -> f32 {
@@ -165,20 +167,20 @@ unsafe fn dot_unsigned<B, const D: bool>(
         let (d, m) = dm(xb);
         let (lo, hi) = unsigned(xb);
         let p = block_dot::<D>(vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi), &yb.qs);
-        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), fp16(d) * fp16(yb.d));
+        acc = vmlaq_n_f32(acc, vcvtq_f32_s32(p), fp16(d) * yb.d);
         // The minimum meets the activation sum, precomputed in the Q8_1 block.
-        acc_m += fp16(m) * fp16(yb.s);
+        acc_m += fp16(m) * yb.s;
     }
     vaddvq_f32(acc) + acc_m
 }
 
 #[inline(always)]
-unsafe fn dot_q4_1<const D: bool>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+unsafe fn dot_q4_1<const D: bool>(w: &[u8], a: &[BlockQ8_1F]) -> f32 {
     dot_unsigned::<BlockQ4_1, D>(as_blocks(w), a, |b| (b.d, b.m), |b| nibbles(&b.qs))
 }
 
 #[inline(always)]
-unsafe fn dot_q5_1<const D: bool>(w: &[u8], a: &[BlockQ8_1]) -> f32 {
+unsafe fn dot_q5_1<const D: bool>(w: &[u8], a: &[BlockQ8_1F]) -> f32 {
     dot_unsigned::<BlockQ5_1, D>(
         as_blocks(w),
         a,
