@@ -18,7 +18,12 @@ fn tiny(name: &str) -> Arc<Model> {
     Arc::new(Model::load(common::fixtures().join(format!("models/{name}.gguf"))).unwrap())
 }
 
+/// Sessions of these tests draft whenever their drafter can: they test
+/// verification, and the cost gate would rightly stop most drafts on the
+/// fixtures' random-weight models (the gate's own tests are in
+/// `session::speculate`; `greedy_is_identical_on_gemma_270m` runs it too).
 fn session(model: &Arc<Model>) -> Session {
+    testing::ungated(true);
     Session::new(model.clone(), SessionOptions { context_length: 512, threads: 2, ..Default::default() }).unwrap()
 }
 
@@ -185,6 +190,12 @@ fn greedy_is_identical_on_gemma_270m() {
         eprintln!("gemma 270m: {ta:?}; drafted {}, accepted {}", b.drafted_tokens, b.accepted_tokens);
         assert_eq!(a.tokens, b.tokens);
         assert_eq!(ta, tb);
+        // With the cost gate (what it drafts depends on timing; the output must not).
+        let mut gated = session(&m);
+        testing::ungated(false);
+        let (tc, c) = run(&mut gated, prompt, &on);
+        eprintln!("gemma 270m gated: drafted {}, accepted {}", c.drafted_tokens, c.accepted_tokens);
+        assert_eq!((a.tokens, ta), (c.tokens, tc));
         (drafted, accepted) = (drafted + b.drafted_tokens, accepted + b.accepted_tokens);
     }
     assert!(drafted > 0 && accepted > 0, "drafted {drafted}, accepted {accepted}");
@@ -518,6 +529,7 @@ fn mtp_and_draft_model_without_one_are_refused_by_name() {
 const DRAFT: Speculation = Speculation::DraftModel { max_draft: 4 };
 
 fn with_draft(model: &Arc<Model>, draft: &Arc<Model>) -> pocket_core::Result<Session> {
+    testing::ungated(true);
     let opts =
         SessionOptions { context_length: 512, threads: 2, draft_model: Some(draft.clone()), ..Default::default() };
     Session::new(model.clone(), opts)
@@ -646,6 +658,7 @@ use pocket_core::threads::ThreadPool;
 /// into `$POCKET_SYNTH_TINY`), checked against the hash committed beside
 /// the expected figures (they were made from this very file).
 fn mtp_model() -> Arc<Model> {
+    testing::ungated(true);
     let name = "qwen35moe-tiny-mtp-Q8_0";
     let dir = std::env::var_os("POCKET_SYNTH_TINY")
         .expect("POCKET_SYNTH_TINY is not set: export POCKET_SYNTH_TINY=$(scripts/synth-tiny.sh)");

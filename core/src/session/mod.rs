@@ -514,6 +514,7 @@ impl Session {
             if !drafts.is_empty() {
                 // Evaluate the pending tokens and the drafts in one pass, a logits row for each.
                 let base = self.cached.len();
+                let pass_start = Instant::now();
                 let checkpoint = match (self.state.is_recurrent(), self.spare_checkpoint.take()) {
                     (false, _) => None,
                     (true, Some(mut cp)) => {
@@ -531,13 +532,21 @@ impl Session {
                 let (evaluated, first_mask) = self.eval_beside(&mut turn, &batch, Logits::All, true);
                 evaluated?;
                 mask = first_mask?;
+                if let (Some(d), 0) = (drafter.as_mut(), replay) {
+                    d.timed_verify(drafts.len(), pass_start.elapsed().as_secs_f64());
+                }
                 replay = 0;
                 stats.drafted_tokens += drafts.len();
                 verify = Some(Verify { drafts, accepted: 0, first_row, base, checkpoint });
             } else if !pending.is_empty() {
                 // The next mask is computed while the forward pass runs.
+                let pass_start = Instant::now();
                 let (evaluated, next_mask) = self.eval_pending(Some(&mut turn), &pending, replay, Logits::Last);
                 evaluated?;
+                if let (Some(d), 1, 0) = (drafter.as_mut(), pending.len(), replay) {
+                    // A decode step's pass: what a verified row's cost is measured against.
+                    d.timed_decode(pass_start.elapsed().as_secs_f64());
+                }
                 mask = next_mask?;
                 pending.clear();
                 replay = 0;

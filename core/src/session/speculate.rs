@@ -39,12 +39,24 @@
 //! one (at least 1): the next draft is about as long as the last run of
 //! agreement. A verify pass is wider than a decode step (on the small models
 //! a row costs most of what a one-token pass costs), so a drafter that keeps
-//! missing must stop drafting, not just draft less: after two verifications
+//! missing must stop drafting, not just draft less. The cost gate below
+//! sees to that; without it (tests' scripted drafts), after two verifications
 //! in a row that accept nothing, the drafter pauses for 2 decode steps, then
 //! 4, 8, ... up to [`MAX_PAUSE`] (each pause ends with one probe: a draft of
-//! one token); any accepted draft ends the back-off. Free chat, where lookup
-//! finds n-grams that the answer does not follow, then costs one probe row
-//! every [`MAX_PAUSE`] tokens instead of one wasted row per token.
+//! one token); any accepted draft ends the back-off.
+//!
+//! **The cost gate.** Within that length, a pass is only spent where it is
+//! expected to pay. The session times its passes: a decode step's, and a
+//! verify pass's cost per verified row beyond it (0.1 of a decode step on
+//! Gemma 3 270M, 0.45 on SmolLM2-135M, more under a memory budget, where
+//! wider passes read more experts), plus drafting's own cost (an MTP step, a
+//! draft model's pass). With the acceptance rate seen so far (for lookup,
+//! separately by the length of the n-gram matched: a 1-gram match in free
+//! text is a weak guess, a 3-gram match while copying a strong one) the
+//! gate picks the draft length with the most expected tokens per unit of
+//! cost, and drafts nothing where no length beats decoding by 5 %, apart
+//! from a one-token probe every 8 such steps (up to [`MAX_PAUSE`] while
+//! probes miss). The output does not depend on it: only the speed does.
 //!
 //! **Constraints and tools.** A request with a constraint or tools
 //! speculates too: each verified row is sampled under the turn's mask for
@@ -65,6 +77,7 @@ use crate::model::Model;
 use super::draft::DraftSession;
 use super::mtp::MtpDraft;
 use crate::threads::ThreadPool;
+use std::time::Instant;
 
 /// How a request drafts tokens for verification.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -153,7 +166,7 @@ impl Speculation {
 /// Decode steps a drafter that keeps missing waits, at most, between probes.
 pub const MAX_PAUSE: usize = 32;
 
-/// A drafter with an adaptive draft length and back-off.
+/// A drafter with an adaptive draft length, back-off and a cost gate.
 pub(super) struct Drafter {
     source: Source,
     max_draft: usize,
@@ -163,6 +176,9 @@ pub(super) struct Drafter {
     misses: u32,
     /// Decode steps left before the next draft.
     pause: usize,
+    /// Drafts only where they are expected to pay (`None`: scripted drafts
+    /// and the tests' [`testing::ungated`] requests draft whenever they can).
+    gate: Option<Gate>,
 }
 
 /// Where drafts come from.
@@ -177,19 +193,34 @@ enum Source {
 }
 
 impl Drafter {
+    /// Lookup without the gate (the adaptive length and back-off alone).
     #[cfg(test)]
     pub fn lookup(ngram: usize, max_draft: usize) -> Drafter {
-        Drafter::with(Source::Lookup { ngram, script: None }, max_draft)
+        Drafter { gate: None, ..Drafter::gated_lookup(ngram, max_draft) }
+    }
+
+    #[cfg(test)]
+    fn gated_lookup(ngram: usize, max_draft: usize) -> Drafter {
+        let mut d = Drafter::with(Source::Lookup { ngram, script: None }, max_draft);
+        d.gate = Some(Gate::new(ngram + 1));
+        d
     }
 
     fn with(source: Source, max_draft: usize) -> Drafter {
-        Drafter { source, max_draft, k: max_draft, misses: 0, pause: 0 }
+        let rates = match source {
+            Source::Lookup { ngram, .. } => ngram + 1,
+            _ => 1,
+        };
+        let ungated = matches!(source, Source::Lookup { script: Some(_), .. }) || testing::UNGATED.with(|u| u.get());
+        let gate = (!ungated).then(|| Gate::new(rates));
+        Drafter { source, max_draft, k: max_draft, misses: 0, pause: 0, gate }
     }
 
     /// Up to `min(k, limit)` drafts to follow `history` (prompt and answer
-    /// so far); none while backing off. Called once per decode step.
-    /// `draft`: the session's draft model, which [`Source::Model`] drafts
-    /// with; `mtp`: the multi-token-prediction layer, [`Source::Mtp`]'s.
+    /// so far), as many as the gate expects to pay; none while backing off.
+    /// Called once per decode step. `draft`: the session's draft model,
+    /// which [`Source::Model`] drafts with; `mtp`: the multi-token-prediction
+    /// layer, [`Source::Mtp`]'s.
     pub fn propose(
         &mut self,
         history: &[u32],
@@ -205,30 +236,50 @@ impl Drafter {
         if k == 0 {
             return Ok(Vec::new());
         }
-        if let Source::Mtp = self.source {
-            return match mtp {
-                Some((m, model, pool)) => m.propose(model, pool, history, k),
-                None => Ok(Vec::new()),
+        if let Source::Lookup { ngram, script } = &self.source {
+            let (mut drafts, n) = match script {
+                Some(script) => {
+                    let from = history.len().min(script.len());
+                    (script[from..(from + k).min(script.len())].to_vec(), 0)
+                }
+                None => lookup_n(history, *ngram, k),
             };
-        }
-        match (&self.source, draft) {
-            (Source::Lookup { script: Some(script), .. }, _) => {
-                let from = history.len().min(script.len());
-                Ok(script[from..(from + k).min(script.len())].to_vec())
+            if let Some(g) = self.gate.as_mut() {
+                drafts.truncate(g.choose(n, drafts.len()));
             }
-            (Source::Lookup { ngram, script: None }, _) => Ok(lookup(history, *ngram, k)),
-            (Source::Model, Some(d)) => d.propose(history, k),
-            (Source::Model, None) => Err(no_draft_model()),
-            (Source::Mtp, _) => Ok(Vec::new()),
+            return Ok(drafts);
         }
+        // A model drafts: the gate decides the length before it is paid for.
+        let k = match self.gate.as_mut() {
+            Some(g) => g.choose(0, k),
+            None => k,
+        };
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let start = Instant::now();
+        let drafts = match (&self.source, draft, mtp) {
+            (Source::Mtp, _, Some((m, model, pool))) => m.propose(model, pool, history, k)?,
+            (Source::Mtp, _, None) => Vec::new(),
+            (Source::Model, Some(d), _) => d.propose(history, k)?,
+            (Source::Model, None, _) => return Err(no_draft_model()),
+            (Source::Lookup { .. }, ..) => unreachable!("lookup drafts above"),
+        };
+        if let Some(g) = self.gate.as_mut() {
+            g.timed_drafting(drafts.len(), start.elapsed().as_secs_f64());
+        }
+        Ok(drafts)
     }
 
-    /// Adapt the draft length and the back-off after a verification that
-    /// accepted `accepted` of `drafted` drafts.
+    /// Adapt the draft length, the back-off and the gate's acceptance rate
+    /// after a verification that accepted `accepted` of `drafted` drafts.
     pub fn update(&mut self, drafted: usize, accepted: usize) {
         self.k =
             if accepted == drafted { (self.k + 1).min(self.max_draft) } else { (accepted + 1).min(self.max_draft) };
-        if accepted > 0 {
+        if let Some(g) = self.gate.as_mut() {
+            // The gate's probes take the place of the back-off.
+            g.verified(drafted, accepted);
+        } else if accepted > 0 {
             self.misses = 0;
         } else {
             self.misses = self.misses.saturating_add(1);
@@ -240,10 +291,166 @@ impl Drafter {
         }
     }
 
+    /// A decode step's pass (one token, no drafts) took `secs`.
+    pub fn timed_decode(&mut self, secs: f64) {
+        if let Some(g) = self.gate.as_mut() {
+            g.timed_decode(secs);
+        }
+    }
+
+    /// A verify pass of `drafts` drafts (and the token before them) took `secs`.
+    pub fn timed_verify(&mut self, drafts: usize, secs: f64) {
+        if let Some(g) = self.gate.as_mut() {
+            g.timed_verify(drafts, secs);
+        }
+    }
+
     #[cfg(test)]
     fn k(&self) -> usize {
         self.k
     }
+}
+
+/// The gate: drafts only where a verify pass is expected to give more
+/// tokens per second than decoding. With a per-draft acceptance rate `a`
+/// (each draft accepted given the ones before it were) a pass of k drafts
+/// gives `1 + a + ... + a^k` tokens and costs `1 + c·k` decode steps, `c`
+/// the measured cost of a verified row plus of drafting one token. The
+/// length with the best ratio wins if it beats decoding by [`GAIN`];
+/// otherwise nothing is drafted, but a one-token probe goes out every
+/// `probe_every` such steps (doubling while probes miss), so a rate that
+/// has recovered is seen again.
+struct Gate {
+    /// Acceptance per source of drafts: lookup's by the length of the
+    /// n-gram it matched (a 1-gram match in free text is a weak guess, a
+    /// 3-gram match while copying a strong one); index 0 for models.
+    rates: Vec<Rate>,
+    /// The rate the last proposal drew on, and whether it was a probe.
+    last: usize,
+    probing: bool,
+    /// A decode step's pass, seconds (moving average), once measured.
+    decode: Option<f64>,
+    /// A verified row's cost beyond the decode step, in decode steps.
+    verify: f64,
+    /// Drafting one token, in decode steps (0 for lookup).
+    drafting: f64,
+    idle: usize,
+    probe_every: usize,
+}
+
+/// Expected tokens per second over decoding a drafting length must give.
+const GAIN: f64 = 1.05;
+/// The verified row's cost assumed before one is measured (a small model's
+/// one-row verification, measured: 0.1-0.45 of a decode step).
+const PRIOR_VERIFY: f64 = 0.35;
+/// Moving averages' weight of a new measurement.
+const EMA: f64 = 0.25;
+const FIRST_PROBE: usize = 8;
+
+/// A per-draft acceptance rate, from decayed counts (prior: 0.6 over 2 drafts).
+#[derive(Clone, Copy)]
+struct Rate {
+    hits: f64,
+    misses: f64,
+}
+
+impl Rate {
+    const PRIOR: Rate = Rate { hits: 1.2, misses: 0.8 };
+    /// Older verifications count this much less per new one.
+    const DECAY: f64 = 0.7;
+
+    fn p(&self) -> f64 {
+        self.hits / (self.hits + self.misses)
+    }
+
+    fn add(&mut self, accepted: usize, rejected: bool) {
+        self.hits = self.hits * Self::DECAY + accepted as f64;
+        self.misses = self.misses * Self::DECAY + f64::from(u8::from(rejected));
+    }
+}
+
+impl Gate {
+    fn new(rates: usize) -> Gate {
+        Gate {
+            rates: vec![Rate::PRIOR; rates.max(1)],
+            last: 0,
+            probing: false,
+            decode: None,
+            verify: PRIOR_VERIFY,
+            drafting: 0.0,
+            idle: 0,
+            probe_every: FIRST_PROBE,
+        }
+    }
+
+    /// How many of up to `max` drafts (from rate `rate`) to verify.
+    fn choose(&mut self, rate: usize, max: usize) -> usize {
+        if max == 0 {
+            return 0;
+        }
+        self.last = rate.min(self.rates.len() - 1);
+        self.probing = false;
+        let k = best_length(self.rates[self.last].p(), self.verify + self.drafting, max);
+        if k > 0 {
+            self.idle = 0;
+            return k;
+        }
+        self.idle += 1;
+        if self.idle < self.probe_every {
+            return 0;
+        }
+        self.idle = 0;
+        self.probing = true;
+        1
+    }
+
+    fn verified(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.rates[self.last].add(accepted, accepted < drafted);
+        if self.probing {
+            self.probe_every = if accepted > 0 { FIRST_PROBE } else { (self.probe_every * 2).min(MAX_PAUSE) };
+        }
+    }
+
+    fn timed_decode(&mut self, secs: f64) {
+        self.decode = Some(match self.decode {
+            Some(d) => d + EMA * (secs - d),
+            None => secs,
+        });
+    }
+
+    fn timed_verify(&mut self, drafts: usize, secs: f64) {
+        if let (Some(d), true) = (self.decode, drafts > 0) {
+            let per_row = ((secs / d - 1.0) / drafts as f64).clamp(0.0, 4.0);
+            self.verify += EMA * (per_row - self.verify);
+        }
+    }
+
+    fn timed_drafting(&mut self, drafts: usize, secs: f64) {
+        if let (Some(d), true) = (self.decode, drafts > 0) {
+            let per_draft = (secs / d / drafts as f64).clamp(0.0, 4.0);
+            self.drafting += EMA * (per_draft - self.drafting);
+        }
+    }
+}
+
+/// The draft length in `0..=max` with the most expected tokens per decode
+/// step's cost at acceptance `a` and per-draft cost `c`; 0 when no length
+/// beats decoding by [`GAIN`].
+fn best_length(a: f64, c: f64, max: usize) -> usize {
+    let (mut best, mut best_k) = (GAIN, 0);
+    let (mut tokens, mut term) = (1.0, 1.0);
+    for k in 1..=max {
+        term *= a;
+        tokens += term;
+        let ratio = tokens / (1.0 + c * k as f64);
+        if ratio > best {
+            (best, best_k) = (ratio, k);
+        }
+    }
+    best_k
 }
 
 fn no_draft_model() -> Error {
@@ -255,10 +462,16 @@ fn no_draft_model() -> Error {
 /// The up to `max` tokens that followed the most recent earlier occurrence
 /// of `history`'s last n tokens, for n from `ngram` down to 1 (the longest
 /// match that has a continuation wins).
+#[cfg(test)]
 pub(super) fn lookup(history: &[u32], ngram: usize, max: usize) -> Vec<u32> {
+    lookup_n(history, ngram, max).0
+}
+
+/// [`lookup`]'s drafts and the length of the n-gram they follow (0: none).
+fn lookup_n(history: &[u32], ngram: usize, max: usize) -> (Vec<u32>, usize) {
     let len = history.len();
     if max == 0 {
-        return Vec::new();
+        return (Vec::new(), 0);
     }
     for n in (1..=ngram.min(len.saturating_sub(1))).rev() {
         let tail = &history[len - n..];
@@ -266,11 +479,11 @@ pub(super) fn lookup(history: &[u32], ngram: usize, max: usize) -> Vec<u32> {
         for j in (0..len - n).rev() {
             if &history[j..j + n] == tail {
                 let from = j + n;
-                return history[from..(from + max).min(len)].to_vec();
+                return (history[from..(from + max).min(len)].to_vec(), n);
             }
         }
     }
-    Vec::new()
+    (Vec::new(), 0)
 }
 
 /// A hook for tests of the verification itself: the fixture models have
@@ -281,10 +494,19 @@ pub(super) fn lookup(history: &[u32], ngram: usize, max: usize) -> Vec<u32> {
 /// `Lookup` path. Not part of the API.
 #[doc(hidden)]
 pub mod testing {
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
 
     thread_local! {
         pub(super) static SCRIPT: RefCell<Option<Vec<u32>>> = const { RefCell::new(None) };
+        pub(super) static UNGATED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Requests on this thread draft whenever their drafter can (the
+    /// adaptive length and back-off still apply) instead of where the cost
+    /// gate expects drafts to pay: tests of verification on the fixtures'
+    /// random-weight models, whose drafts rarely pay, need drafts to verify.
+    pub fn ungated(on: bool) {
+        UNGATED.with(|u| u.set(on));
     }
 
     /// Requests on this thread with `Speculation::Lookup` draft
@@ -360,6 +582,111 @@ mod tests {
         while d.propose(&h, 8, None, None).unwrap().is_empty() {}
         d.update(1, 1);
         assert_eq!(d.propose(&h, 8, None, None).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_best_draft_length_follows_acceptance_and_cost() {
+        // Drafts that are nearly free: as long as allowed.
+        assert_eq!(best_length(0.5, 0.0, 8), 8);
+        // Copying (a = 0.9) at a small model's row cost: a middling length.
+        let k = best_length(0.9, 0.35, 8);
+        assert!((3..=6).contains(&k), "{k}");
+        // Cheaper rows: longer drafts.
+        assert!(best_length(0.9, 0.1, 8) > k);
+        // Free text (a = 0.1), or a row as dear as the tokens it brings: none.
+        assert_eq!(best_length(0.1, 0.35, 8), 0);
+        assert_eq!(best_length(0.5, 0.5, 8), 0);
+        assert_eq!(best_length(0.9, 0.35, 0), 0);
+    }
+
+    /// Costs as a session measures them: decode passes of 10 ms, verify
+    /// passes costing `per_row` of that per draft.
+    fn timed(d: &mut Drafter, per_row: f64) {
+        for _ in 0..20 {
+            d.timed_decode(0.010);
+            d.timed_verify(4, 0.010 * (1.0 + 4.0 * per_row));
+        }
+    }
+
+    #[test]
+    fn the_gate_stops_drafts_that_miss_and_probes_again() {
+        let h = [1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2];
+        let mut d = Drafter::gated_lookup(2, 4);
+        timed(&mut d, 0.3);
+        let mut passes = Vec::new();
+        for step in 0..400 {
+            let drafts = d.propose(&h, 8, None, None).unwrap();
+            if !drafts.is_empty() {
+                passes.push((step, drafts.len()));
+                d.update(drafts.len(), 0);
+            }
+        }
+        // Without the gate, the back-off alone verifies ~20 passes in 400 steps (see above).
+        assert!(passes.len() <= 14, "{passes:?}");
+        // After the first misses only one-token probes, further and further apart.
+        assert!(passes[3..].iter().all(|&(_, k)| k == 1), "{passes:?}");
+        let gaps: Vec<usize> = passes.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        assert!(gaps.last() >= gaps.get(2), "{gaps:?}");
+        // Accepted probes bring drafting back within a few probes.
+        let back = (0..4 * MAX_PAUSE).position(|_| {
+            let n = d.propose(&h, 8, None, None).unwrap().len();
+            if n > 0 {
+                d.update(n, n);
+            }
+            n >= 2
+        });
+        assert!(back.is_some_and(|steps| steps <= 2 * MAX_PAUSE), "{back:?}");
+    }
+
+    #[test]
+    fn the_gate_drafts_long_when_copying_and_rows_are_cheap() {
+        let h: Vec<u32> = (0..40).chain(0..10).collect();
+        for (per_row, at_least) in [(0.05, 8), (0.3, 3)] {
+            let mut d = Drafter::gated_lookup(3, 8);
+            timed(&mut d, per_row);
+            let mut last = 0;
+            for _ in 0..10 {
+                last = d.propose(&h, 8, None, None).unwrap().len();
+                d.update(last, last);
+            }
+            assert!(last >= at_least, "row cost {per_row}: {last} drafts");
+        }
+        // Rows as dear as a decode step: never worth it, even when every draft is accepted.
+        let mut d = Drafter::gated_lookup(3, 8);
+        timed(&mut d, 1.2);
+        let drafted: usize = (0..40)
+            .map(|_| {
+                let n = d.propose(&h, 8, None, None).unwrap().len();
+                d.update(n, n);
+                n
+            })
+            .sum();
+        assert!(drafted <= 8, "{drafted} drafted at a row cost of 1.2 decode steps");
+    }
+
+    #[test]
+    fn lookup_rates_are_kept_by_the_length_of_the_match() {
+        // "7" recurs (1-gram matches whose continuation misses); "1 2 3"
+        // recurs (3-gram matches whose continuation is accepted).
+        let one: Vec<u32> = vec![7, 40, 41, 7];
+        let three: Vec<u32> = vec![1, 2, 3, 9, 9, 9, 1, 2, 3];
+        assert_eq!(lookup_n(&one, 3, 4).1, 1);
+        assert_eq!(lookup_n(&three, 3, 4).1, 3);
+        let mut d = Drafter::gated_lookup(3, 4);
+        timed(&mut d, 0.3);
+        for _ in 0..6 {
+            let n = d.propose(&one, 8, None, None).unwrap().len();
+            d.update(n, 0);
+            let n = d.propose(&three, 8, None, None).unwrap().len();
+            d.update(n, n);
+        }
+        // The 1-gram rate has fallen: no drafts there; the 3-gram one still drafts.
+        let mut one_drafts = 0;
+        for _ in 0..4 {
+            one_drafts += d.propose(&one, 8, None, None).unwrap().len();
+        }
+        assert!(one_drafts <= 1, "{one_drafts}");
+        assert!(!d.propose(&three, 8, None, None).unwrap().is_empty());
     }
 
     #[test]
