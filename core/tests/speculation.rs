@@ -741,6 +741,35 @@ fn mtp_take(
     h[(tokens.len() - 1) * e..].to_vec()
 }
 
+/// The drafting head over the first tokens of the vocabulary
+/// (`MtpState::set_head_rows`, what the drafter uses on large vocabularies)
+/// gives those tokens' logits exactly as the whole head does.
+#[test]
+fn a_head_over_the_first_tokens_gives_their_logits_as_the_whole_head() {
+    let m = mtp_model();
+    let pool = ThreadPool::new(2);
+    let e = m.n_embd();
+    let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
+    let mut st = m.new_state(64, KvType::F16).unwrap();
+    st.keep_hidden(true);
+    m.forward(&pool, &mut st, &prompt, Logits::None).unwrap();
+    let h = st.hidden()[(prompt.len() - 1) * e..].to_vec();
+    let mut mtp = m.new_mtp_state(64, KvType::F16).unwrap();
+    m.mtp_forward(&pool, &mut mtp, &[prompt[0]], &h, true).unwrap();
+    let whole = mtp.logits().to_vec();
+    assert_eq!(whole.len(), m.n_vocab());
+    for rows in [1, 300, m.n_vocab() - 1] {
+        mtp.truncate(0);
+        mtp.set_head_rows(rows);
+        m.mtp_forward(&pool, &mut mtp, &[prompt[0]], &h, true).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(mtp.logits()), bits(&whole[..rows]), "{rows} rows");
+    }
+    // The drafter scores a large vocabulary's first tokens, a small one whole.
+    assert_eq!(pocket_core::session::mtp_draft_head_rows(248_320), pocket_core::session::MTP_DRAFT_VOCAB);
+    assert_eq!(pocket_core::session::mtp_draft_head_rows(m.n_vocab()), m.n_vocab());
+}
+
 /// Pocket's MTP layer driven as `llama-speculative-simple --spec-type
 /// draft-mtp` drives llama.cpp's (the prompt but its last token evaluated,
 /// then per step: 3 greedy drafts chained through the layer, verified in one

@@ -555,7 +555,7 @@ impl Model {
     /// hidden states `h` (`[n][n_embd]`: row t the trunk's final-normed
     /// state, or the layer's own output, of the position before token t), at
     /// the positions after `st`'s; with `want_logits`, the last token's
-    /// logits. On the CPU, weights read from the mapped file (under a
+    /// logits (of the tokens [`MtpState::set_head_rows`] says). On the CPU, weights read from the mapped file (under a
     /// memory budget too: the layer's experts are not in the expert cache).
     pub fn mtp_forward(
         &self,
@@ -592,8 +592,8 @@ impl Model {
             n: tokens.len(),
             observer: None,
         };
-        let MtpState { cache, scratch, cat, hidden, logits, .. } = st;
-        let logits = want_logits.then_some(logits);
+        let MtpState { cache, scratch, cat, hidden, logits, head_rows, .. } = st;
+        let logits = want_logits.then_some((logits, *head_rows));
         mtp.forward(&pass, trunk, cache, scratch, cat, tokens, h, hidden, logits)?;
         st.n_past += tokens.len();
         Ok(())

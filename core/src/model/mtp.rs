@@ -29,7 +29,7 @@ use super::trunk::Trunk;
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::ops;
+use crate::kernels::{ops, MatJob, QMatrix};
 
 /// The layer's weights.
 pub struct Mtp {
@@ -88,7 +88,8 @@ impl Mtp {
     /// Run the layer over `tokens` at positions `pass.pos0..` paired with
     /// the hidden states `h` (`[n][n_embd]`, row t the state before token
     /// t), appending to `cache`. Leaves the head-normed outputs in `hidden`
-    /// (`[n][n_embd]`) and, with `logits`, the last token's logits there.
+    /// (`[n][n_embd]`) and, with `logits` `(buffer, rows)`, the last token's
+    /// logits of the first `rows` tokens of the vocabulary there.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -100,7 +101,7 @@ impl Mtp {
         tokens: &[u32],
         h: &[f32],
         hidden: &mut Vec<f32>,
-        logits: Option<&mut Vec<f32>>,
+        logits: Option<(&mut Vec<f32>, usize)>,
     ) -> Result<()> {
         let (n, e) = (tokens.len(), trunk.n_embd);
         // cat = [EnNorm(Embed(x)) ; HNorm(h)] per token   [n][2*n_embd]
@@ -129,10 +130,20 @@ impl Mtp {
         // h' = HeadNorm(y); logits = Head · h' for the last token
         let hidden = take(hidden, n * e);
         self.head_norm.as_ref().unwrap_or(&trunk.norm).forward(x, hidden);
-        if let Some(logits) = logits {
+        if let Some((logits, rows)) = logits {
             let head = self.head.as_ref().unwrap_or(&trunk.output);
-            let out = take(logits, trunk.n_vocab);
-            pass.project(head, acts, &hidden[(n - 1) * e..], out);
+            let rows = rows.clamp(1, trunk.n_vocab);
+            let out = take(logits, rows);
+            let last = &hidden[(n - 1) * e..];
+            if rows == trunk.n_vocab {
+                pass.project(head, acts, last, out);
+            } else {
+                // The head's first `rows` rows: the logits of tokens 0..rows only.
+                let w = head.view(pass.file);
+                let w = QMatrix { data: &w.data[..rows * w.row_bytes()], rows, ..w };
+                acts.quantize(w.ty, last, 1, w.cols);
+                pass.matmul(&mut [MatJob { w, x: acts, rows: None, out }]);
+            }
         }
         Ok(())
     }
@@ -149,6 +160,8 @@ pub struct MtpState {
     pub(crate) hidden: Vec<f32>,
     /// The last token's logits of the last pass that asked for them.
     pub(crate) logits: Vec<f32>,
+    /// Tokens of the vocabulary (the first ones) whose logits a pass computes.
+    pub(crate) head_rows: usize,
 }
 
 impl MtpState {
@@ -160,7 +173,14 @@ impl MtpState {
             cat: Vec::new(),
             hidden: Vec::new(),
             logits: Vec::new(),
+            head_rows: usize::MAX,
         }
+    }
+
+    /// Compute the logits of the first `rows` tokens of the vocabulary only
+    /// (`usize::MAX`: all of them, the default).
+    pub fn set_head_rows(&mut self, rows: usize) {
+        self.head_rows = rows;
     }
 
     /// Positions in the layer's cache.

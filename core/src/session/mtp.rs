@@ -16,6 +16,16 @@
 //! the verify pass evaluates x_{L-1} and the drafts, and the layer then
 //! takes them with the trunk's hidden states, as for any pass.
 //!
+//! **A smaller head for drafting.** On a large vocabulary the output head
+//! is most of a draft step (Qwen3.5's 248k rows: ~420 MB of the ~1.1 GB a
+//! draft step reads at Q2_K). Drafts score only the first
+//! [`MTP_DRAFT_VOCAB`] tokens: byte-level BPE numbers tokens in merge
+//! order, so the first ids are the most frequent pieces (the idea of
+//! FR-Spec's frequency-ranked drafting). A token outside them is never
+//! drafted (the end-of-turn tokens among them: an answer's last token is
+//! decoded, not drafted); verification keeps the output exact whatever is
+//! drafted.
+//!
 //! **Rollback.** When the session drops rejected drafts, the layer drops the
 //! same positions; the hidden state that pairs with the next token comes
 //! from the verify pass's rows (an accepted row is what decoding computes).
@@ -31,6 +41,19 @@ use crate::error::Result;
 use crate::model::{KvType, Model, MtpState};
 use crate::sampler::argmax;
 use crate::threads::ThreadPool;
+
+/// Tokens a draft step scores on a vocabulary of more than twice as many
+/// (see the module's account); smaller vocabularies are scored whole.
+pub const MTP_DRAFT_VOCAB: usize = 32768;
+
+/// How many of the first tokens of a vocabulary of `n_vocab` a draft step scores.
+pub fn mtp_draft_head_rows(n_vocab: usize) -> usize {
+    if n_vocab > 2 * MTP_DRAFT_VOCAB {
+        MTP_DRAFT_VOCAB
+    } else {
+        n_vocab
+    }
+}
 
 /// The layer's state, in step with the session's evaluated tokens.
 pub(super) struct MtpDraft {
@@ -51,8 +74,10 @@ impl MtpDraft {
     /// The layer's state for a session of `n_ctx` positions.
     pub fn new(model: &Model, n_ctx: usize, kv: KvType) -> Result<MtpDraft> {
         let n_embd = model.n_embd();
+        let mut state = model.new_mtp_state(n_ctx, kv)?;
+        state.set_head_rows(mtp_draft_head_rows(model.n_vocab()));
         Ok(MtpDraft {
-            state: model.new_mtp_state(n_ctx, kv)?,
+            state,
             n_embd,
             tokens: Vec::new(),
             h_next: vec![0.0; n_embd],

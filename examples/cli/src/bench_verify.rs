@@ -58,6 +58,10 @@ pub struct Costs {
     pub decode_ms: f64,
     pub verify_ms: Vec<f64>,
     pub draft_ms: Option<f64>,
+    /// The draft step with the whole vocabulary's head, and how many tokens
+    /// the drafter's head scores (`session::mtp_draft_head_rows`).
+    pub draft_full_head_ms: Option<f64>,
+    pub draft_head_rows: usize,
     pub checkpoint_ms: f64,
     pub restore_ms: f64,
     pub recurrent: bool,
@@ -116,6 +120,8 @@ pub fn measure(
     };
 
     let (mut decode, mut restore, mut draft, mut checkpoint) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut draft_full = Vec::new();
+    let head_rows = pocket_core::session::mtp_draft_head_rows(model.n_vocab());
     let mut verify: Vec<Vec<f64>> = vec![Vec::new(); max_k];
     // Draw 0 warms up (pages the weights in, fills an expert cache) and is not kept.
     for d in 0..=draws {
@@ -140,30 +146,35 @@ pub fn measure(
             r.map_err(e)?;
             state.restore(&base).map_err(e)?;
         }
-        let draft_ms = match mtp.as_mut() {
-            Some(st) => {
-                let at = st.n_past();
-                let t = Instant::now();
-                model.mtp_forward(pool, st, &[step(1)], &h_last, true).map_err(e)?;
-                std::hint::black_box(argmax(st.logits()));
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                st.truncate(at);
-                Some(ms)
-            }
-            None => None,
+        // A draft step as the drafter runs it (its head), and with the whole head.
+        let mut draft_step = |rows: usize| -> Result<Option<f64>, String> {
+            let Some(st) = mtp.as_mut() else { return Ok(None) };
+            st.set_head_rows(rows);
+            let at = st.n_past();
+            let t = Instant::now();
+            model.mtp_forward(pool, st, &[step(1)], &h_last, true).map_err(e)?;
+            std::hint::black_box(argmax(st.logits()));
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            st.truncate(at);
+            Ok(Some(ms))
         };
+        let draft_ms = draft_step(head_rows)?;
+        let full_ms = draft_step(usize::MAX)?;
         if d > 0 {
             decode.push(decode_ms);
             checkpoint.push(checkpoint_ms);
             restore.push(restore_ms);
             verify.iter_mut().zip(verify_ms).for_each(|(v, ms)| v.push(ms));
             draft.extend(draft_ms);
+            draft_full.extend(full_ms);
         }
     }
     Ok(Costs {
         decode_ms: median(&mut decode),
         verify_ms: verify.iter_mut().map(|v| median(v)).collect(),
         draft_ms: (!draft.is_empty()).then(|| median(&mut draft)),
+        draft_full_head_ms: (!draft_full.is_empty()).then(|| median(&mut draft_full)),
+        draft_head_rows: head_rows,
         checkpoint_ms: median(&mut checkpoint),
         restore_ms: median(&mut restore),
         recurrent: state.is_recurrent(),
@@ -178,6 +189,8 @@ pub fn to_json(c: &Costs) -> serde_json::Value {
         "restore_ms": c.restore_ms,
         "recurrent": c.recurrent,
         "mtp_draft_ms": c.draft_ms,
+        "mtp_draft_full_head_ms": c.draft_full_head_ms,
+        "mtp_draft_head_rows": c.draft_head_rows,
         "verify": c.verify_ms.iter().enumerate().map(|(i, ms)| json!({
             "drafts": i + 1,
             "ms": ms,
@@ -208,7 +221,13 @@ pub fn text(c: &Costs) -> Vec<String> {
             if c.recurrent { "" } else { " (not needed: attention only)" }
         ),
         match c.draft_ms {
-            Some(ms) => format!("mtp draft    {ms:.2} ms per drafted token ({:.2}x a decoded one)", ms / c.decode_ms),
+            Some(ms) => format!(
+                "mtp draft    {ms:.2} ms per drafted token ({:.2}x a decoded one; head over the first {} tokens; \
+                 the whole head: {:.2} ms)",
+                ms / c.decode_ms,
+                c.draft_head_rows,
+                c.draft_full_head_ms.unwrap_or(f64::NAN)
+            ),
             None => "mtp draft    (no MTP layer in this file: projections without draft cost)".into(),
         },
         format!("{:<8} {:>10} {:>12}", "drafts", "verify ms", "x decode"),
@@ -249,6 +268,8 @@ mod tests {
             decode_ms: 10.0,
             verify_ms: (1..=8).map(|k| 10.0 * (1.0 + 0.1 * k as f64)).collect(),
             draft_ms: None,
+            draft_full_head_ms: None,
+            draft_head_rows: 0,
             checkpoint_ms: 0.0,
             restore_ms: 0.0,
             recurrent: false,
