@@ -8,7 +8,10 @@
 # the `show_isa` test prints which path was selected. pocket-core is built
 # here without its `gpu` feature, so the GPU stand-in's tests run here too
 # (on x86-64 the workspace enables the feature). Gemma 4's fixture logits run
-# here too (the NEON paths against llama.cpp's and transformers' logits).
+# here too (the NEON paths against llama.cpp's and transformers' logits), and
+# model_logits: the qwen3moe, qwen35moe and gemma3 tiny fixtures (Q2_K..Q8_0)
+# and, where it is present, the real Gemma 3 270M (the binary takes about
+# 100 s per CPU under qemu; Gemma 3 270M's test is the longest, over 60 s).
 # The tiny synthetic models' tests read $POCKET_SYNTH_TINY (made here by
 # scripts/synth-tiny.sh when unset), as the fixture tests read $POCKET_FIXTURES.
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
@@ -32,7 +35,7 @@ run() {
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
             --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits --test gptoss_logits \
-            --test olmoe_logits --test ernie4_5_moe_logits 2>&1 \
+            --test olmoe_logits --test ernie4_5_moe_logits --test model_logits 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 
