@@ -158,7 +158,15 @@ pub fn measure(
             st.truncate(at);
             Ok(Some(ms))
         };
+        // Each right after a pass of the trunk, as drafting runs (the trunk's
+        // pass has evicted the layer's weights from the caches).
         let draft_ms = draft_step(head_rows)?;
+        let mut trunk_pass = || -> Result<(), String> {
+            let r = model.forward(pool, &mut state, &[step(2)], Logits::Last);
+            r.map_err(e)?;
+            state.restore(&base).map_err(e)
+        };
+        trunk_pass()?;
         let full_ms = draft_step(usize::MAX)?;
         if d > 0 {
             decode.push(decode_ms);
