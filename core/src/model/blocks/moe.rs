@@ -15,6 +15,7 @@ use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
+use super::local_routing::{row_hash, LocalRouter, LocalRouting};
 use crate::error::{Error, Result};
 use crate::gguf::{Key, TensorKind};
 use crate::kernels::{ops, MatJob, QActs, QMatrix};
@@ -225,6 +226,8 @@ pub struct MoeScratch {
     top: Vec<u32>,
     /// What the expert cache served this sequence so far.
     pub io: ExpertIo,
+    /// The routing hook's state (`POCKET_ROUTING`; unused when unset).
+    local: LocalRouter,
 }
 
 /// The routed tokens grouped by expert: expert `active[i]`'s tokens take
@@ -490,7 +493,7 @@ impl Moe {
         let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up, ahead_router];
         s.input.prepare(x, n, self.router.cols, &tys);
 
-        self.route(pass, s);
+        self.route(pass, s, x);
         if let Some(tr) = trace {
             tr.push(Routing { experts: s.chosen.clone() });
         }
@@ -556,8 +559,11 @@ impl Moe {
     }
 
     /// Router: logits -> probabilities -> top-k -> weights, into `s.chosen`
-    /// and `s.weights`.
-    pub fn route(&self, pass: &Pass, s: &mut MoeScratch) {
+    /// and `s.weights` (`x`: the pass's input rows). The benchmark hook
+    /// [`LocalRouting`] replaces the top-k when set.
+    pub fn route(&self, pass: &Pass, s: &mut MoeScratch, x: &[f32]) {
+        let local = LocalRouting::from_env().ok().flatten();
+        let n_embd = self.router.cols;
         let (n, n_expert, k) = (pass.n, self.p.n_expert, self.p.n_used);
         let probs = take(&mut s.probs, n * n_expert);
         pass.matmul(&mut [MatJob {
@@ -582,6 +588,10 @@ impl Moe {
                 let groups = (self.p.n_group, self.p.n_group_used);
                 let scratch = (&mut s.select, &mut s.group_scores, &mut s.top_groups);
                 select_experts(p, self.selection_bias.as_deref(), groups, scratch, chosen);
+            }
+            if let Some(cfg) = &local {
+                let row = row_hash(&x[t * n_embd..(t + 1) * n_embd]);
+                s.local.choose(cfg, self.layer, pass.pos0 + t, row, n_expert, chosen);
             }
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
