@@ -141,7 +141,7 @@ impl LocalRouter {
         // share repeated is the share kept), unless too few experts remain.
         let avoid_last = n_expert >= k + self.last.len();
         let eligible =
-            |e: u32, chosen: &[u32], last: &[u32]| !chosen.contains(&e) && !(avoid_last && last.contains(&e));
+            |e: u32, chosen: &[u32], last: &[u32]| !(chosen.contains(&e) || (avoid_last && last.contains(&e)));
         let mut tries = 0;
         while n < k {
             let e = if tries < 64 {
