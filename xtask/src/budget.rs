@@ -7,7 +7,15 @@
 //!
 //! Prints t/s, the cgroup's peak usage, major faults, storage bytes per
 //! decoded token and the expert hit rate; `--json FILE` writes every draw
-//! for `scripts/budget-chart.py`.
+//! for `scripts/budget-chart.py`. Before the draws it measures the storage's
+//! rate for expert-sized direct reads (so that bytes per token read as time
+//! on any machine), and after them it checks that Pocket's engines computed
+//! the same logits draw by draw.
+//!
+//! `--routing local:repeat=R,zipf=S,seed=N` routes Pocket's MoE layers
+//! with stated locality (the `POCKET_ROUTING` benchmark hook, see
+//! `pocket_core::model::LocalRouting`) instead of the synthetic weights'
+//! nearly uniform routing; llama.cpp cannot, and is left out.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,6 +58,8 @@ struct Opts {
     /// Pocket repeats one prompt and one decode token (`pocket bench`'s plain
     /// protocol) instead of varying them as llama-bench does.
     replay: bool,
+    /// `POCKET_ROUTING` for Pocket's engines (`None`: the router's own).
+    routing: Option<pocket_core::model::LocalRouting>,
 }
 
 /// `6G`, `5500M`, or bytes (powers of 1024), as the CLI's `--memory-budget` reads them.
@@ -78,6 +88,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
         json: None,
         pocket: None,
         replay: false,
+        routing: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -93,6 +104,7 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             "--json" => o.json = Some(PathBuf::from(val()?)),
             "--pocket" => o.pocket = Some(PathBuf::from(val()?)),
             "--replay" => o.replay = true,
+            "--routing" => o.routing = pocket_core::model::LocalRouting::parse(&val()?)?,
             "--engines" => {
                 o.engines = val()?
                     .split(',')
@@ -116,6 +128,9 @@ fn parse(args: &[String]) -> Result<Opts, String> {
     }
     if o.budget == 0 {
         o.engines.retain(|&e| e != Engine::Budget);
+    }
+    if o.routing.is_some() {
+        o.engines.retain(|&e| e != Engine::Llama);
     }
     Ok(o)
 }
@@ -227,6 +242,7 @@ fn draw(engine: Engine, o: &Opts, pocket: &Path, llama_bin: Option<&Path>) -> Re
                 c.arg("--varied");
             }
             c.arg("--model").arg(&o.model);
+            c.env(pocket_core::model::ROUTING_ENV, o.routing.map_or("uniform".into(), |r| r.describe()));
             if engine == Engine::Budget {
                 c.args(["--memory-budget", &o.budget.to_string()]);
             }
@@ -280,9 +296,58 @@ fn draw(engine: Engine, o: &Opts, pocket: &Path, llama_bin: Option<&Path>) -> Re
             v["time_to_first_token_ms"] = r["warmup"]["time_to_first_token_ms"].clone();
             v["cold_decode_tps"] = r["warmup"]["decode_tps"].clone();
             v["load_ms"] = r["config"]["load_ms"].clone();
+            v["routing"] = r["config"]["routing"].clone();
+            let digests = std::iter::once(&r["warmup"]).chain(r["draws"].as_array().into_iter().flatten());
+            v["logits_digests"] = json!(digests.map(|d| d["logits_digest"].clone()).collect::<Vec<_>>());
         }
     }
     Ok(v)
+}
+
+/// Whether Pocket's mapped and budgeted draws ended on the same logits
+/// (`None` with fewer than both engines, or a failed draw).
+fn same_outputs(rows: &[Value]) -> Option<bool> {
+    let digests = |e: Engine| -> Vec<&Value> {
+        rows.iter().filter(|v| v["engine"] == e.name()).filter_map(|v| v.get("logits_digests")).collect()
+    };
+    let (mapped, budget) = (digests(Engine::Mapped), digests(Engine::Budget));
+    (!mapped.is_empty() && mapped.len() == budget.len()).then(|| mapped == budget)
+}
+
+/// How storage is probed: like the expert cache's reads.
+const STORAGE_PROBE: &str = "16 threads, direct reads of 1 MiB at random offsets, 2 s";
+
+/// Bytes per second that 16 threads of direct 1 MiB reads at random places
+/// of `model` get (the expert cache reads 1.15 MB experts on 16 threads).
+fn storage_rate(model: &Path) -> Result<f64, String> {
+    use pocket_core::gguf::direct::{AlignedBuf, DirectFile};
+    let file = std::fs::File::open(model).map_err(|e| format!("{}: {e}", model.display()))?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    let direct = DirectFile::open(&file, 0, len).map_err(|e| e.to_string())?;
+    const CHUNK: usize = 1 << 20;
+    let blocks = (len / CHUNK as u64).max(1);
+    let start = std::time::Instant::now();
+    let bytes = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..16u64 {
+            let (direct, bytes) = (&direct, &bytes);
+            s.spawn(move || {
+                let mut buf = AlignedBuf::new(CHUNK + 8192).expect("1 MiB");
+                let mut x = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                while start.elapsed().as_secs_f64() < 2.0 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let span = direct.span((x % blocks) * CHUNK as u64, CHUNK);
+                    if direct.read(span, buf.as_mut_slice()).is_err() {
+                        return;
+                    }
+                    bytes.fetch_add(span.len as u64, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    });
+    Ok(bytes.into_inner() as f64 / start.elapsed().as_secs_f64())
 }
 
 pub fn bench_budget(args: &[String]) -> Result<(), String> {
@@ -302,6 +367,9 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
         }
     };
     let llama_bin = if o.engines.contains(&Engine::Llama) { Some(llama::host_build(None)?) } else { None };
+    drop_caches()?;
+    let storage = storage_rate(&o.model)?;
+    eprintln!("storage: {:.2} GB/s ({STORAGE_PROBE})", storage / 1e9);
     let mut rows = Vec::new();
     for d in 0..o.draws {
         for &e in &o.engines {
@@ -311,6 +379,7 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
         }
     }
     let f = |v: &Value, k: &str| v[k].as_f64();
+    let routing = o.routing.map_or("router (uniform on synthetic weights)".into(), |r| r.describe());
     println!(
         "model {}  limit {} MiB  pocket budget {} MiB  threads {}  -p {} -n {}  draws {}",
         o.model.display(),
@@ -321,6 +390,7 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
         o.n,
         o.draws
     );
+    println!("routing {routing}  storage {:.2} GB/s ({STORAGE_PROBE})", storage / 1e9);
     println!(
         "{:<15} {:>9} {:>9} {:>10} {:>11} {:>9} {:>10} {:>8} ok",
         "engine", "pp t/s", "tg t/s", "TTFT s", "peak MiB", "majflt", "MB/token", "hit %"
@@ -350,9 +420,14 @@ pub fn bench_budget(args: &[String]) -> Result<(), String> {
             if ok { "yes" } else { "OOM/failed" }
         );
     }
+    let same = same_outputs(&rows);
+    if let Some(same) = same {
+        println!("outputs: mapped and budget logits {}", if same { "identical in every draw" } else { "DIFFER" });
+    }
     if let Some(path) = &o.json {
         let doc = json!({"model": o.model, "limit": o.limit, "budget": o.budget, "threads": o.threads,
-                         "p": o.p, "n": o.n, "replay": o.replay, "draws": rows});
+                         "p": o.p, "n": o.n, "replay": o.replay, "routing": routing,
+                         "storage_bytes_per_second": storage, "outputs_identical": same, "draws": rows});
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap())
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }

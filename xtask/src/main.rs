@@ -34,9 +34,11 @@ commands:
       the prompt (llama-bench's generation test at depth -p)
   bench-budget --model FILE --limit 6G [--threads 2] [-p 16] [-n 32] [--draws 3] [--budget SIZE]
                [--engines llama,mapped,budget] [--replay] [--json OUT] [--pocket BIN]
+               [--routing local:repeat=0.5,zipf=1.1,seed=1]
       llama.cpp (mmap), pocket mapped and pocket with --memory-budget (default a little under
       the limit) inside a memory cgroup of --limit, caches dropped before each draw (root);
-      pocket varies its tokens as llama-bench does (--replay: one prompt, one repeated token)
+      pocket varies its tokens as llama-bench does (--replay: one prompt, one repeated token);
+      --routing: pocket's MoE layers route with stated locality (the POCKET_ROUTING hook)
   insn-count --model FILE [-p 16] [-n 8] [--no-llama] [--by-function]
       aarch64 instructions per decoded / prompt token under qemu (pocket and llama.cpp);
       --by-function: each one's decode split by function, the top 25 printed

@@ -66,6 +66,7 @@ mod trunk;
 mod weights;
 
 pub use blocks::deltanet::{DeltaState, SavedDelta};
+pub use blocks::local_routing::{LocalRouting, ROUTING_ENV};
 pub use blocks::moe::Routing;
 pub use budget::{default_context, MemoryPlan, MemoryUsage, DEFAULT_MAX_CONTEXT};
 pub use cache::{KvCache, KvType, Logits};

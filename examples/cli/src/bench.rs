@@ -87,6 +87,9 @@ struct Draw {
     /// Speculation: tokens drafted and accepted.
     drafted: usize,
     accepted: usize,
+    /// A hash of the last logits (after the draw's last token): two engines
+    /// that computed the same thing agree on it.
+    logits_digest: u64,
 }
 
 impl Draw {
@@ -95,6 +98,11 @@ impl Draw {
         let used = self.io.hits + self.io.misses;
         (used > 0).then(|| self.io.hits as f64 / used as f64)
     }
+}
+
+/// FNV-1a over the bits of `logits`.
+fn digest(logits: &[f32]) -> u64 {
+    logits.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ u64::from(v.to_bits())).wrapping_mul(0x100_0000_01b3))
 }
 
 struct Spread {
@@ -130,6 +138,8 @@ pub fn run(args: Args) -> Result<(), String> {
         return Err("nothing to measure: -p and -n are both 0".into());
     }
 
+    // The routing benchmark hook (`POCKET_ROUTING`), refused when malformed.
+    let routing = pocket_core::model::LocalRouting::from_env()?.map_or("router".to_string(), |r| r.describe());
     let t_load = Instant::now();
     let model = args.budget.load(path)?;
     if let Some(schema) = &args.json_schema {
@@ -191,6 +201,7 @@ pub fn run(args: Args) -> Result<(), String> {
         "warmup": !args.no_warmup,
         "varied": args.varied,
         "speculation": format!("{speculation:?}"),
+        "routing": routing,
     });
     let budget = match args.budget.size {
         crate::memory::Size::Bytes(0) => String::new(),
@@ -252,6 +263,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 decode_gpu: None,
                 drafted: st.drafted_tokens,
                 accepted: st.accepted_tokens,
+                logits_digest: 0,
             };
             if d == 0 {
                 warmup = Some(draw);
@@ -302,6 +314,7 @@ pub fn run(args: Args) -> Result<(), String> {
             decode_gpu,
             drafted: 0,
             accepted: 0,
+            logits_digest: digest(state.logits()),
         };
         if d == 0 {
             // Warm-up: pages in the weights, spins up the threads; reported apart (a cold start).
@@ -361,6 +374,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "experts_read_ahead": d.io.prefetched,
                 "drafted_tokens": d.drafted,
                 "accepted_tokens": d.accepted,
+                "logits_digest": format!("{:016x}", d.logits_digest),
             })).collect::<Vec<_>>(),
             "prefill_tps": sj(&p),
             "decode_tps": sj(&t),
@@ -370,6 +384,7 @@ pub fn run(args: Args) -> Result<(), String> {
                 "time_to_first_token_ms": d.ttft_ms,
                 "expert_hit_rate": d.hit_rate(),
                 "storage_bytes_read": d.io.bytes_read,
+                "logits_digest": format!("{:016x}", d.logits_digest),
             })),
             "expert_hit_rate": total_hit_rate,
             "storage_bytes_per_token": total_per_token,

@@ -8,6 +8,7 @@ pub mod attention;
 pub mod deltanet;
 pub mod ffn;
 pub mod gemma4;
+pub mod local_routing;
 pub mod mamba2;
 pub mod mla;
 pub mod moe;

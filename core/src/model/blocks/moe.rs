@@ -15,6 +15,7 @@ use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
 use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
+use super::local_routing::{row_hash, LocalRouter, LocalRouting};
 use crate::error::{Error, Result};
 use crate::gguf::{Key, TensorKind};
 use crate::kernels::{ops, MatJob, QActs, QMatrix};
@@ -225,6 +226,65 @@ pub struct MoeScratch {
     top: Vec<u32>,
     /// What the expert cache served this sequence so far.
     pub io: ExpertIo,
+    /// The routing hook's state (`POCKET_ROUTING`; unused when unset).
+    local: LocalRouter,
+    /// How well the read-ahead guesses: see [`GuessRecord`].
+    guesses: GuessRecord,
+}
+
+/// How often each rank of the read-ahead's guesses (its predictor's top k for
+/// the next MoE layer, best first) turned out to be routed to, per layer:
+/// a running mean over one-token passes. A rank is read ahead only while it
+/// is right often enough ([`READ_AHEAD_MIN`]); the guesses are still made
+/// and scored when none is read, so a rank that becomes right again is read
+/// again.
+#[derive(Default)]
+struct GuessRecord {
+    /// The last one-token pass's guesses for layer `layer`, best first.
+    layer: Option<usize>,
+    guessed: Vec<u32>,
+    /// Per layer, per rank: the share of guesses routed to.
+    right: Vec<Vec<f32>>,
+}
+
+/// A guess is worth its read when it is right at least this often: a wrong
+/// one spends storage bandwidth a demand read needs. (On the synthetic
+/// 35B-A3B file the router's guesses are right 89 % of the time for ranks
+/// 1-4 and 57 % for ranks 7-8; reading 6 of 8 measured better than 8, 4 or
+/// 5 — BENCHMARKS.md, "the budget with reads overlapped and read ahead".)
+const READ_AHEAD_MIN: f32 = 0.6;
+
+/// Weight of the newest one-token pass in a rank's running mean.
+const GUESS_RATE: f32 = 1.0 / 8.0;
+
+impl GuessRecord {
+    /// Rank `r`'s share right at `layer` of `k` ranks: until measured, the
+    /// first three quarters are assumed right often enough, the rest not.
+    fn right(&mut self, layer: usize, k: usize) -> &mut [f32] {
+        if self.right.len() <= layer {
+            self.right.resize_with(layer + 1, Vec::new);
+        }
+        let r = &mut self.right[layer];
+        if r.len() != k {
+            *r = (0..k).map(|i| if i < (k - k / 4).max(1) { 0.75 } else { 0.5 }).collect();
+        }
+        r
+    }
+
+    /// Score the guesses made for `layer` against what it routed to (`chosen`, one token's).
+    fn score(&mut self, layer: usize, chosen: &[u32]) {
+        if self.layer != Some(layer) {
+            return;
+        }
+        self.layer = None;
+        let guessed = std::mem::take(&mut self.guessed);
+        let right = self.right(layer, chosen.len());
+        for (share, g) in right.iter_mut().zip(&guessed) {
+            let hit = if chosen.contains(g) { 1.0 } else { 0.0 };
+            *share += GUESS_RATE * (hit - *share);
+        }
+        self.guessed = guessed;
+    }
 }
 
 /// The routed tokens grouped by expert: expert `active[i]`'s tokens take
@@ -270,6 +330,8 @@ impl MoeScratch {
             + heap(&self.sum)
             + heap(&self.ahead)
             + heap(&self.top)
+            + heap(&self.guesses.guessed)
+            + self.guesses.right.iter().map(heap).sum::<usize>()
     }
 }
 
@@ -490,7 +552,10 @@ impl Moe {
         let tys = [self.router.ty, self.gate.all.ty, self.up.all.ty, shared_gate, shared_up, ahead_router];
         s.input.prepare(x, n, self.router.cols, &tys);
 
-        self.route(pass, s);
+        self.route(pass, s, x);
+        if n == 1 {
+            s.guesses.score(self.layer, &s.chosen);
+        }
         if let Some(tr) = trace {
             tr.push(Routing { experts: s.chosen.clone() });
         }
@@ -556,8 +621,11 @@ impl Moe {
     }
 
     /// Router: logits -> probabilities -> top-k -> weights, into `s.chosen`
-    /// and `s.weights`.
-    pub fn route(&self, pass: &Pass, s: &mut MoeScratch) {
+    /// and `s.weights` (`x`: the pass's input rows). The benchmark hook
+    /// [`LocalRouting`] replaces the top-k when set.
+    pub fn route(&self, pass: &Pass, s: &mut MoeScratch, x: &[f32]) {
+        let local = LocalRouting::from_env().ok().flatten();
+        let n_embd = self.router.cols;
         let (n, n_expert, k) = (pass.n, self.p.n_expert, self.p.n_used);
         let probs = take(&mut s.probs, n * n_expert);
         pass.matmul(&mut [MatJob {
@@ -583,6 +651,10 @@ impl Moe {
                 let scratch = (&mut s.select, &mut s.group_scores, &mut s.top_groups);
                 select_experts(p, self.selection_bias.as_deref(), groups, scratch, chosen);
             }
+            if let Some(cfg) = &local {
+                let row = row_hash(&x[t * n_embd..(t + 1) * n_embd]);
+                s.local.choose(cfg, self.layer, pass.pos0 + t, row, n_expert, chosen);
+            }
             let w = &mut s.weights[t * k..(t + 1) * k];
             for (wi, &e) in w.iter_mut().zip(chosen.iter()) {
                 *wi = p[e as usize];
@@ -603,8 +675,10 @@ impl Moe {
     /// Guess the next MoE layer's experts (its router applied to this
     /// layer's input: the residual stream changes little from one layer to
     /// the next) and start reading those the cache lacks, into at most half
-    /// the slots this layer leaves.
+    /// the slots this layer leaves: the guesses of the ranks that have been
+    /// right often enough ([`GuessRecord`]).
     fn read_ahead(&self, pass: &Pass, s: &mut MoeScratch, cache: &ExpertCache) {
+        s.guesses.layer = None;
         let Some(a) = &self.ahead else { return };
         let (n, n_expert, k) = (pass.n, self.p.n_expert, self.p.n_used);
         let room = cache.capacity().saturating_sub(s.groups.active.len()) / 2;
@@ -619,21 +693,25 @@ impl Moe {
             out: logits,
         }]);
         // The gating functions are monotonic: the top k of the logits are the
-        // top k of the weights. The guesses' last quarter is right least often
-        // (measured on the synthetic 35B-A3B file: 57 % for ranks 7-8, 89 % for
-        // ranks 1-4), and a wrong guess costs storage bandwidth that demand
-        // reads need: read ahead three quarters of the k.
-        s.top.resize((k - k / 4).max(1), 0);
+        // top k of the weights.
+        s.top.resize(k, 0);
         s.ahead.clear();
+        let right = s.guesses.right(a.layer, k);
         for p in logits.chunks_exact(n_expert) {
             top_k(p, &mut s.top);
-            for &e in &s.top {
-                if !s.ahead.contains(&(e as usize)) && s.ahead.len() < room {
+            for (&e, &share) in s.top.iter().zip(right.iter()) {
+                if share >= READ_AHEAD_MIN && !s.ahead.contains(&(e as usize)) && s.ahead.len() < room {
                     s.ahead.push(e as usize);
                 }
             }
         }
-        s.io += cache.prefetch(a.layer, &s.ahead, &[&a.gate, &a.up, &a.down]);
+        if n == 1 {
+            s.guesses.layer = Some(a.layer);
+            s.guesses.guessed.clone_from(&s.top);
+        }
+        if !s.ahead.is_empty() {
+            s.io += cache.prefetch(a.layer, &s.ahead, &[&a.gate, &a.up, &a.down]);
+        }
     }
 
     /// The active experts `group` (indices into the groups' list) over their
@@ -831,7 +909,38 @@ pub fn top_k(values: &[f32], out: &mut [u32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::{select_experts, top_k, Groups};
+    use super::{select_experts, top_k, Groups, GuessRecord, READ_AHEAD_MIN};
+
+    #[test]
+    fn a_guess_rank_is_read_while_it_is_right_often_enough() {
+        let mut g = GuessRecord::default();
+        // Unmeasured: 6 of 8 ranks read, as before the record.
+        let read = |g: &mut GuessRecord| g.right(5, 8).iter().filter(|&&r| r >= READ_AHEAD_MIN).count();
+        assert_eq!(read(&mut g), 6);
+        // Ranks 0-3 always routed to, 4-7 never: after a few tokens only 0-3 are read.
+        for _ in 0..20 {
+            g.layer = Some(5);
+            g.guessed = (0..8).collect();
+            g.score(5, &[0, 1, 2, 3, 10, 11, 12, 13]);
+        }
+        assert_eq!(read(&mut g), 4);
+        assert!(g.right(5, 8)[..4].iter().all(|&r| r > 0.9));
+        // Guesses for another layer, or none, are not scored; nor scored twice.
+        g.layer = Some(6);
+        g.guessed = (0..8).collect();
+        g.score(5, &[20, 21, 22, 23, 24, 25, 26, 27]);
+        assert_eq!(read(&mut g), 4);
+        g.score(6, &[20, 21, 22, 23, 24, 25, 26, 27]);
+        g.score(6, &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert!(g.right(6, 8).iter().all(|&r| r < 0.75));
+        // When the guesses become right again, they are read again.
+        for _ in 0..20 {
+            g.layer = Some(5);
+            g.guessed = (0..8).collect();
+            g.score(5, &[0, 1, 2, 3, 4, 5, 6, 7]);
+        }
+        assert_eq!(read(&mut g), 8);
+    }
 
     #[test]
     fn selection_bias_and_groups_choose_the_experts() {
