@@ -134,16 +134,11 @@ impl Mtp {
             let head = self.head.as_ref().unwrap_or(&trunk.output);
             let rows = rows.clamp(1, trunk.n_vocab);
             let out = take(logits, rows);
-            let last = &hidden[(n - 1) * e..];
-            if rows == trunk.n_vocab {
-                pass.project(head, acts, last, out);
-            } else {
-                // The head's first `rows` rows: the logits of tokens 0..rows only.
-                let w = head.view(pass.file);
-                let w = QMatrix { data: &w.data[..rows * w.row_bytes()], rows, ..w };
-                acts.quantize(w.ty, last, 1, w.cols);
-                pass.matmul(&mut [MatJob { w, x: acts, rows: None, out }]);
-            }
+            // The head's first `rows` rows: the logits of tokens 0..rows.
+            let w = head.view(pass.file);
+            let w = QMatrix { data: &w.data[..rows * w.row_bytes()], rows, ..w };
+            acts.quantize(w.ty, &hidden[(n - 1) * e..], 1, w.cols);
+            pass.matmul(&mut [MatJob { w, x: acts, rows: None, out }]);
         }
         Ok(())
     }

@@ -105,18 +105,23 @@ pub fn quantize_row_q8_0f(x: &[f32], y: &mut [BlockQ8_0F]) {
     }
 }
 
+/// One Q8_1 block into `qs`: the f16-rounded scale and `d * sum(qs)`.
+#[inline]
+fn quantize_block_q8_1(xb: &[f32], qs: &mut [i8; QK8_0]) -> (F16Bytes, F16Bytes) {
+    let (d, id) = block_scale(xb);
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(xb) {
+        *q = super::round_even(v * id) as i8;
+        sum += *q as i32;
+    }
+    (F16Bytes::from_f32(d), F16Bytes::from_f32(sum as f32 * d))
+}
+
 /// Quantise `x` into Q8_1 blocks, as [`quantize_row_q8_0`] plus `d * sum(qs)`.
 pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_1: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
-        let (d, id) = block_scale(xb);
-        yb.d = F16Bytes::from_f32(d);
-        let mut sum = 0i32;
-        for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = super::round_even(v * id) as i8;
-            sum += *q as i32;
-        }
-        yb.s = F16Bytes::from_f32(sum as f32 * d);
+        (yb.d, yb.s) = quantize_block_q8_1(xb, &mut yb.qs);
     }
 }
 
@@ -124,14 +129,8 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
 pub fn quantize_row_q8_1f(x: &[f32], y: &mut [BlockQ8_1F]) {
     assert_eq!(x.len(), y.len() * QK8_0, "Q8_1: {} values for {} blocks", x.len(), y.len());
     for (xb, yb) in x.chunks_exact(QK8_0).zip(y.iter_mut()) {
-        let (d, id) = block_scale(xb);
-        yb.d = F16Bytes::from_f32(d).to_f32();
-        let mut sum = 0i32;
-        for (q, &v) in yb.qs.iter_mut().zip(xb) {
-            *q = super::round_even(v * id) as i8;
-            sum += *q as i32;
-        }
-        yb.s = F16Bytes::from_f32(sum as f32 * d).to_f32();
+        let (d, s) = quantize_block_q8_1(xb, &mut yb.qs);
+        (yb.d, yb.s) = (d.to_f32(), s.to_f32());
     }
 }
 
