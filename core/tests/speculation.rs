@@ -217,7 +217,7 @@ fn seeded_sampling_gives_the_same_tokens() {
             testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 3)));
             let (_, b) = run(&mut session(&m), REPETITIVE, &on);
             testing::script_drafts(None);
-            assert_eq!(a.tokens, b.tokens, "seed {seed}");
+            assert_eq!(a.tokens, b.tokens, "{name} seed {seed}");
             assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
         }
     }

@@ -244,9 +244,12 @@ impl<B> Copy for Multi<B> {}
 
 /// Weight rows with up to `acts` activation rows per pass over the weights,
 /// each product computed by the same float operations in the same order as
-/// the path's one-row kernel (`Dot::one`, `Dot::rows`): only the unpacking of
+/// decoding computes it: the path's rows kernel (`Dot::rows`) over the same
+/// weight rows (on x86 every row as `Dot::one`; on NEON the rows kernel's
+/// multi-row bodies finish several weight rows in the lanes of one register,
+/// so the exact kernels group the rows as it does). Only the unpacking of
 /// the weights (and integer sums, which are exact in any order) is shared by
-/// the rows. So a batch computed with these equals decoding it token by
+/// the activation rows. So a batch computed with these equals decoding it token by
 /// token, bit for bit, which speculative verification needs (see
 /// `session/speculate.rs`); the other multi-row kernels round differently.
 pub(crate) struct Exact<B: 'static> {

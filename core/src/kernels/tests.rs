@@ -86,6 +86,30 @@ fn dot_on(k: &Kernels, ty: GgmlType, row: &[u8], acts: &QActs, j: usize) -> f32 
     }
 }
 
+/// Weight rows `w` (whole rows of `row_bytes`) with activation row `j` by
+/// the path's rows kernel, as a decode tile over `w` computes them (the
+/// one-row kernel per row where the type has no rows kernel).
+fn rows_on(k: &Kernels, ty: GgmlType, w: &[u8], row_bytes: usize, acts: &QActs, j: usize) -> Vec<f32> {
+    fn run<B>(d: Dot<B>, w: &[u8], row_bytes: usize, a: &[B]) -> Vec<f32> {
+        let mut out = vec![0f32; w.len() / row_bytes];
+        // SAFETY: `d` came from `for_isa`, so the CPU has its features; whole rows.
+        unsafe {
+            match d.rows {
+                Some(rows) => rows(w, row_bytes, a, &mut out),
+                None => out.iter_mut().zip(w.chunks_exact(row_bytes)).for_each(|(o, r)| *o = (d.one)(r, a)),
+            }
+        }
+        out
+    }
+    let kk = acts.k();
+    match k.row_dot(ty).expect("supported") {
+        RowDot::Q8_0(d) => run(d, w, row_bytes, &acts.q8_0[j * kk / 32..(j + 1) * kk / 32]),
+        RowDot::Q8_1(d) => run(d, w, row_bytes, &acts.q8_1[j * kk / 32..(j + 1) * kk / 32]),
+        RowDot::Q8K(d) => run(d, w, row_bytes, &acts.q8k[j * kk / 256..(j + 1) * kk / 256]),
+        RowDot::F32(d) => run(d, w, row_bytes, &acts.f32[j * kk..(j + 1) * kk]),
+    }
+}
+
 #[test]
 fn show_isa() {
     eprintln!("kernels: selected path {} (available: {:?})", isa(), available_isas());
@@ -859,6 +883,8 @@ fn exact_kernels_equal_the_one_row_kernel_to_the_bit() {
             let Some(exact) = k.exact_dot(ty) else { continue };
             exact_types.push((k.isa(), ty));
             for nb in [1, 2, 3, 5] {
+                // From row 2 on, 7 rows: a rows kernel's groups of four or
+                // two and a remainder.
                 let (cols, rows, n) = (cols_for(ty, nb), 9, 7);
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let m = QMatrix::new(ty, &w, rows, cols).expect("matrix");
@@ -870,16 +896,25 @@ fn exact_kernels_equal_the_one_row_kernel_to_the_bit() {
                     ExactDot::Q8K(e) => exact_products(e, &m, &acts.q8k, cols / 256),
                 };
                 assert!(!got.is_empty());
+                // Decoding computes these rows as one tile: the rows kernel
+                // over the same slice (on x86 every row as the one-row kernel).
+                let rb = m.row_bytes();
+                let decoded: Vec<Vec<f32>> = (0..n).map(|j| rows_on(k, ty, &m.data[2 * rb..], rb, &acts, j)).collect();
                 for (r, j, g) in got {
-                    let want = dot_on(k, ty, m.row(r), &acts, j);
-                    assert_eq!(g.to_bits(), want.to_bits(), "{} {ty} nb={nb} ({r},{j}): {g} vs one {want}", k.isa());
+                    let want = decoded[j][r - 2];
+                    assert_eq!(
+                        g.to_bits(),
+                        want.to_bits(),
+                        "{} {ty} nb={nb} ({r},{j}): {g} vs decoding's {want}",
+                        k.isa()
+                    );
                 }
             }
         }
     }
     eprintln!("exact kernels: {exact_types:?}");
-    // The formats of the small models speculation serves, on every x86 path.
-    for k in simd_paths().filter(|k| matches!(k.isa(), Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni)) {
+    // The formats of the small models speculation serves, on every SIMD path.
+    for k in simd_paths() {
         for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4K, GgmlType::Q6K] {
             assert!(exact_types.contains(&(k.isa(), ty)), "{} has no exact {ty} kernel", k.isa());
         }

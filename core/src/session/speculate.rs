@@ -22,9 +22,10 @@
 //! ([`crate::threads::ThreadPool::set_one_row`]): every position is computed
 //! as decoding would compute it, bit for bit. The weight products take the
 //! exact multi-row kernels (`kernels::table::Exact`: up to four positions per
-//! pass over the weights, each by the one-row kernel's float operations)
-//! where the weight type has them, else the decode kernels position by
-//! position; attention runs position by position.
+//! pass over the weights, each by the float operations decoding applies to
+//! that weight row) where the weight type has them (x86 and NEON: the legacy
+//! formats, Q4_K and Q6_K, and on x86 Q3_K and Q5_K), else the decode
+//! kernels position by position; attention runs position by position.
 //!
 //! **Rollback.** Rejected drafts were evaluated into the state. Attention
 //! layers truncate their KV cache to the accepted length. Recurrent layers

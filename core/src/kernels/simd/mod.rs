@@ -21,12 +21,13 @@ mod arch {
     }
 }
 
-/// The [`Exact`](super::table::Exact) kernels of the SIMD path `isa`: the
-/// x86 paths have them; on NEON batches that must equal decoding run row by
-/// row.
+/// The [`Exact`](super::table::Exact) kernels of the SIMD path `isa` (on
+/// every x86 and NEON path).
 #[cfg(target_arch = "x86_64")]
 pub(crate) use avx2::exact_table;
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::exact_table;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
     |_| None
 }

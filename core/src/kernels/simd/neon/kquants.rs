@@ -14,7 +14,7 @@
 //! sum (summation by parts: `sum_g s_g p_g = sum_g (s_g - s_g+1) * (p_0 + .. +
 //! p_g)`), so no per-group accumulator is zeroed or reduced.
 
-use super::{dot16, fp16, fp16x2, paths};
+use super::{dot16, exact_paths, fp16, fp16x2, paths};
 use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
@@ -28,6 +28,11 @@ paths! {
     q4_k, q4_k_rows = dot_q4_k(BlockQ8K) / dotn_q4_k * 4;
     q5_k, q5_k_rows = dot_q5_k(BlockQ8K) / dotn_q5_k * 2;
     q6_k, q6_k_rows = dot_q6_k(BlockQ8K) / dotn_q6_k * 2;
+}
+
+exact_paths! {
+    q4_k = exact_q4_k(BlockQ8K) / exactn_q4_k * 4;
+    q6_k = exact_q6_k(BlockQ8K) / exactn_q6_k * 2;
 }
 
 /// Activations `16i..16i + 16` of a Q8_K block.
@@ -815,4 +820,200 @@ unsafe fn pair_out<const R: usize>(acc: float32x4_t) -> [f32; R] {
     let mut out = [0.0f32; R];
     vst1_f32(out.as_mut_ptr(), vget_low_f32(v));
     out
+}
+
+// ---- exact kernels: N activation rows per pass over the weights --------------
+//
+// Each `exactn_*` body computes, for every activation row, the float
+// operations of the `dotn_*` body it mirrors in the same order (see
+// `table::Exact`); the weights are unpacked once for all the activation
+// rows, and the integer sums (exact in any order) are formed row by row,
+// each row's chain running through the activation rows in turn. A lone
+// row (the rows kernel's remainder) runs the one-row body per activation
+// row.
+
+/// The one-row body `dot` with each of `N` activation rows.
+#[inline(always)]
+unsafe fn each_act<const N: usize>(a: [&[BlockQ8K]; N], dot: impl Fn(&[BlockQ8K]) -> f32) -> [f32; N] {
+    a.map(dot)
+}
+
+#[inline(always)]
+unsafe fn exact_q4_k<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    each_act(a, |a| dot_q4_k::<D>(w, a))
+}
+
+#[inline(always)]
+unsafe fn exact_q6_k<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8K]; N]) -> [f32; N] {
+    each_act(a, |a| dot_q6_k::<D>(w, a))
+}
+
+/// The blocks both the weight rows and every activation row hold.
+#[inline(always)]
+fn common_blocks<W, const R: usize, const N: usize>(x: &[&[W]; R], a: &[&[BlockQ8K]; N]) -> usize {
+    debug_assert!(x.iter().all(|r| a.iter().all(|a| r.len() == a.len())));
+    x.iter().fold(a.iter().fold(usize::MAX, |n, a| n.min(a.len())), |n, r| n.min(r.len()))
+}
+
+/// Half `h` of one weight row's block (its values `v`, unpacked once) with
+/// half `h` of block `yb[t]` of each activation row, chained by [`chain8`]
+/// (`FIRST`: half 0, starting the chains).
+#[inline(always)]
+unsafe fn chain_half<const D: bool, const FIRST: bool, const N: usize>(
+    v: [int8x16_t; 8],
+    yb: &[&BlockQ8K; N],
+    h: usize,
+    cr: &mut [(int32x4_t, int32x4_t); N],
+    s0: int32x4_t,
+    s1: int32x4_t,
+) {
+    for t in 0..N {
+        cr[t] = chain8::<D, FIRST>(v, &acts_half(yb[t], h), cr[t], s0, s1);
+    }
+}
+
+/// [`dotn_q6_k`] with `N` activation rows.
+#[inline(always)]
+unsafe fn exactn_q6_k<const D: bool, const R: usize, const N: usize>(
+    rows: [&[u8]; R],
+    a: [&[BlockQ8K]; N],
+) -> [[f32; R]; N] {
+    const { assert!(R == 2, "the Q6_K body takes two rows") };
+    let x = rows.map(as_blocks::<BlockQ6K>);
+    let nb = common_blocks(&x, &a);
+    let mut acc = [vdupq_n_f32(0.0); N];
+    for b in 0..nb {
+        let yb: [&BlockQ8K; N] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        let xb: [&BlockQ6K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let sc: [_; R] = std::array::from_fn(|r| q6_k_scales(xb[r]));
+        let zero = vdupq_n_s32(0);
+        let mut sums = [[zero; N]; R];
+        for r in 0..R {
+            let st = steps16(sc[r][0], sc[r][1]);
+            let mut cr = [(zero, zero); N];
+            chain_half::<D, true, N>(q6_half_unsigned(xb[r], 0), &yb, 0, &mut cr, st[0], st[1]);
+            chain_half::<D, false, N>(q6_half_unsigned(xb[r], 1), &yb, 1, &mut cr, st[2], st[3]);
+            sums[r] = cr.map(|c| c.1);
+        }
+        for t in 0..N {
+            let bsums = [vld1q_s16(yb[t].bsums.as_ptr()), vld1q_s16(yb[t].bsums.as_ptr().add(8))];
+            let d = [&xb[0].d, &xb[1].d];
+            acc[t] = offset_finish2::<5>(acc[t], [sums[0][t], sums[1][t]], [sc[0], sc[1]], bsums, d, yb[t].d);
+        }
+    }
+    acc.map(|v| pair_out(v))
+}
+
+/// Half `h` of a Q4_K block's values in the order of
+/// [`q4_k_half_chain`]'s products: low nibbles of bytes 0..32, high
+/// nibbles of them, low nibbles of bytes 32..64, high nibbles.
+#[inline(always)]
+unsafe fn q4_k_half(xb: &BlockQ4K, h: usize) -> [int8x16_t; 8] {
+    let low = vdupq_n_u8(0x0F);
+    let p = xb.qs.as_ptr().add(64 * h);
+    let (q0, q1, q2, q3) = (vld1q_u8(p), vld1q_u8(p.add(16)), vld1q_u8(p.add(32)), vld1q_u8(p.add(48)));
+    [
+        s8(vandq_u8(q0, low)),
+        s8(vandq_u8(q1, low)),
+        s8(vshrq_n_u8::<4>(q0)),
+        s8(vshrq_n_u8::<4>(q1)),
+        s8(vandq_u8(q2, low)),
+        s8(vandq_u8(q3, low)),
+        s8(vshrq_n_u8::<4>(q2)),
+        s8(vshrq_n_u8::<4>(q3)),
+    ]
+}
+
+/// Groups 4h..4h + 4 of a Q4_K row (unpacked by [`q4_k_half`]) against half
+/// `h` of the activations, chained as in [`q4_k_half_chain`] (one step per
+/// group of 32, after its two products).
+#[inline(always)]
+unsafe fn chain4<const D: bool>(
+    v: &[int8x16_t; 8],
+    y: &[int8x16_t; 8],
+    (c, r): (int32x4_t, int32x4_t),
+    steps: int32x4_t,
+) -> (int32x4_t, int32x4_t) {
+    let c = dot16::<D>(dot16::<D>(c, v[0], y[0]), v[1], y[1]);
+    let r = mla_lane::<0>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, v[2], y[2]), v[3], y[3]);
+    let r = mla_lane::<1>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, v[4], y[4]), v[5], y[5]);
+    let r = mla_lane::<2>(r, c, steps);
+    let c = dot16::<D>(dot16::<D>(c, v[6], y[6]), v[7], y[7]);
+    (c, mla_lane::<3>(r, c, steps))
+}
+
+/// A Q4_K block's scaled sums `r` with block `yb[t]` of each activation
+/// row (`steps`: the block's two step registers), its values unpacked once.
+#[inline(always)]
+unsafe fn q4_k_row<const D: bool, const N: usize>(
+    xb: &BlockQ4K,
+    yb: &[&BlockQ8K; N],
+    steps: [int32x4_t; 2],
+) -> [int32x4_t; N] {
+    let zero = vdupq_n_s32(0);
+    let mut cr = [(zero, zero); N];
+    for (h, st) in steps.into_iter().enumerate() {
+        let v = q4_k_half(xb, h);
+        for t in 0..N {
+            cr[t] = chain4::<D>(&v, &acts_half(yb[t], h), cr[t], st);
+        }
+    }
+    cr.map(|c| c.1)
+}
+
+/// [`dotn_q4_k`] with `N` activation rows: the four blocks' headers decoded
+/// once, each row's values unpacked once for every activation row, and per
+/// activation row the same finish on four lanes.
+#[inline(always)]
+unsafe fn exactn_q4_k<const D: bool, const R: usize, const N: usize>(
+    rows: [&[u8]; R],
+    a: [&[BlockQ8K]; N],
+) -> [[f32; R]; N] {
+    const { assert!(R == 4, "the Q4_K body takes four rows") };
+    let x = rows.map(as_blocks::<BlockQ4K>);
+    let nb = common_blocks(&x, &a);
+    let mut acc = [vdupq_n_f32(0.0); N];
+    for b in 0..nb {
+        let yb: [&BlockQ8K; N] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        let xb: [&BlockQ4K; 4] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let [dm, wa, wb, wc] = q4_k_headers4(xb);
+        let (scales, mins) = q4_k_scales4(wa, wb, wc);
+        let (s01, s23) = (scale_steps2(scales[0]), scale_steps2(scales[1]));
+        let steps = [s01[0], s01[1], s23[0], s23[1]];
+        // Each row's scaled sums with each activation row, reduced across
+        // the rows pairwise (integers: the order does not matter) to the
+        // lanes the decode body's finish sees.
+        let (r0, r1) = (q4_k_row::<D, N>(xb[0], &yb, steps[0]), q4_k_row::<D, N>(xb[1], &yb, steps[1]));
+        let mut p01 = r0;
+        for t in 0..N {
+            p01[t] = vpaddq_s32(r0[t], r1[t]);
+        }
+        let (r2, r3) = (q4_k_row::<D, N>(xb[2], &yb, steps[2]), q4_k_row::<D, N>(xb[3], &yb, steps[3]));
+        let m16 = [
+            vmovl_u8(vget_low_u8(mins[0])),
+            vmovl_high_u8(mins[0]),
+            vmovl_u8(vget_low_u8(mins[1])),
+            vmovl_high_u8(mins[1]),
+        ];
+        let (dm01, dm23) = fp16x8(dm);
+        let (d, dmin) = (vuzp1q_f32(dm01, dm23), vuzp2q_f32(dm01, dm23));
+        for t in 0..N {
+            let sum = vpaddq_s32(p01[t], vpaddq_s32(r2[t], r3[t]));
+            let pairs = vpaddq_s16(vld1q_s16(yb[t].bsums.as_ptr()), vld1q_s16(yb[t].bsums.as_ptr().add(8)));
+            let msum: [int32x4_t; 4] = std::array::from_fn(|r| {
+                let m = vreinterpretq_s16_u16(m16[r]);
+                vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs)
+            });
+            let msum = vpaddq_s32(vpaddq_s32(msum[0], msum[1]), vpaddq_s32(msum[2], msum[3]));
+            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(sum), vmulq_n_f32(d, yb[t].d));
+            acc[t] = vfmsq_f32(acc[t], vcvtq_f32_s32(msum), vmulq_n_f32(dmin, yb[t].d));
+        }
+    }
+    acc.map(|v| {
+        let mut out = [0.0f32; R];
+        vst1q_f32(out.as_mut_ptr(), v);
+        out
+    })
 }

@@ -2,7 +2,7 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{by_twos, dot16, fp16, fp16x4, ld_s8, paths};
+use super::{by_twos, dot16, exact_paths, fp16, fp16x4, ld_s8, paths};
 use crate::quant::{
     as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1F, F16Bytes,
 };
@@ -14,6 +14,14 @@ paths! {
     q5_0, q5_0_rows = dot_q5_0(BlockQ8_0F);
     q5_1, q5_1_rows = dot_q5_1(BlockQ8_1F);
     q8_0, q8_0_rows = dot_q8_0(BlockQ8_0F) / dotn_q8_0 * 4;
+}
+
+exact_paths! {
+    q4_0 = exact_q4_0(BlockQ8_0F);
+    q4_1 = exact_q4_1(BlockQ8_1F);
+    q5_0 = exact_q5_0(BlockQ8_0F);
+    q5_1 = exact_q5_1(BlockQ8_1F);
+    q8_0 = exact_q8_0(BlockQ8_0F) / exactn_q8_0 * 4;
 }
 
 /// 16 bytes of nibbles -> (low nibbles: values 0..16, high nibbles: values 16..32).
@@ -122,33 +130,30 @@ unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
 
 #[inline(always)]
 unsafe fn dot_q4_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
-    dot_signed::<BlockQ4_0, D>(
-        as_blocks(w),
-        a,
-        |b| b.d,
-        |b| {
-            // nibble - 8
-            let (lo, hi) = nibbles(&b.qs);
-            let eight = vdupq_n_s8(8);
-            (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
-        },
-    )
+    dot_signed::<BlockQ4_0, D>(as_blocks(w), a, |b| b.d, |b| q4_0_signed(b))
+}
+
+/// A Q4_0 block's values (nibble - 8) as two signed registers.
+#[inline(always)]
+unsafe fn q4_0_signed(b: &BlockQ4_0) -> (int8x16_t, int8x16_t) {
+    let (lo, hi) = nibbles(&b.qs);
+    let eight = vdupq_n_s8(8);
+    (vsubq_s8(vreinterpretq_s8_u8(lo), eight), vsubq_s8(vreinterpretq_s8_u8(hi), eight))
 }
 
 #[inline(always)]
 unsafe fn dot_q5_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
-    dot_signed::<BlockQ5_0, D>(
-        as_blocks(w),
-        a,
-        |b| b.d,
-        |b| {
-            // q - 16: the nibble where the fifth bit is set, nibble | 0xF0 (nibble - 16) where clear
-            let (lo, hi) = nibbles(&b.qs);
-            let (mlo, mhi) = fifth_bits(b.qh);
-            let f0 = vdupq_n_u8(0xF0);
-            (vreinterpretq_s8_u8(vorrq_u8(lo, vbicq_u8(f0, mlo))), vreinterpretq_s8_u8(vorrq_u8(hi, vbicq_u8(f0, mhi))))
-        },
-    )
+    dot_signed::<BlockQ5_0, D>(as_blocks(w), a, |b| b.d, |b| q5_0_signed(b))
+}
+
+/// A Q5_0 block's values (q - 16: the nibble where the fifth bit is set,
+/// nibble | 0xF0, i.e. nibble - 16, where clear) as two signed registers.
+#[inline(always)]
+unsafe fn q5_0_signed(b: &BlockQ5_0) -> (int8x16_t, int8x16_t) {
+    let (lo, hi) = nibbles(&b.qs);
+    let (mlo, mhi) = fifth_bits(b.qh);
+    let f0 = vdupq_n_u8(0xF0);
+    (vreinterpretq_s8_u8(vorrq_u8(lo, vbicq_u8(f0, mlo))), vreinterpretq_s8_u8(vorrq_u8(hi, vbicq_u8(f0, mhi))))
 }
 
 /// Shared loop of the formats with a scale and a minimum per block (Q8_1
@@ -181,16 +186,146 @@ unsafe fn dot_q4_1<const D: bool>(w: &[u8], a: &[BlockQ8_1F]) -> f32 {
 
 #[inline(always)]
 unsafe fn dot_q5_1<const D: bool>(w: &[u8], a: &[BlockQ8_1F]) -> f32 {
-    dot_unsigned::<BlockQ5_1, D>(
+    dot_unsigned::<BlockQ5_1, D>(as_blocks(w), a, |b| (b.d, b.m), |b| q5_1_unsigned(b))
+}
+
+/// A Q5_1 block's values (nibble + 16 * fifth bit) as two unsigned registers.
+#[inline(always)]
+unsafe fn q5_1_unsigned(b: &BlockQ5_1) -> (uint8x16_t, uint8x16_t) {
+    let (lo, hi) = nibbles(&b.qs);
+    let (mlo, mhi) = fifth_bits(b.qh);
+    let s = vdupq_n_u8(0x10);
+    (vorrq_u8(lo, vandq_u8(mlo, s)), vorrq_u8(hi, vandq_u8(mhi, s)))
+}
+
+// ---- exact kernels: N activation rows per pass over the weights --------------
+//
+// Each body below computes, for every activation row, the float operations of
+// the decode body it names in the same order (see `table::Exact`): only the
+// unpacking of the weights and the integer dot products are shared.
+
+/// [`dot_signed`] with `N` activation rows.
+#[inline(always)]
+unsafe fn exact_signed<B, const D: bool, const N: usize>(
+    x: &[B],
+    a: [&[BlockQ8_0F]; N],
+    scale: impl Fn(&B) -> F16Bytes,
+    signed: impl Fn(&B) -> (int8x16_t, int8x16_t),
+) -> [f32; N] {
+    debug_assert!(a.iter().all(|a| a.len() == x.len()));
+    // Every activation row holds at least `nb` blocks: the unchecked reads stay in bounds.
+    let nb = a.iter().fold(x.len(), |n, a| n.min(a.len()));
+    let (mut acc0, mut acc1) = ([vdupq_n_f32(0.0); N], [vdupq_n_f32(0.0); N]);
+    let mut b = 0;
+    while b + 2 <= nb {
+        let (x0, x1) = (x.get_unchecked(b), x.get_unchecked(b + 1));
+        let ((l0, h0), (l1, h1)) = (signed(x0), signed(x1));
+        let (s0, s1) = (fp16(scale(x0)), fp16(scale(x1)));
+        for t in 0..N {
+            let (y0, y1) = (a[t].get_unchecked(b), a[t].get_unchecked(b + 1));
+            let p0 = block_dot::<D>(l0, h0, &y0.qs);
+            let p1 = block_dot::<D>(l1, h1, &y1.qs);
+            acc0[t] = vmlaq_n_f32(acc0[t], vcvtq_f32_s32(p0), s0 * y0.d);
+            acc1[t] = vmlaq_n_f32(acc1[t], vcvtq_f32_s32(p1), s1 * y1.d);
+        }
+        b += 2;
+    }
+    if b < nb {
+        let xb = x.get_unchecked(b);
+        let (l, h) = signed(xb);
+        let s = fp16(scale(xb));
+        for t in 0..N {
+            let yb = a[t].get_unchecked(b);
+            acc0[t] = vmlaq_n_f32(acc0[t], vcvtq_f32_s32(block_dot::<D>(l, h, &yb.qs)), s * yb.d);
+        }
+    }
+    std::array::from_fn(|t| vaddvq_f32(vaddq_f32(acc0[t], acc1[t])))
+}
+
+/// [`dot_unsigned`] with `N` activation rows.
+#[inline(always)]
+unsafe fn exact_unsigned<B, const D: bool, const N: usize>(
+    x: &[B],
+    a: [&[BlockQ8_1F]; N],
+    dm: impl Fn(&B) -> (F16Bytes, F16Bytes),
+    unsigned: impl Fn(&B) -> (uint8x16_t, uint8x16_t),
+) -> [f32; N] {
+    debug_assert!(a.iter().all(|a| a.len() == x.len()));
+    let nb = a.iter().fold(x.len(), |n, a| n.min(a.len()));
+    let mut acc = [vdupq_n_f32(0.0); N];
+    let mut acc_m = [0.0f32; N];
+    for b in 0..nb {
+        let xb = x.get_unchecked(b);
+        let (d, m) = dm(xb);
+        let (d, m) = (fp16(d), fp16(m));
+        let (lo, hi) = unsigned(xb);
+        let (lo, hi) = (vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi));
+        for t in 0..N {
+            let yb = a[t].get_unchecked(b);
+            acc[t] = vmlaq_n_f32(acc[t], vcvtq_f32_s32(block_dot::<D>(lo, hi, &yb.qs)), d * yb.d);
+            acc_m[t] += m * yb.s;
+        }
+    }
+    std::array::from_fn(|t| vaddvq_f32(acc[t]) + acc_m[t])
+}
+
+/// [`dotn_q8_0`] with `N` activation rows: each weight register serves every
+/// activation row.
+#[inline(always)]
+unsafe fn exactn_q8_0<const D: bool, const R: usize, const N: usize>(
+    rows: [&[u8]; R],
+    a: [&[BlockQ8_0F]; N],
+) -> [[f32; R]; N] {
+    const { assert!(R == 4, "the Q8_0 body takes four rows") };
+    let x = rows.map(as_blocks::<BlockQ8_0>);
+    let nb = x.iter().fold(a.iter().fold(usize::MAX, |n, a| n.min(a.len())), |n, r| n.min(r.len()));
+    let mut acc = [[vdupq_n_f32(0.0); R]; N];
+    for b in 0..nb {
+        let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
+        let ws = fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr()));
+        let yb: [&BlockQ8_0F; N] = std::array::from_fn(|t| a[t].get_unchecked(b));
+        let w: [(int8x16_t, int8x16_t); R] = std::array::from_fn(|r| {
+            let q = xb[r].qs.as_ptr();
+            (ld_s8(q.cast()), ld_s8(q.add(16).cast()))
+        });
+        for t in 0..N {
+            let d = vmulq_n_f32(ws, yb[t].d);
+            let (y0, y1) = (ld_s8(yb[t].qs.as_ptr().cast()), ld_s8(yb[t].qs.as_ptr().add(16).cast()));
+            for r in 0..R {
+                let p = dot16::<D>(dot16::<D>(vdupq_n_s32(0), w[r].0, y0), w[r].1, y1);
+                acc[t][r] = fma_lane(acc[t][r], vcvtq_f32_s32(p), d, r);
+            }
+        }
+    }
+    acc.map(|v| v.map(|v| vaddvq_f32(v)))
+}
+
+#[inline(always)]
+unsafe fn exact_q8_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
+    exact_signed::<BlockQ8_0, D, N>(
         as_blocks(w),
         a,
-        |b| (b.d, b.m),
-        |b| {
-            // nibble + 16 * fifth bit
-            let (lo, hi) = nibbles(&b.qs);
-            let (mlo, mhi) = fifth_bits(b.qh);
-            let s = vdupq_n_u8(0x10);
-            (vorrq_u8(lo, vandq_u8(mlo, s)), vorrq_u8(hi, vandq_u8(mhi, s)))
-        },
+        |b| b.d,
+        |b| (ld_s8(b.qs.as_ptr().cast()), ld_s8(b.qs.as_ptr().add(16).cast())),
     )
+}
+
+#[inline(always)]
+unsafe fn exact_q4_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
+    exact_signed::<BlockQ4_0, D, N>(as_blocks(w), a, |b| b.d, |b| q4_0_signed(b))
+}
+
+#[inline(always)]
+unsafe fn exact_q5_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
+    exact_signed::<BlockQ5_0, D, N>(as_blocks(w), a, |b| b.d, |b| q5_0_signed(b))
+}
+
+#[inline(always)]
+unsafe fn exact_q4_1<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
+    exact_unsigned::<BlockQ4_1, D, N>(as_blocks(w), a, |b| (b.d, b.m), |b| nibbles(&b.qs))
+}
+
+#[inline(always)]
+unsafe fn exact_q5_1<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
+    exact_unsigned::<BlockQ5_1, D, N>(as_blocks(w), a, |b| (b.d, b.m), |b| q5_1_unsigned(b))
 }

@@ -20,7 +20,7 @@ mod legacy;
 mod quant;
 mod ternary;
 
-use crate::kernels::table::{Dot, Isa, Kernels, Multi};
+use crate::kernels::table::{Dot, Exact, ExactDot, ExactTable, Isa, Kernels, Multi};
 use crate::quant::F16Bytes;
 use std::arch::aarch64::*;
 use std::arch::{asm, is_aarch64_feature_detected};
@@ -191,6 +191,113 @@ macro_rules! paths {
     };
 }
 use paths;
+
+/// Instantiate the exact kernels (see [`Exact`]) of the formats in
+/// [`paths!`]: module `exact::$m::$name` (`$m` = `neon`, `dotprod`) holds
+/// `rows`, the weight rows grouped as the rows kernel groups them (`$n` at a
+/// time, the rest one by one) with one to [`EXACT_ACTS`] activation rows.
+/// `$exactn::<D, $n, N>` computes a group with `N` activation rows, each
+/// lane by the float operations of `$bodyn::<D, $n>` (only the weights'
+/// unpacking and integer sums are shared); `$exact::<D, N>` a lone row, as
+/// `$body::<D>` does. So every product equals the one decoding computes, to
+/// the bit, where the tiles are decoding's (one-row mode keeps them).
+macro_rules! exact_paths {
+    ($($name:ident = $exact:ident ($act:ty) $(/ $exactn:ident * $n:literal)?;)*) => {
+        /// The exact kernels (see [`crate::kernels::table::Exact`]).
+        pub(crate) mod exact {
+            use super::exact_paths;
+            exact_paths!(@path neon, "neon", false; $($name = $exact ($act) $(/ $exactn * $n)?;)*);
+            exact_paths!(@path dotprod, "neon,dotprod", true; $($name = $exact ($act) $(/ $exactn * $n)?;)*);
+        }
+    };
+    (@path $m:ident, $feat:literal, $d:literal; $($name:ident = $exact:ident ($act:ty) $(/ $exactn:ident * $n:literal)?;)*) => {
+        pub(crate) mod $m {
+            $(
+                pub(crate) mod $name {
+                    #[allow(unused_imports)]
+                    use crate::quant::*;
+                    /// Every weight row of `w` with the `N` activation rows `a`:
+                    /// weight row `r` with activation row `t` to `out[t * stride + r]`.
+                    #[inline]
+                    #[target_feature(enable = $feat)]
+                    #[allow(unused_mut)]
+                    unsafe fn n_rows<const N: usize>(
+                        w: &[u8],
+                        row_bytes: usize,
+                        a: [&[$act]; N],
+                        out: *mut f32,
+                        stride: usize,
+                    ) {
+                        let mut done = 0;
+                        $(
+                            for g in w.chunks_exact($n * row_bytes) {
+                                let rows: [&[u8]; $n] = std::array::from_fn(|i| &g[i * row_bytes..(i + 1) * row_bytes]);
+                                let v = super::super::super::$exactn::<$d, $n, N>(rows, a);
+                                for (t, vt) in v.iter().enumerate() {
+                                    for (i, x) in vt.iter().enumerate() {
+                                        *out.add(t * stride + done + i) = *x;
+                                    }
+                                }
+                                done += $n;
+                            }
+                        )?
+                        let rest = w.get(done * row_bytes..).unwrap_or_default();
+                        for row in rest.chunks_exact(row_bytes) {
+                            let v = super::super::super::$exact::<$d, N>(row, a);
+                            for (t, x) in v.into_iter().enumerate() {
+                                *out.add(t * stride + done) = x;
+                            }
+                            done += 1;
+                        }
+                    }
+                    #[target_feature(enable = $feat)]
+                    pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[&[$act]], out: *mut f32, stride: usize) {
+                        match *a {
+                            [a0] => n_rows(w, row_bytes, [a0], out, stride),
+                            [a0, a1] => n_rows(w, row_bytes, [a0, a1], out, stride),
+                            [a0, a1, a2] => n_rows(w, row_bytes, [a0, a1, a2], out, stride),
+                            [a0, a1, a2, a3] => n_rows(w, row_bytes, [a0, a1, a2, a3], out, stride),
+                            _ => panic!("exact kernels take 1 to {} activation rows, not {}", super::super::super::super::EXACT_ACTS, a.len()),
+                        }
+                    }
+                }
+            )*
+        }
+    };
+}
+use exact_paths;
+
+/// Activation rows per call of the exact kernels, at most.
+pub(super) const EXACT_ACTS: usize = 4;
+
+/// The exact kernels of path `isa` (see [`Exact`]). The plain NEON path
+/// has them as the dot-product path does; the i8mm path decodes with the
+/// dot-product path's rows kernels, so it takes those exact kernels.
+pub(crate) fn exact_table(isa: Isa) -> ExactTable {
+    macro_rules! exact_table {
+        ($m:ident) => {
+            |ty| {
+                use crate::quant::GgmlType as T;
+                Some(match ty {
+                    T::Q4_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_0::rows }),
+                    T::Q5_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_0::rows }),
+                    T::Q8_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q8_0::rows }),
+                    T::Q4_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_1::rows }),
+                    T::Q5_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_1::rows }),
+                    T::Q4K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q4_k::rows }),
+                    // Four activation rows spill the two rows' chains.
+                    T::Q6K => ExactDot::Q8K(Exact { acts: 3, rows: kquants::exact::$m::q6_k::rows }),
+                    _ => return None,
+                })
+            }
+        };
+    }
+    match isa {
+        Isa::Neon => exact_table!(neon),
+        Isa::Dotprod | Isa::I8mm => exact_table!(dotprod),
+        _ => |_| None,
+    }
+}
 
 /// Like [`paths!`], for bodies `$body::<D, N>` of one weight row with `N`
 /// activation rows: module `$m::$name` (`$m` = `neon`, `dotprod`) holds
