@@ -894,3 +894,45 @@ fn seeded_sampling_with_mtp_gives_the_same_tokens() {
     assert_eq!(a.tokens, b.tokens);
     assert!(b.drafted_tokens > 0);
 }
+
+#[test]
+fn seeded_sampling_on_the_quantised_hybrid_through_many_rejecting_passes() {
+    // Every third draft wrong: every verify pass rejects, and the recurrent
+    // layers replay what the passes before accepted. Their replays once
+    // grew without bound (30 tokens and more), and a pass of 32 tokens took
+    // the delta rule's chunked form, which sums in another order: a third of
+    // these seeds sampled another token within 48 (on every kernel path).
+    let m = tiny("qwen35moe-tiny-Q4_K_M");
+    let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
+    for seed in 1..=12 {
+        let off = GenerateOptions { max_tokens: 64, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
+        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
+        let mut s = session(&m);
+        let (_, a) = run(&mut s, REPETITIVE, &off);
+        testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 3)));
+        let (_, b) = run(&mut session(&m), REPETITIVE, &on);
+        testing::script_drafts(None);
+        assert_eq!(a.tokens, b.tokens, "seed {seed}");
+        assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
+    }
+}
+
+#[test]
+fn a_verify_pass_longer_than_the_delta_rules_chunk_is_exact() {
+    // Drafts of up to 40 tokens: passes of more than 32 tokens, where a
+    // prompt takes the chunked delta rule; a verify pass must not.
+    let m = tiny("qwen35moe-tiny-Q4_K_M");
+    let long = Speculation::Lookup { ngram: 3, max_draft: 40 };
+    let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
+    for seed in 1..=6 {
+        let off = GenerateOptions { max_tokens: 96, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
+        let on = GenerateOptions { speculation: long, ..off.clone() };
+        let mut s = session(&m);
+        let (_, a) = run(&mut s, REPETITIVE, &off);
+        testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 37)));
+        let (_, b) = run(&mut session(&m), REPETITIVE, &on);
+        testing::script_drafts(None);
+        assert_eq!(a.tokens, b.tokens, "seed {seed}");
+        assert!(b.drafted_tokens >= 32, "{b:?}");
+    }
+}

@@ -52,6 +52,11 @@ pub use shared::SharedSession;
 use speculate::Drafter;
 pub use speculate::{testing, Speculation, MAX_DRAFT, MAX_NGRAM, MAX_PAUSE};
 
+/// Tokens a recurrent model's rollbacks may leave to replay before the next
+/// verify pass; more are evaluated in a pass without drafts (see the decode
+/// loop in `Session::run`).
+const MAX_REPLAY: usize = 8;
+
 /// Prompt tokens are evaluated in batches of this many (cancellation is checked between them).
 const PREFILL_BATCH: usize = 512;
 /// Recurrent models: checkpoints kept (end of prompt, end of answer).
@@ -493,10 +498,17 @@ impl Session {
         // token, or it and the tokens forced after it (a grammar's
         // fast-forward), a batch that only a pass of its own computes as
         // decoding does, so it is not verified beside drafts.
+        //
+        // A verify pass takes its checkpoint before its replayed tokens: if it
+        // rejects a draft too, the next replay holds them again with the newly
+        // accepted ones. So once `MAX_REPLAY` tokens wait, they are evaluated
+        // in a pass without drafts (which commits them) rather than replayed
+        // before more drafts: else a run of rejecting passes would replay ever
+        // more tokens in every pass.
         let mut replay = 0;
         loop {
             let drafts = match drafter.as_mut() {
-                Some(d) if !pending.is_empty() && pending.len() <= replay + 1 => {
+                Some(d) if !pending.is_empty() && pending.len() <= replay + 1 && replay < MAX_REPLAY => {
                     // Room in the context (no slide inside a verify pass) and in the token budget.
                     let room = n_ctx.saturating_sub(self.state.n_past() + pending.len());
                     let left = opts.max_tokens.saturating_sub(stats.generated_tokens + 1);

@@ -32,7 +32,12 @@
 //! (qwen35moe's Gated DeltaNet: delta-rule state and conv window) cannot drop
 //! tokens: the session takes a checkpoint before the verify pass and on a
 //! rejection restores it and replays the accepted tokens in front of the next
-//! pass's batch (so the replay costs no extra pass).
+//! pass's batch (so the replay costs no extra pass). That pass's checkpoint
+//! is taken before the replayed tokens, so when it rejects too they are
+//! replayed again: once 8 tokens wait (`MAX_REPLAY`) they are evaluated in a
+//! pass without drafts instead, which commits them. In one-row mode the
+//! delta rule runs step by step however long the pass (a prompt of 32 tokens
+//! or more takes its chunked form, which sums in another order).
 //!
 //! **Adaptive draft length.** The draft length k starts at `max_draft`. A
 //! verification that accepts every draft grows k by one (up to

@@ -274,7 +274,11 @@ pub(crate) fn delta_rule_cpu(pass: &Pass, d: &DeltaRule<'_>, ssm: &mut [f32], o:
     pool.run(&|ith, _| {
         // SAFETY: each thread owns its stripe of `tmp`, and the heads it claims of the state and outputs.
         let (qs, u) = unsafe { tmp.slice(ith * per_thread, per_thread) }.split_at_mut(n * p.d_k);
-        let mut chunk = if n >= CHUNKED_FROM { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
+        // Not in one-row mode (a speculative verify pass): its tokens must
+        // each be computed as a decode step computes them, and the chunked
+        // form sums in another order.
+        let chunked = n >= CHUNKED_FROM && !pool.one_row();
+        let mut chunk = if chunked { Some(ChunkScratch::new(CHUNK, p.d_k, p.d_v)) } else { None };
         for h in heads.iter() {
             let sh = unsafe { ssm.slice(h * p.d_k * p.d_v, p.d_k * p.d_v) };
             let kh = h % p.n_k_heads;
