@@ -202,23 +202,30 @@ fn greedy_is_identical_on_gemma_270m() {
     assert!(accepted < drafted, "no draft rejected");
 }
 
+/// Seeded sampling (temperature 0.8, top-k 20, top-p 0.95) on `m` without
+/// and with `spec`, whose drafts are the first run's tokens with every
+/// `every`-th changed: the same tokens. The stats with speculation.
+fn sampled_identical(m: &Arc<Model>, spec: Speculation, max_tokens: usize, every: usize, seed: u64) -> GenerationStats {
+    let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
+    let off = GenerateOptions { max_tokens, sampler, seed: Some(seed), ..Default::default() };
+    let on = GenerateOptions { speculation: spec, ..off.clone() };
+    let mut s = session(m);
+    let (_, a) = run(&mut s, REPETITIVE, &off);
+    testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, every)));
+    let (_, b) = run(&mut session(m), REPETITIVE, &on);
+    testing::script_drafts(None);
+    assert_eq!(a.tokens, b.tokens, "seed {seed}");
+    b
+}
+
 #[test]
 fn seeded_sampling_gives_the_same_tokens() {
     // Each emitted token takes one draw, as without speculation.
     for name in ["qwen3moe-tiny-Q4_K_M", "qwen35moe-tiny-Q4_K_M", "gemma3-tiny-F32"] {
         let m = tiny(name);
-        let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
         for seed in [1, 2, 3] {
-            let off =
-                GenerateOptions { max_tokens: 48, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
-            let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
-            let mut s = session(&m);
-            let (_, a) = run(&mut s, REPETITIVE, &off);
-            testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 3)));
-            let (_, b) = run(&mut session(&m), REPETITIVE, &on);
-            testing::script_drafts(None);
-            assert_eq!(a.tokens, b.tokens, "{name} seed {seed}");
-            assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
+            let b = sampled_identical(&m, LOOKUP, 48, 3, seed);
+            assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{name}: {b:?}");
         }
     }
 }
@@ -903,16 +910,8 @@ fn seeded_sampling_on_the_quantised_hybrid_through_many_rejecting_passes() {
     // the delta rule's chunked form, which sums in another order: a third of
     // these seeds sampled another token within 48 (on every kernel path).
     let m = tiny("qwen35moe-tiny-Q4_K_M");
-    let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
     for seed in 1..=12 {
-        let off = GenerateOptions { max_tokens: 64, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
-        let on = GenerateOptions { speculation: LOOKUP, ..off.clone() };
-        let mut s = session(&m);
-        let (_, a) = run(&mut s, REPETITIVE, &off);
-        testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 3)));
-        let (_, b) = run(&mut session(&m), REPETITIVE, &on);
-        testing::script_drafts(None);
-        assert_eq!(a.tokens, b.tokens, "seed {seed}");
+        let b = sampled_identical(&m, LOOKUP, 64, 3, seed);
         assert!(b.accepted_tokens > 0 && b.accepted_tokens < b.drafted_tokens, "{b:?}");
     }
 }
@@ -922,17 +921,8 @@ fn a_verify_pass_longer_than_the_delta_rules_chunk_is_exact() {
     // Drafts of up to 40 tokens: passes of more than 32 tokens, where a
     // prompt takes the chunked delta rule; a verify pass must not.
     let m = tiny("qwen35moe-tiny-Q4_K_M");
-    let long = Speculation::Lookup { ngram: 3, max_draft: 40 };
-    let sampler = SamplerConfig { temperature: 0.8, top_k: 20, top_p: 0.95, min_p: 0.0, ..Default::default() };
     for seed in 1..=6 {
-        let off = GenerateOptions { max_tokens: 96, sampler: sampler.clone(), seed: Some(seed), ..Default::default() };
-        let on = GenerateOptions { speculation: long, ..off.clone() };
-        let mut s = session(&m);
-        let (_, a) = run(&mut s, REPETITIVE, &off);
-        testing::script_drafts(Some(corrupted(s.cached_tokens(), a.prompt_tokens, 37)));
-        let (_, b) = run(&mut session(&m), REPETITIVE, &on);
-        testing::script_drafts(None);
-        assert_eq!(a.tokens, b.tokens, "seed {seed}");
+        let b = sampled_identical(&m, Speculation::Lookup { ngram: 3, max_draft: 40 }, 96, 37, seed);
         assert!(b.drafted_tokens >= 32, "{b:?}");
     }
 }
