@@ -11,7 +11,8 @@
 # here too (the NEON paths against llama.cpp's and transformers' logits), and
 # model_logits: the qwen3moe, qwen35moe and gemma3 tiny fixtures (Q2_K..Q8_0)
 # and, where it is present, the real Gemma 3 270M (the binary takes about
-# 100 s per CPU under qemu; Gemma 3 270M's test is the longest, over 60 s).
+# 100 s per CPU under qemu; Gemma 3 270M's test is the longest, over 60 s),
+# and three speculative-verification tests end to end (release, -cpu max).
 # The tiny synthetic models' tests read $POCKET_SYNTH_TINY (made here by
 # scripts/synth-tiny.sh when unset), as the fixture tests read $POCKET_FIXTURES.
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
@@ -48,4 +49,16 @@ run cortex-a53
 echo "== aarch64 release kernels, qemu -cpu max =="
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu max" \
     cargo test -q --release -p pocket-core --target "$TARGET" --lib -- kernels 2>&1 \
+    | grep -E "^test result|FAILED|error"
+
+# Speculative verification end to end on the NEON path (release, -cpu max;
+# the whole file takes ~15 minutes under qemu, these ~2): drafts accepted and
+# rejected on every fixture architecture, greedy and seeded sampling, through
+# the exact kernels, one-row mode and the hybrid's rollbacks.
+echo "== aarch64 release speculation, qemu -cpu max =="
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu max" \
+    cargo test -q --release -p pocket-core --target "$TARGET" --test speculation -- --exact \
+        greedy_is_identical_through_accepted_and_rejected_drafts_on_every_fixture_architecture \
+        seeded_sampling_on_the_quantised_hybrid_through_many_rejecting_passes \
+        a_verify_pass_longer_than_the_delta_rules_chunk_is_exact 2>&1 \
     | grep -E "^test result|FAILED|error"
