@@ -80,6 +80,8 @@ pub struct Session {
     /// Recurrent models: the checkpoint a verify pass took, kept for the
     /// next one to reuse its memory.
     spare_checkpoint: Option<Checkpoint>,
+    /// The speculation gate's costs measured by earlier requests.
+    measured: speculate::Measured,
 }
 
 impl Session {
@@ -179,6 +181,7 @@ impl Session {
             draft,
             mtp: None,
             spare_checkpoint: None,
+            measured: speculate::Measured::default(),
         })
     }
 
@@ -433,6 +436,9 @@ impl Session {
         let model = self.model.clone();
         let tok = model.tokenizer();
         let mut drafter = opts.speculation.drafter(&model, self.draft.is_some())?;
+        if let Some(d) = drafter.as_mut() {
+            d.resume(&self.measured);
+        }
         self.follow_with_mtp(matches!(opts.speculation, Speculation::Mtp { .. }), &prompt)?;
         // The structure of the answer is compiled on a worker thread while
         // the prompt is evaluated (the vocabulary's engine, built on a
@@ -705,6 +711,9 @@ impl Session {
             self.eval_pending(None, &pending, replay, Logits::Last).0?;
         }
         self.save_checkpoint()?;
+        if let Some(d) = &drafter {
+            d.record(&mut self.measured);
+        }
         let decode_secs = decode_start.elapsed().as_secs_f64();
         if stats.generated_tokens > 1 && decode_secs > 0.0 {
             stats.decode_tokens_per_second = (stats.generated_tokens - 1) as f64 / decode_secs;

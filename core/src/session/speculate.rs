@@ -311,6 +311,31 @@ impl Drafter {
         }
     }
 
+    /// Start from the costs an earlier request of the session measured.
+    pub fn resume(&mut self, m: &Measured) {
+        let drafting = match self.source {
+            Source::Lookup { .. } => None,
+            Source::Mtp => m.mtp,
+            Source::Model => m.model,
+        };
+        if let Some(g) = self.gate.as_mut() {
+            g.costs = Costs { decode: m.decode, verify: m.verify, drafting };
+        }
+    }
+
+    /// Keep what this request measured for the session's next one.
+    pub fn record(&self, m: &mut Measured) {
+        let Some(g) = self.gate.as_ref() else { return };
+        let c = g.costs;
+        m.decode = c.decode.or(m.decode);
+        m.verify = c.verify.or(m.verify);
+        match self.source {
+            Source::Lookup { .. } => {}
+            Source::Mtp => m.mtp = c.drafting.or(m.mtp),
+            Source::Model => m.model = c.drafting.or(m.model),
+        }
+    }
+
     #[cfg(test)]
     fn k(&self) -> usize {
         self.k
@@ -334,14 +359,43 @@ struct Gate {
     /// The rate the last proposal drew on, and whether it was a probe.
     last: usize,
     probing: bool,
-    /// A decode step's pass, seconds (moving average), once measured.
-    decode: Option<f64>,
-    /// A verified row's cost beyond the decode step, in decode steps.
-    verify: f64,
-    /// Drafting one token, in decode steps (0 for lookup).
-    drafting: f64,
+    /// What the passes cost, as measured so far.
+    costs: Costs,
     idle: usize,
     probe_every: usize,
+}
+
+/// A gate's measured costs (moving averages; `None` until measured).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Costs {
+    /// A decode step's pass, seconds.
+    decode: Option<f64>,
+    /// A verified row's cost beyond the decode step, in decode steps
+    /// ([`PRIOR_VERIFY`] until measured).
+    verify: Option<f64>,
+    /// Drafting one token, in decode steps (0 for lookup).
+    drafting: Option<f64>,
+}
+
+impl Costs {
+    /// A draft's whole cost: its verified row and its drafting, in decode steps.
+    fn per_draft(&self) -> f64 {
+        self.verify.unwrap_or(PRIOR_VERIFY) + self.drafting.unwrap_or(0.0)
+    }
+}
+
+/// What a session's gates measured, carried from one request to the next,
+/// so that a short request (an extraction of a dozen tokens) chooses its
+/// draft lengths from this session's measured costs from its first step
+/// rather than from the priors. Acceptance rates are not carried: they
+/// belong to the text being written.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Measured {
+    decode: Option<f64>,
+    verify: Option<f64>,
+    /// Drafting one token with the MTP layer, with the draft model.
+    mtp: Option<f64>,
+    model: Option<f64>,
 }
 
 /// Expected tokens per second over decoding a drafting length must give.
@@ -381,9 +435,7 @@ impl Gate {
             rates: vec![Rate::PRIOR; rates.max(1)],
             last: 0,
             probing: false,
-            decode: None,
-            verify: PRIOR_VERIFY,
-            drafting: 0.0,
+            costs: Costs::default(),
             idle: 0,
             probe_every: FIRST_PROBE,
         }
@@ -396,7 +448,7 @@ impl Gate {
         }
         self.last = rate.min(self.rates.len() - 1);
         self.probing = false;
-        let k = best_length(self.rates[self.last].p(), self.verify + self.drafting, max);
+        let k = best_length(self.rates[self.last].p(), self.costs.per_draft(), max);
         if k > 0 {
             self.idle = 0;
             return k;
@@ -421,23 +473,25 @@ impl Gate {
     }
 
     fn timed_decode(&mut self, secs: f64) {
-        self.decode = Some(match self.decode {
+        self.costs.decode = Some(match self.costs.decode {
             Some(d) => d + EMA * (secs - d),
             None => secs,
         });
     }
 
     fn timed_verify(&mut self, drafts: usize, secs: f64) {
-        if let (Some(d), true) = (self.decode, drafts > 0) {
+        if let (Some(d), true) = (self.costs.decode, drafts > 0) {
             let per_row = ((secs / d - 1.0) / drafts as f64).clamp(0.0, 4.0);
-            self.verify += EMA * (per_row - self.verify);
+            let v = self.costs.verify.unwrap_or(PRIOR_VERIFY);
+            self.costs.verify = Some(v + EMA * (per_row - v));
         }
     }
 
     fn timed_drafting(&mut self, drafts: usize, secs: f64) {
-        if let (Some(d), true) = (self.decode, drafts > 0) {
+        if let (Some(d), true) = (self.costs.decode, drafts > 0) {
             let per_draft = (secs / d / drafts as f64).clamp(0.0, 4.0);
-            self.drafting += EMA * (per_draft - self.drafting);
+            let v = self.costs.drafting.unwrap_or(0.0);
+            self.costs.drafting = Some(v + EMA * (per_draft - v));
         }
     }
 }
@@ -668,6 +722,35 @@ mod tests {
             })
             .sum();
         assert!(drafted <= 8, "{drafted} drafted at a row cost of 1.2 decode steps");
+    }
+
+    #[test]
+    fn a_request_starts_from_the_costs_the_last_one_measured() {
+        // Copying (every draft accepted) where rows are cheap: the first
+        // request learns that only after its first passes; the next starts there.
+        let h: Vec<u32> = (0..40).chain(0..10).collect();
+        let first_choice = |d: &mut Drafter| d.propose(&h, 8, None, None).unwrap().len();
+        let mut measured = Measured::default();
+        let mut first = Drafter::gated_lookup(3, 8);
+        first.resume(&measured);
+        let untimed = first_choice(&mut first);
+        timed(&mut first, 0.05);
+        first.record(&mut measured);
+        assert!(measured.decode.is_some() && measured.verify.is_some(), "{measured:?}");
+        assert!(measured.mtp.is_none() && measured.model.is_none(), "lookup drafts nothing to time: {measured:?}");
+        let mut next = Drafter::gated_lookup(3, 8);
+        next.resume(&measured);
+        let resumed = first_choice(&mut next);
+        assert!(resumed > untimed, "resumed {resumed} drafts, from the priors {untimed}");
+        // A request that measured nothing (no gate: scripted or ungated) leaves them be.
+        Drafter::lookup(3, 8).record(&mut measured);
+        assert_eq!(measured.verify, first.gate.as_ref().and_then(|g| g.costs.verify));
+        // A model drafter's drafting cost is kept apart from lookup's (none).
+        let mut mtp = Drafter::with(Source::Mtp, 4);
+        mtp.resume(&measured);
+        mtp.gate.as_mut().unwrap().timed_drafting(2, 0.004);
+        mtp.record(&mut measured);
+        assert!(measured.mtp.is_some_and(|c| c > 0.0) && measured.model.is_none(), "{measured:?}");
     }
 
     #[test]
