@@ -772,6 +772,26 @@ fn a_head_over_the_first_tokens_gives_their_logits_as_the_whole_head() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(mtp.logits()), bits(&whole[..rows]), "{rows} rows");
     }
+    // Extra tokens past the first rows: runs and single ids, in id order,
+    // each once (ids within the first rows or outside the vocabulary ignored).
+    let rows = 300;
+    let last = m.n_vocab() as u32 - 1;
+    mtp.truncate(0);
+    mtp.set_head_rows(rows);
+    mtp.set_head_extra(vec![last, 305, 306, 307, 100, 420, 306, last + 5]);
+    m.mtp_forward(&pool, &mut mtp, &[prompt[0]], &h, true).unwrap();
+    let scored = [305, 306, 307, 420, last];
+    let mut want = whole[..rows].to_vec();
+    want.extend(scored.iter().map(|&t| whole[t as usize]));
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(mtp.logits()), bits(&want));
+    assert_eq!(mtp.logit_token(7), 7);
+    assert_eq!((mtp.logit_token(rows), mtp.logit_token(rows + 3), mtp.logit_token(rows + 4)), (305, 420, last));
+    // The drafter's extra tokens are the added and end-of-turn ones past its head.
+    let extra = pocket_core::session::mtp_draft_extra_tokens(&m, 0);
+    let tok = m.tokenizer();
+    assert!(!extra.is_empty() && extra.iter().all(|&t| tok.is_added(t) || tok.is_end_of_generation(t)));
+    assert!(tok.end_of_generation_tokens().all(|t| extra.contains(&t)), "{extra:?}");
     // The drafter scores a large vocabulary's first tokens, a small one whole.
     assert_eq!(pocket_core::session::mtp_draft_head_rows(248_320), pocket_core::session::MTP_DRAFT_VOCAB);
     assert_eq!(pocket_core::session::mtp_draft_head_rows(m.n_vocab()), m.n_vocab());

@@ -12,7 +12,7 @@ use super::cpu::Cpu;
 use super::expert_cache::ExpertCache;
 use super::gpu_backend::{BackendCounters, GpuBackend};
 use super::identity::ModelIdentity;
-use super::mtp::MtpState;
+use super::mtp::{HeadOut, MtpState};
 use super::network::{foreign_state, Network};
 use super::pass::{Backend, Observer, Pass};
 use super::state::{Metered, Meters, State};
@@ -555,7 +555,8 @@ impl Model {
     /// hidden states `h` (`[n][n_embd]`: row t the trunk's final-normed
     /// state, or the layer's own output, of the position before token t), at
     /// the positions after `st`'s; with `want_logits`, the last token's
-    /// logits (of the tokens [`MtpState::set_head_rows`] says). On the CPU, weights read from the mapped file (under a
+    /// logits (of the tokens [`MtpState::set_head_rows`] and
+    /// [`MtpState::set_head_extra`] say). On the CPU, weights read from the mapped file (under a
     /// memory budget too: the layer's experts are not in the expert cache).
     pub fn mtp_forward(
         &self,
@@ -592,8 +593,8 @@ impl Model {
             n: tokens.len(),
             observer: None,
         };
-        let MtpState { cache, scratch, cat, hidden, logits, head_rows, .. } = st;
-        let logits = want_logits.then_some((logits, *head_rows));
+        let MtpState { cache, scratch, cat, hidden, logits, head_rows, head_extra, scored, .. } = st;
+        let logits = want_logits.then_some(HeadOut { logits, rows: *head_rows, extra: head_extra, scored });
         mtp.forward(&pass, trunk, cache, scratch, cat, tokens, h, hidden, logits)?;
         st.n_past += tokens.len();
         Ok(())

@@ -29,7 +29,7 @@ use super::trunk::Trunk;
 use super::weights::{Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{ops, MatJob, QMatrix};
+use crate::kernels::{ops, MatJob, QActs, QMatrix};
 
 /// The layer's weights.
 pub struct Mtp {
@@ -88,8 +88,8 @@ impl Mtp {
     /// Run the layer over `tokens` at positions `pass.pos0..` paired with
     /// the hidden states `h` (`[n][n_embd]`, row t the state before token
     /// t), appending to `cache`. Leaves the head-normed outputs in `hidden`
-    /// (`[n][n_embd]`) and, with `logits` `(buffer, rows)`, the last token's
-    /// logits of the first `rows` tokens of the vocabulary there.
+    /// (`[n][n_embd]`) and, with `logits`, the last token's logits of the
+    /// tokens [`HeadOut`] names there.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -101,7 +101,7 @@ impl Mtp {
         tokens: &[u32],
         h: &[f32],
         hidden: &mut Vec<f32>,
-        logits: Option<(&mut Vec<f32>, usize)>,
+        logits: Option<HeadOut<'_>>,
     ) -> Result<()> {
         let (n, e) = (tokens.len(), trunk.n_embd);
         // cat = [EnNorm(Embed(x)) ; HNorm(h)] per token   [n][2*n_embd]
@@ -130,18 +130,44 @@ impl Mtp {
         // h' = HeadNorm(y); logits = Head · h' for the last token
         let hidden = take(hidden, n * e);
         self.head_norm.as_ref().unwrap_or(&trunk.norm).forward(x, hidden);
-        if let Some((logits, rows)) = logits {
+        if let Some(HeadOut { logits, rows, extra, scored }) = logits {
             let head = self.head.as_ref().unwrap_or(&trunk.output);
             let rows = rows.clamp(1, trunk.n_vocab);
-            let out = take(logits, rows);
-            // The head's first `rows` rows: the logits of tokens 0..rows.
+            scored.clear();
+            scored.extend(extra.iter().copied().filter(|&t| (rows..trunk.n_vocab).contains(&(t as usize))));
+            scored.sort_unstable();
+            scored.dedup();
+            let out = take(logits, rows + scored.len());
             let w = head.view(pass.file);
-            let w = QMatrix { data: &w.data[..rows * w.row_bytes()], rows, ..w };
+            let rb = w.row_bytes();
             acts.quantize(w.ty, &hidden[(n - 1) * e..], 1, w.cols);
-            pass.matmul(&mut [MatJob { w, x: acts, rows: None, out }]);
+            let acts: &QActs = acts;
+            // The head's first `rows` rows: the logits of tokens 0..rows;
+            // then the extra tokens', a product per run of consecutive ids.
+            let (first, mut rest) = out.split_at_mut(rows);
+            let mut jobs =
+                vec![MatJob { w: QMatrix { data: &w.data[..rows * rb], rows, ..w }, x: acts, rows: None, out: first }];
+            for run in scored.chunk_by(|a, b| b == &(a + 1)) {
+                let (o, r) = std::mem::take(&mut rest).split_at_mut(run.len());
+                rest = r;
+                let t0 = run[0] as usize;
+                let data = &w.data[t0 * rb..(t0 + run.len()) * rb];
+                jobs.push(MatJob { w: QMatrix { data, rows: run.len(), ..w }, x: acts, rows: None, out: o });
+            }
+            pass.matmul(&mut jobs);
         }
         Ok(())
     }
+}
+
+/// What a pass of the layer scores of the head: the first `rows` tokens of
+/// the vocabulary, then the tokens of `extra` past them (each once, in id
+/// order, into `scored`), their logits into `logits` in that order.
+pub struct HeadOut<'a> {
+    pub logits: &'a mut Vec<f32>,
+    pub rows: usize,
+    pub extra: &'a [u32],
+    pub scored: &'a mut Vec<u32>,
 }
 
 /// One sequence's state of the layer: its KV cache (positions line up with
@@ -157,6 +183,9 @@ pub struct MtpState {
     pub(crate) logits: Vec<f32>,
     /// Tokens of the vocabulary (the first ones) whose logits a pass computes.
     pub(crate) head_rows: usize,
+    /// Tokens past them a pass scores too, and those the last pass scored.
+    pub(crate) head_extra: Vec<u32>,
+    pub(crate) scored: Vec<u32>,
 }
 
 impl MtpState {
@@ -169,6 +198,25 @@ impl MtpState {
             hidden: Vec::new(),
             logits: Vec::new(),
             head_rows: usize::MAX,
+            head_extra: Vec::new(),
+            scored: Vec::new(),
+        }
+    }
+
+    /// Score these tokens too where they are past the first rows (the
+    /// drafter's end-of-turn and control tokens: an answer's last token,
+    /// `</think>`, a tool call's markers); their logits follow the first
+    /// rows' in [`logits`](Self::logits), in id order.
+    pub fn set_head_extra(&mut self, tokens: Vec<u32>) {
+        self.head_extra = tokens;
+    }
+
+    /// The token whose logit is `logits()[i]`.
+    pub fn logit_token(&self, i: usize) -> u32 {
+        let rows = self.logits.len() - self.scored.len();
+        match i.checked_sub(rows) {
+            Some(j) => self.scored[j],
+            None => i as u32,
         }
     }
 

@@ -41,7 +41,7 @@ pub use cancel::CancelHandle;
 pub(crate) use cancel::Ticket;
 use draft::DraftSession;
 use mtp::MtpDraft;
-pub use mtp::{mtp_draft_head_rows, MTP_DRAFT_VOCAB};
+pub use mtp::{mtp_draft_extra_tokens, mtp_draft_head_rows, MTP_DRAFT_VOCAB};
 pub use options::{
     ContextPolicy, GenerateOptions, GenerationStats, SessionOptions, StopReason, DEFAULT_MAX_CONTEXT,
     DEFAULT_SLIDE_SINK,

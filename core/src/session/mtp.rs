@@ -21,10 +21,10 @@
 //! draft step reads at Q2_K). Drafts score only the first
 //! [`MTP_DRAFT_VOCAB`] tokens: byte-level BPE numbers tokens in merge
 //! order, so the first ids are the most frequent pieces (the idea of
-//! FR-Spec's frequency-ranked drafting). A token outside them is never
-//! drafted (the end-of-turn tokens among them: an answer's last token is
-//! decoded, not drafted); verification keeps the output exact whatever is
-//! drafted.
+//! FR-Spec's frequency-ranked drafting), and the end-of-turn and added
+//! tokens past them (a chat format's markers, numbered last: an answer's
+//! end, `</think>`, a tool call's tags are drafted too). Any other token is
+//! never drafted; verification keeps the output exact whatever is drafted.
 //!
 //! **Rollback.** When the session drops rejected drafts, the layer drops the
 //! same positions; the hidden state that pairs with the next token comes
@@ -55,6 +55,14 @@ pub fn mtp_draft_head_rows(n_vocab: usize) -> usize {
     }
 }
 
+/// The tokens past a draft head of `rows` that it scores too: those that
+/// end a turn and the added ones (control and user-defined: a chat format's
+/// markers).
+pub fn mtp_draft_extra_tokens(model: &Model, rows: usize) -> Vec<u32> {
+    let tok = model.tokenizer();
+    (rows..model.n_vocab()).map(|t| t as u32).filter(|&t| tok.is_end_of_generation(t) || tok.is_added(t)).collect()
+}
+
 /// The layer's state, in step with the session's evaluated tokens.
 pub(super) struct MtpDraft {
     state: MtpState,
@@ -75,7 +83,9 @@ impl MtpDraft {
     pub fn new(model: &Model, n_ctx: usize, kv: KvType) -> Result<MtpDraft> {
         let n_embd = model.n_embd();
         let mut state = model.new_mtp_state(n_ctx, kv)?;
-        state.set_head_rows(mtp_draft_head_rows(model.n_vocab()));
+        let rows = mtp_draft_head_rows(model.n_vocab());
+        state.set_head_rows(rows);
+        state.set_head_extra(mtp_draft_extra_tokens(model, rows));
         Ok(MtpDraft {
             state,
             n_embd,
@@ -174,14 +184,12 @@ impl MtpDraft {
         if self.lost || k == 0 || history.len() != m + 1 || history[..m] != self.tokens[..] {
             return Ok(Vec::new());
         }
-        let n_vocab = model.n_vocab();
         let mut drafts = Vec::with_capacity(k);
         let (mut token, mut h) = (history[m], self.h_next.clone());
         let run = (|| {
             for _ in 0..k {
                 model.mtp_forward(pool, &mut self.state, &[token], &h, true)?;
-                let logits = self.state.logits();
-                token = argmax(&logits[..n_vocab.min(logits.len())]) as u32;
+                token = self.state.logit_token(argmax(self.state.logits()));
                 drafts.push(token);
                 h.copy_from_slice(self.state.hidden());
             }

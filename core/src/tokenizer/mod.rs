@@ -438,6 +438,12 @@ impl Tokenizer {
         self.vocab.has_attr(id, attr::CONTROL)
     }
 
+    /// Tokens added to the trained vocabulary: control and user-defined
+    /// ones (a chat format's markers: `<|im_end|>`, `<think>`, `<tool_call>`).
+    pub fn is_added(&self, id: u32) -> bool {
+        self.vocab.has_attr(id, attr::CONTROL | attr::USER_DEFINED)
+    }
+
     /// The first way `other`'s vocabulary differs from this one (the token
     /// count, then each token's text and type in id order), or `None` when
     /// they are the same (a draft model must be: `session/draft.rs`).

@@ -122,6 +122,7 @@ pub fn measure(
     let (mut decode, mut restore, mut draft, mut checkpoint) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut draft_full = Vec::new();
     let head_rows = pocket_core::session::mtp_draft_head_rows(model.n_vocab());
+    let head_extra = pocket_core::session::mtp_draft_extra_tokens(model, head_rows);
     let mut verify: Vec<Vec<f64>> = vec![Vec::new(); max_k];
     // Draw 0 warms up (pages the weights in, fills an expert cache) and is not kept.
     for d in 0..=draws {
@@ -150,6 +151,7 @@ pub fn measure(
         let mut draft_step = |rows: usize| -> Result<Option<f64>, String> {
             let Some(st) = mtp.as_mut() else { return Ok(None) };
             st.set_head_rows(rows);
+            st.set_head_extra(if rows == head_rows { head_extra.clone() } else { Vec::new() });
             let at = st.n_past();
             let t = Instant::now();
             model.mtp_forward(pool, st, &[step(1)], &h_last, true).map_err(e)?;

@@ -665,8 +665,8 @@ unsafe fn dot_q3_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [
                 // low 2 bits | high bit << 2: q + 4, in 0..8
                 let u = _mm256_or_si256(bits(q, 2 * j as i32, 3), bit_r_as_4(hm, r));
                 let s = scale_i16(sc, r);
-                for n in 0..N {
-                    sums.add::<V>(n, r, _mm256_maddubs_epi16(u, acts(&a[n][i], r)), s);
+                for (n, an) in a.iter().enumerate() {
+                    sums.add::<V>(n, r, _mm256_maddubs_epi16(u, acts(&an[i], r)), s);
                 }
             }
         }
@@ -830,8 +830,8 @@ unsafe fn dot_q4_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [
             // low nibbles: values 64c..64c+32 (group 2c), high nibbles: the next 32
             let (lo, hi) = (bits(q, 0, 0x0F), bits(q, 4, 0x0F));
             let (s_lo, s_hi) = (scale_i16(sc, 2 * c), scale_i16(sc, 2 * c + 1));
-            for n in 0..N {
-                let y = &a[n][i];
+            for (n, an) in a.iter().enumerate() {
+                let y = &an[i];
                 sums.add::<V>(n, 2 * c, _mm256_maddubs_epi16(lo, acts(y, 2 * c)), s_lo);
                 sums.add::<V>(n, 2 * c + 1, _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
@@ -858,8 +858,8 @@ unsafe fn dot_q5_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [
             let lo = _mm256_or_si256(bits(q, 0, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32, 1), 4));
             let hi = _mm256_or_si256(bits(q, 4, 0x0F), _mm256_slli_epi16(bits(qh, 2 * c as i32 + 1, 1), 4));
             let (s_lo, s_hi) = (scale_i16(sc, 2 * c), scale_i16(sc, 2 * c + 1));
-            for n in 0..N {
-                let y = &a[n][i];
+            for (n, an) in a.iter().enumerate() {
+                let y = &an[i];
                 sums.add::<V>(n, 2 * c, _mm256_maddubs_epi16(lo, acts(y, 2 * c)), s_lo);
                 sums.add::<V>(n, 2 * c + 1, _mm256_maddubs_epi16(hi, acts(y, 2 * c + 1)), s_hi);
             }
@@ -895,8 +895,8 @@ unsafe fn dot_q6_k<const V: u8, const N: usize, const FUSE: bool>(w: &[u8], a: [
             for (t, ut) in u.into_iter().enumerate() {
                 let r = 4 * h + t;
                 let s = scale_i16(sc, r);
-                for n in 0..N {
-                    sums.add::<V>(n, r, _mm256_maddubs_epi16(ut, acts(&a[n][i], r)), s);
+                for (n, an) in a.iter().enumerate() {
+                    sums.add::<V>(n, r, _mm256_maddubs_epi16(ut, acts(&an[i], r)), s);
                 }
             }
         }
