@@ -665,6 +665,11 @@ use pocket_core::threads::ThreadPool;
 /// into `$POCKET_SYNTH_TINY`), checked against the hash committed beside
 /// the expected figures (they were made from this very file).
 fn mtp_model() -> Arc<Model> {
+    Arc::new(Model::load(mtp_model_path()).unwrap())
+}
+
+/// The tiny MTP file's path, its hash checked (see [`mtp_model`]).
+fn mtp_model_path() -> std::path::PathBuf {
     testing::ungated(true);
     let name = "qwen35moe-tiny-mtp-Q8_0";
     let dir = std::env::var_os("POCKET_SYNTH_TINY")
@@ -679,7 +684,7 @@ fn mtp_model() -> Arc<Model> {
          its hash (core/tests/data/synth/{name}.sha256) and llama.cpp's figures in \
          mtp_drafts_and_acceptance_are_llama_cpps (the command is in its comment)"
     );
-    Arc::new(Model::load(&path).unwrap())
+    path
 }
 
 const MTP: Speculation = Speculation::Mtp { max_draft: 3 };
@@ -795,6 +800,41 @@ fn a_head_over_the_first_tokens_gives_their_logits_as_the_whole_head() {
     // The drafter scores a large vocabulary's first tokens, a small one whole.
     assert_eq!(pocket_core::session::mtp_draft_head_rows(248_320), pocket_core::session::MTP_DRAFT_VOCAB);
     assert_eq!(pocket_core::session::mtp_draft_head_rows(m.n_vocab()), m.n_vocab());
+}
+
+/// Under a memory budget the layer runs as the trunk does: its weights from
+/// the budget's resident copy, its routed experts through the expert cache
+/// (budgeted with the trunk's, not resident in full), and it computes what
+/// the mapped model computes, at the smallest budget too.
+#[test]
+fn the_mtp_layer_under_a_memory_budget_computes_what_the_mapping_does() {
+    use pocket_core::model::LoadOptions;
+    let path = mtp_model_path();
+    let file = pocket_core::gguf::GgufFile::open(&path).unwrap();
+    let exps: u64 = file.tensors().iter().filter(|t| t.name.contains("_exps.")).map(|t| t.size).sum();
+    let run = |m: &Model| {
+        let pool = ThreadPool::new(2);
+        let e = m.n_embd();
+        let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
+        let mut st = m.new_state(64, KvType::F16).unwrap();
+        st.keep_hidden(true);
+        m.forward(&pool, &mut st, &prompt, Logits::None).unwrap();
+        let mut paired = vec![0.0; e];
+        paired.extend_from_slice(&st.hidden()[..(prompt.len() - 1) * e]);
+        let mut mtp = m.new_mtp_state(64, KvType::F16).unwrap();
+        m.mtp_forward(&pool, &mut mtp, &prompt, &paired, true).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        (bits(mtp.logits()), bits(mtp.hidden()))
+    };
+    let mapped = Model::load(&path).unwrap();
+    let plan = mapped.memory_plan(0);
+    assert_eq!(plan.expert_bytes, exps, "the MTP layer's experts are budgeted with the trunk's");
+    let want = run(&mapped);
+    assert_eq!(want.0.len(), mapped.n_vocab());
+    for budget in [plan.minimum_budget_bytes, plan.minimum_budget_bytes + plan.expert_bytes / 2] {
+        let m = Model::load_with(&path, &LoadOptions { memory_budget: budget, ..Default::default() }).unwrap();
+        assert!(run(&m) == want, "budget {budget}: the layer computed otherwise");
+    }
 }
 
 /// Pocket's MTP layer driven as `llama-speculative-simple --spec-type

@@ -57,11 +57,23 @@ pub struct MemoryPlan {
     pub slot_bytes: u64,
 }
 
+/// The routed-expert tensors a budget reads through its cache: the trunk's
+/// ([`Network::experts`]) and those of the multi-token-prediction layer, if
+/// the file has one (it drafts under the budget as the trunk decodes: its
+/// experts cached, not resident in full).
+pub(super) fn budgeted_experts(net: &dyn Network) -> Vec<(usize, &Experts)> {
+    let mut all = net.experts();
+    if let Ok(Some(mtp)) = net.mtp() {
+        all.extend(mtp.experts());
+    }
+    all
+}
+
 /// The routed-expert stacks of a network, per MoE layer: `[gate, up, down]`
-/// (or `[gate_up, down]`), as [`Network::experts`] lists them.
+/// (or `[gate_up, down]`), as [`budgeted_experts`] lists them.
 pub(super) fn expert_stacks(net: &dyn Network) -> Vec<Vec<&Experts>> {
     let mut stacks: Vec<(usize, Vec<&Experts>)> = Vec::new();
-    for (layer, x) in net.experts() {
+    for (layer, x) in budgeted_experts(net) {
         match stacks.last_mut() {
             Some((l, stack)) if *l == layer => stack.push(x),
             _ => stacks.push((layer, vec![x])),
@@ -74,7 +86,7 @@ pub(super) fn expert_stacks(net: &dyn Network) -> Vec<Vec<&Experts>> {
 /// each shard of a split model) and every tensor that is not a routed-expert
 /// stack or read row by row from the mapping ([`Network::streamed`]).
 pub(super) fn resident_ranges(file: &GgufFile, net: &dyn Network) -> Vec<Range<usize>> {
-    let mut experts: Vec<Range<usize>> = net.experts().iter().map(|(_, x)| x.range()).collect();
+    let mut experts: Vec<Range<usize>> = budgeted_experts(net).iter().map(|(_, x)| x.range()).collect();
     experts.extend(net.streamed());
     let headers = file.shards().iter().map(|s| s.start as usize..(s.start + s.data_offset.min(s.bytes)) as usize);
     let tensors = file.tensors().iter().map(|t| file.tensor_range(t));
@@ -90,7 +102,7 @@ impl MemoryPlan {
         let session_bytes = state as u64 + SESSION_SCRATCH_BYTES;
         let resident_bytes: u64 = resident_ranges(file, net).iter().map(|r| r.len() as u64).sum();
         let stacks = expert_stacks(net);
-        let expert_bytes: u64 = net.experts().iter().map(|(_, x)| x.range().len() as u64).sum();
+        let expert_bytes: u64 = budgeted_experts(net).iter().map(|(_, x)| x.range().len() as u64).sum();
         let slot_bytes = ExpertCache::slot_bytes(&stacks) as u64;
         let per_token = (stacks.len() * net.experts_used()) as u64 * slot_bytes;
         let minimum_budget_bytes = resident_bytes + per_token + session_bytes;

@@ -556,8 +556,9 @@ impl Model {
     /// state, or the layer's own output, of the position before token t), at
     /// the positions after `st`'s; with `want_logits`, the last token's
     /// logits (of the tokens [`MtpState::set_head_rows`] and
-    /// [`MtpState::set_head_extra`] say). On the CPU, weights read from the mapped file (under a
-    /// memory budget too: the layer's experts are not in the expert cache).
+    /// [`MtpState::set_head_extra`] say). On the CPU; under a memory budget
+    /// as the trunk runs: weights from the resident copy, experts through
+    /// the expert cache.
     pub fn mtp_forward(
         &self,
         pool: &ThreadPool,
@@ -582,13 +583,16 @@ impl Model {
         if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= trunk.n_vocab) {
             return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary")));
         }
-        let file = self.file.source().bytes();
+        let budget = self.current_budget();
+        let experts = budget.as_ref().and_then(|b| b.cache.as_deref());
+        let source = budget.as_ref().map_or(self.file.source(), |b| &b.resident);
+        let map = (source.is_mapped() && self.faults.advise()).then_some(source);
         let pass = Pass {
-            file,
+            file: source.bytes(),
             pool,
             backend: &Cpu,
-            experts: None,
-            map: None,
+            experts,
+            map,
             pos0: st.n_past,
             n: tokens.len(),
             observer: None,

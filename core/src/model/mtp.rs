@@ -26,7 +26,7 @@ use super::pass::Pass;
 use super::scratch::take;
 use super::state::Scratch;
 use super::trunk::Trunk;
-use super::weights::{Loader, Matrix};
+use super::weights::{Experts, Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
 use crate::kernels::{ops, MatJob, QActs, QMatrix};
@@ -83,6 +83,12 @@ impl Mtp {
     /// The shape of its attention (its KV cache's).
     pub fn attn_params(&self) -> &AttnParams {
         &self.attn.p
+    }
+
+    /// Its routed-expert stacks, with its layer number (the expert cache's key).
+    pub(crate) fn experts(&self) -> [(usize, &Experts); 3] {
+        let m = &self.moe;
+        [(m.layer, &m.gate), (m.layer, &m.up), (m.layer, &m.down)]
     }
 
     /// Run the layer over `tokens` at positions `pass.pos0..` paired with
