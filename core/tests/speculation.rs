@@ -753,6 +753,16 @@ fn mtp_take(
     h[(tokens.len() - 1) * e..].to_vec()
 }
 
+/// [`MTP_PROMPT`]'s tokens and the trunk's hidden state at each of them.
+fn prompt_hidden(m: &Model, pool: &ThreadPool) -> (Vec<u32>, Vec<f32>) {
+    let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
+    let mut st = m.new_state(64, KvType::F16).unwrap();
+    st.keep_hidden(true);
+    m.forward(pool, &mut st, &prompt, Logits::None).unwrap();
+    let hidden = st.hidden().to_vec();
+    (prompt, hidden)
+}
+
 /// The drafting head over the first tokens of the vocabulary
 /// (`MtpState::set_head_rows`, what the drafter uses on large vocabularies)
 /// gives those tokens' logits exactly as the whole head does.
@@ -761,11 +771,8 @@ fn a_head_over_the_first_tokens_gives_their_logits_as_the_whole_head() {
     let m = mtp_model();
     let pool = ThreadPool::new(2);
     let e = m.n_embd();
-    let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
-    let mut st = m.new_state(64, KvType::F16).unwrap();
-    st.keep_hidden(true);
-    m.forward(&pool, &mut st, &prompt, Logits::None).unwrap();
-    let h = st.hidden()[(prompt.len() - 1) * e..].to_vec();
+    let (prompt, hidden) = prompt_hidden(&m, &pool);
+    let h = hidden[(prompt.len() - 1) * e..].to_vec();
     let mut mtp = m.new_mtp_state(64, KvType::F16).unwrap();
     m.mtp_forward(&pool, &mut mtp, &[prompt[0]], &h, true).unwrap();
     let whole = mtp.logits().to_vec();
@@ -815,12 +822,9 @@ fn the_mtp_layer_under_a_memory_budget_computes_what_the_mapping_does() {
     let run = |m: &Model| {
         let pool = ThreadPool::new(2);
         let e = m.n_embd();
-        let prompt = m.tokenizer().encode(MTP_PROMPT, true, true).unwrap();
-        let mut st = m.new_state(64, KvType::F16).unwrap();
-        st.keep_hidden(true);
-        m.forward(&pool, &mut st, &prompt, Logits::None).unwrap();
+        let (prompt, hidden) = prompt_hidden(m, &pool);
         let mut paired = vec![0.0; e];
-        paired.extend_from_slice(&st.hidden()[..(prompt.len() - 1) * e]);
+        paired.extend_from_slice(&hidden[..(prompt.len() - 1) * e]);
         let mut mtp = m.new_mtp_state(64, KvType::F16).unwrap();
         m.mtp_forward(&pool, &mut mtp, &prompt, &paired, true).unwrap();
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
