@@ -4,6 +4,34 @@
 
 use super::table::Kernels;
 
+/// `$call` with `$acts` (a slice of one to four activation rows) bound to
+/// `$arr` as an array of its length: the exact kernels' step from a slice to
+/// their bodies, generic over the number of rows (`$max`: the paths' limit,
+/// for the panic on more).
+macro_rules! with_acts {
+    ($acts:expr, $max:expr, |$arr:ident| $call:expr) => {
+        match *$acts {
+            [a0] => {
+                let $arr = [a0];
+                $call
+            }
+            [a0, a1] => {
+                let $arr = [a0, a1];
+                $call
+            }
+            [a0, a1, a2] => {
+                let $arr = [a0, a1, a2];
+                $call
+            }
+            [a0, a1, a2, a3] => {
+                let $arr = [a0, a1, a2, a3];
+                $call
+            }
+            _ => panic!("exact kernels take 1 to {} activation rows, not {}", $max, $acts.len()),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

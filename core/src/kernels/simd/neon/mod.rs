@@ -252,13 +252,7 @@ macro_rules! exact_paths {
                     }
                     #[target_feature(enable = $feat)]
                     pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[&[$act]], out: *mut f32, stride: usize) {
-                        match *a {
-                            [a0] => n_rows(w, row_bytes, [a0], out, stride),
-                            [a0, a1] => n_rows(w, row_bytes, [a0, a1], out, stride),
-                            [a0, a1, a2] => n_rows(w, row_bytes, [a0, a1, a2], out, stride),
-                            [a0, a1, a2, a3] => n_rows(w, row_bytes, [a0, a1, a2, a3], out, stride),
-                            _ => panic!("exact kernels take 1 to {} activation rows, not {}", super::super::super::super::EXACT_ACTS, a.len()),
-                        }
+                        with_acts!(a, super::super::super::super::EXACT_ACTS, |acts| n_rows(w, row_bytes, acts, out, stride))
                     }
                 }
             )*
