@@ -683,25 +683,166 @@ unsafe fn q2_k_scales(xb: &BlockQ2K) -> ([int16x8_t; 2], uint8x16_t) {
     ([w(vmovl_u8(vget_low_u8(sc))), w(vmovl_high_u8(sc))], vshrq_n_u8::<4>(raw))
 }
 
+/// A Q2_K block's minimums (`mins`, 16 bytes) against the activation group
+/// sums: `sum_g mins[g] * bsums[g]` spread over four lanes.
+#[inline(always)]
+unsafe fn q2_k_mins(mins: uint8x16_t, bsums: [int16x8_t; 2]) -> int32x4_t {
+    let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
+    dot_bsums16(w(vmovl_u8(vget_low_u8(mins))), w(vmovl_high_u8(mins)), bsums)
+}
+
 /// One Q2_K super-block's contribution to a row's 4-lane accumulator: the
 /// scaled sums `r` (16 times too large, see [`PAIR_SCALE`]) and the minimums
-/// meeting the activation group sums go through one conversion and one
-/// multiply-add, lanes `[r, r, m, m] * [d, d, dmin, dmin] * ysign`
-/// (`ysign` = `[y / 16, y / 16, -y, -y]`).
+/// meeting the activation group sums (`msum`, [`q2_k_mins`]) go through one
+/// conversion and one multiply-add, lanes `[r, r, m, m] * [d, d, dmin, dmin]
+/// * ysign` (`ysign` = `[y / 16, y / 16, -y, -y]`).
 #[inline(always)]
 unsafe fn q2_k_finish(
     acc: float32x4_t,
     r: int32x4_t,
     xb: &BlockQ2K,
-    mins: uint8x16_t,
-    bsums: [int16x8_t; 2],
+    msum: int32x4_t,
     ysign: float32x4_t,
 ) -> float32x4_t {
-    let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
-    let msum = dot_bsums16(w(vmovl_u8(vget_low_u8(mins))), w(vmovl_high_u8(mins)), bsums);
     let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
     let dm = fp16x2(std::ptr::addr_of!(xb.d).cast()); // [d, dmin, 0, 0]: adjacent in the block
     vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
+}
+
+/// The integer part of a block of two Q2_K rows (`q`: their `qs`) against a
+/// Q8_K block's activations (`y`: its `qs`), both halves chained as
+/// [`chain8`] chains them (`st`: each row's [`steps16`]), with `sdot`, in one
+/// `asm!`: the scaled sums `r` of the two rows. Written out because LLVM,
+/// scheduling the same operations from intrinsics, loads the activations
+/// with unpaired `ldur` (they sit 4 bytes into the block), rematerialises
+/// the masks every block and moves registers: 207 instructions a block of
+/// two rows against 110 here for the same integers, plus the scales and the
+/// finish.
+#[inline(always)]
+unsafe fn q2_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 4]; 2]) -> [int32x4_t; 2] {
+    let (r0, r1): (int32x4_t, int32x4_t);
+    std::arch::asm!(
+            "ldp {a0:q}, {b0:q}, [{q0}, #0]",
+            "ldp {a1:q}, {b1:q}, [{q1}, #0]",
+            "movi {c0:v}.4s, #0",
+            "movi {c1:v}.4s, #0",
+            "ldp {y0:q}, {y1:q}, [{y}, #0]",
+            "and {t0:v}.16b, {a0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m0:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mul {r0:v}.4s, {c0:v}.4s, {s00:v}.s[0]",
+            "mul {r1:v}.4s, {c1:v}.4s, {s10:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m0:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[1]",
+            "ldp {y2:q}, {y3:q}, [{y}, #32]",
+            "and {t0:v}.16b, {a0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m1:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y2:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y2:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[2]",
+            "and {t0:v}.16b, {b0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m1:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y3:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y3:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[3]",
+            "ldp {y0:q}, {y1:q}, [{y}, #64]",
+            "and {t0:v}.16b, {a0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[1]",
+            "ldp {y2:q}, {y3:q}, [{y}, #96]",
+            "ushr {t0:v}.16b, {a0:v}.16b, #6",
+            "ushr {t1:v}.16b, {a1:v}.16b, #6",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y2:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y2:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[2]",
+            "ushr {t0:v}.16b, {b0:v}.16b, #6",
+            "ushr {t1:v}.16b, {b1:v}.16b, #6",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y3:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y3:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[3]",
+            "ldp {a0:q}, {b0:q}, [{q0}, #32]",
+            "ldp {a1:q}, {b1:q}, [{q1}, #32]",
+            "ldp {y0:q}, {y1:q}, [{y}, #128]",
+            "and {t0:v}.16b, {a0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m0:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m0:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[1]",
+            "ldp {y2:q}, {y3:q}, [{y}, #160]",
+            "and {t0:v}.16b, {a0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m1:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y2:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y2:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[2]",
+            "and {t0:v}.16b, {b0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m1:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y3:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y3:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[3]",
+            "ldp {y0:q}, {y1:q}, [{y}, #192]",
+            "and {t0:v}.16b, {a0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[1]",
+            "ldp {y2:q}, {y3:q}, [{y}, #224]",
+            "ushr {t0:v}.16b, {a0:v}.16b, #6",
+            "ushr {t1:v}.16b, {a1:v}.16b, #6",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y2:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y2:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[2]",
+            "ushr {t0:v}.16b, {b0:v}.16b, #6",
+            "ushr {t1:v}.16b, {b1:v}.16b, #6",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y3:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y3:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[3]",
+        q0 = in(reg) q[0], q1 = in(reg) q[1], y = in(reg) y,
+        m0 = in(vreg) vdupq_n_u8(0x03), m1 = in(vreg) vdupq_n_u8(0x0C), m2 = in(vreg) vdupq_n_u8(0x30),
+        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s02 = in(vreg) st[0][2], s03 = in(vreg) st[0][3],
+        s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1], s12 = in(vreg) st[1][2], s13 = in(vreg) st[1][3],
+        r0 = out(vreg) r0, r1 = out(vreg) r1,
+        c0 = out(vreg) _, c1 = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _,
+        a0 = out(vreg) _, b0 = out(vreg) _, a1 = out(vreg) _, b1 = out(vreg) _,
+        y0 = out(vreg) _, y1 = out(vreg) _, y2 = out(vreg) _, y3 = out(vreg) _,
+        options(pure, readonly, nostack)
+    );
+    [r0, r1]
 }
 
 #[inline(always)]
@@ -716,18 +857,27 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let xb: [&BlockQ2K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q2_k_scales(xb[r]));
         let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].0[0], sc[r].0[1]));
-        let zero = vdupq_n_s32(0);
-        let y = acts_half(yb, 0);
-        let cr: [_; R] = std::array::from_fn(|r| {
-            chain8::<D, true>(bit_pairs(&xb[r].qs, 0).map(s8), &y, (zero, zero), st[r][0], st[r][1])
-        });
-        let y = acts_half(yb, 1);
-        let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D, false>(bit_pairs(&xb[r].qs, 1).map(s8), &y, cr[r], st[r][2], st[r][3]));
+        // The minimums first: their registers are free again for the products.
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
+        let msum: [_; R] = std::array::from_fn(|r| q2_k_mins(sc[r].1, bsums));
+        let sums: [int32x4_t; R] = if D && R == 2 {
+            let q = std::array::from_fn(|r| xb[r % R].qs.as_ptr());
+            let core = q2_k_core2_sdot(q, yb.qs.as_ptr(), std::array::from_fn(|r| st[r % R]));
+            std::array::from_fn(|r| core[r])
+        } else {
+            let zero = vdupq_n_s32(0);
+            let y = acts_half(yb, 0);
+            let cr: [_; R] = std::array::from_fn(|r| {
+                chain8::<D, true>(bit_pairs(&xb[r].qs, 0).map(s8), &y, (zero, zero), st[r][0], st[r][1])
+            });
+            let y = acts_half(yb, 1);
+            std::array::from_fn(|r| {
+                chain8::<D, false>(bit_pairs(&xb[r].qs, 1).map(s8), &y, cr[r], st[r][2], st[r][3]).1
+            })
+        };
         let ysign = vmulq_n_f32(sign, yb.d);
         for r in 0..R {
-            acc[r] = q2_k_finish(acc[r], cr[r].1, xb[r], sc[r].1, bsums, ysign);
+            acc[r] = q2_k_finish(acc[r], sums[r], xb[r], msum[r], ysign);
         }
     }
     acc.map(|v| vaddvq_f32(v))
@@ -786,6 +936,216 @@ unsafe fn q3_k_scales(xb: &BlockQ3K) -> ([int16x8_t; 2], [int16x8_t; 2]) {
     ([lo, hi], [vmulq_s16(lo, mult), vmulq_s16(hi, mult)])
 }
 
+/// The integer part of a block of two Q3_K rows against a Q8_K block's
+/// activations, as [`q2_k_core2_sdot`] computes Q2_K's: each value is its bit
+/// pair in place (see [`bit_pairs`]) with its high bit (from `hmask`)
+/// inserted just above by one `bit`, as [`q3_k_half`] places it. `q`: the
+/// rows' `qs`, `hm`: their `hmask`, `st`: their [`steps16`], `r`: each row's
+/// starting sum (the offset, negated). One `asm!` for the reason given at
+/// [`q2_k_core2_sdot`]: from intrinsics LLVM spent 344 instructions a block of
+/// two rows, here 172 plus the scales and the finish.
+#[inline(always)]
+unsafe fn q3_k_core2_sdot(
+    q: [*const u8; 2],
+    hm: [*const u8; 2],
+    y: *const i8,
+    st: [[int32x4_t; 4]; 2],
+    r: [int32x4_t; 2],
+) -> [int32x4_t; 2] {
+    let [mut r0, mut r1] = r;
+    std::arch::asm!(
+            "movi {m0:v}.16b, #0x03",
+            "movi {m1:v}.16b, #0x0c",
+            "movi {m2:v}.16b, #0x30",
+            "movi {n2:v}.16b, #0x04",
+            "movi {n4:v}.16b, #0x10",
+            "movi {n6:v}.16b, #0x40",
+            "ldp {h00:q}, {h10:q}, [{hm0}]",
+            "ldp {h01:q}, {h11:q}, [{hm1}]",
+            "ldp {a0:q}, {b0:q}, [{q0}, #0]",
+            "ldp {a1:q}, {b1:q}, [{q1}, #0]",
+            "movi {c0:v}.4s, #0",
+            "movi {c1:v}.4s, #0",
+            "ldp {y0:q}, {y1:q}, [{y}, #0]",
+            "and {t0:v}.16b, {a0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m0:v}.16b",
+            "shl {u:v}.16b, {h00:v}.16b, #2",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "shl {u:v}.16b, {h01:v}.16b, #2",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m0:v}.16b",
+            "shl {u:v}.16b, {h10:v}.16b, #2",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "shl {u:v}.16b, {h11:v}.16b, #2",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[1]",
+            "ldp {y0:q}, {y1:q}, [{y}, #32]",
+            "and {t0:v}.16b, {a0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m1:v}.16b",
+            "shl {u:v}.16b, {h00:v}.16b, #3",
+            "bit {t0:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "shl {u:v}.16b, {h01:v}.16b, #3",
+            "bit {t1:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[2]",
+            "and {t0:v}.16b, {b0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m1:v}.16b",
+            "shl {u:v}.16b, {h10:v}.16b, #3",
+            "bit {t0:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "shl {u:v}.16b, {h11:v}.16b, #3",
+            "bit {t1:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[3]",
+            "ldp {y0:q}, {y1:q}, [{y}, #64]",
+            "and {t0:v}.16b, {a0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m2:v}.16b",
+            "shl {u:v}.16b, {h00:v}.16b, #4",
+            "bit {t0:v}.16b, {u:v}.16b, {n6:v}.16b",
+            "shl {u:v}.16b, {h01:v}.16b, #4",
+            "bit {t1:v}.16b, {u:v}.16b, {n6:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m2:v}.16b",
+            "shl {u:v}.16b, {h10:v}.16b, #4",
+            "bit {t0:v}.16b, {u:v}.16b, {n6:v}.16b",
+            "shl {u:v}.16b, {h11:v}.16b, #4",
+            "bit {t1:v}.16b, {u:v}.16b, {n6:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[1]",
+            "ldp {y0:q}, {y1:q}, [{y}, #96]",
+            "ushr {t0:v}.16b, {a0:v}.16b, #6",
+            "ushr {t1:v}.16b, {a1:v}.16b, #6",
+            "ushr {u:v}.16b, {h00:v}.16b, #1",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h01:v}.16b, #1",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[2]",
+            "ushr {t0:v}.16b, {b0:v}.16b, #6",
+            "ushr {t1:v}.16b, {b1:v}.16b, #6",
+            "ushr {u:v}.16b, {h10:v}.16b, #1",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h11:v}.16b, #1",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[3]",
+            "ldp {a0:q}, {b0:q}, [{q0}, #32]",
+            "ldp {a1:q}, {b1:q}, [{q1}, #32]",
+            "ldp {y0:q}, {y1:q}, [{y}, #128]",
+            "and {t0:v}.16b, {a0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m0:v}.16b",
+            "ushr {u:v}.16b, {h00:v}.16b, #2",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h01:v}.16b, #2",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m0:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m0:v}.16b",
+            "ushr {u:v}.16b, {h10:v}.16b, #2",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h11:v}.16b, #2",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[1]",
+            "ldp {y0:q}, {y1:q}, [{y}, #160]",
+            "and {t0:v}.16b, {a0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m1:v}.16b",
+            "ushr {u:v}.16b, {h00:v}.16b, #1",
+            "bit {t0:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "ushr {u:v}.16b, {h01:v}.16b, #1",
+            "bit {t1:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[2]",
+            "and {t0:v}.16b, {b0:v}.16b, {m1:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m1:v}.16b",
+            "ushr {u:v}.16b, {h10:v}.16b, #1",
+            "bit {t0:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "ushr {u:v}.16b, {h11:v}.16b, #1",
+            "bit {t1:v}.16b, {u:v}.16b, {n4:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s02:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s12:v}.s[3]",
+            "ldp {y0:q}, {y1:q}, [{y}, #192]",
+            "and {t0:v}.16b, {a0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {a1:v}.16b, {m2:v}.16b",
+            "bit {t0:v}.16b, {h00:v}.16b, {n6:v}.16b",
+            "bit {t1:v}.16b, {h01:v}.16b, {n6:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[0]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[0]",
+            "and {t0:v}.16b, {b0:v}.16b, {m2:v}.16b",
+            "and {t1:v}.16b, {b1:v}.16b, {m2:v}.16b",
+            "bit {t0:v}.16b, {h10:v}.16b, {n6:v}.16b",
+            "bit {t1:v}.16b, {h11:v}.16b, {n6:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[1]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[1]",
+            "ldp {y0:q}, {y1:q}, [{y}, #224]",
+            "ushr {t0:v}.16b, {a0:v}.16b, #6",
+            "ushr {t1:v}.16b, {a1:v}.16b, #6",
+            "ushr {u:v}.16b, {h00:v}.16b, #5",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h01:v}.16b, #5",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y0:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[2]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[2]",
+            "ushr {t0:v}.16b, {b0:v}.16b, #6",
+            "ushr {t1:v}.16b, {b1:v}.16b, #6",
+            "ushr {u:v}.16b, {h10:v}.16b, #5",
+            "bit {t0:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "ushr {u:v}.16b, {h11:v}.16b, #5",
+            "bit {t1:v}.16b, {u:v}.16b, {n2:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y1:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s03:v}.s[3]",
+            "mla {r1:v}.4s, {c1:v}.4s, {s13:v}.s[3]",
+        q0 = in(reg) q[0], q1 = in(reg) q[1], hm0 = in(reg) hm[0], hm1 = in(reg) hm[1], y = in(reg) y,
+        m0 = out(vreg) _, m1 = out(vreg) _, m2 = out(vreg) _, n2 = out(vreg) _, n4 = out(vreg) _, n6 = out(vreg) _,
+        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s02 = in(vreg) st[0][2], s03 = in(vreg) st[0][3],
+        s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1], s12 = in(vreg) st[1][2], s13 = in(vreg) st[1][3],
+        r0 = inout(vreg) r0, r1 = inout(vreg) r1,
+        c0 = out(vreg) _, c1 = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _, u = out(vreg) _,
+        a0 = out(vreg) _, b0 = out(vreg) _, a1 = out(vreg) _, b1 = out(vreg) _,
+        h00 = out(vreg) _, h10 = out(vreg) _, h01 = out(vreg) _, h11 = out(vreg) _,
+        y0 = out(vreg) _, y1 = out(vreg) _,
+        options(pure, readonly, nostack)
+    );
+    [r0, r1]
+}
+
 #[inline(always)]
 unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8K]) -> [f32; R] {
     const { assert!(R == 2, "the Q3_K body takes two rows") };
@@ -798,17 +1158,30 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q3_k_scales(xb[r]));
         let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].1[0], sc[r].1[1]));
-        let zero = vdupq_n_s32(0);
-        let y = acts_half(yb, 0);
-        let cr: [_; R] = std::array::from_fn(|r| {
-            chain8::<D, true>(q3_k_half::<0>(xb[r]).map(s8), &y, (zero, zero), st[r][0], st[r][1])
-        });
-        let y = acts_half(yb, 1);
-        let cr: [_; R] =
-            std::array::from_fn(|r| chain8::<D, false>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
-        let (sc, d) = ([sc[0].0, sc[1].0], [&xb[0].d, &xb[1].d]);
-        acc = offset_finish2::<6>(acc, [cr[0].1, cr[1].1], sc, bsums, d, yb.d * (1.0 / 16.0));
+        let d = [&xb[0].d, &xb[1].d];
+        if D {
+            // The offset first, as the sums' starting value: its registers
+            // are free again for the products.
+            let off = |r: usize| vnegq_s32(vshlq_n_s32::<6>(dot_bsums16(sc[r].0[0], sc[r].0[1], bsums)));
+            let q = [xb[0].qs.as_ptr(), xb[1].qs.as_ptr()];
+            let hm = [xb[0].hmask.as_ptr(), xb[1].hmask.as_ptr()];
+            let [r0, r1] = q3_k_core2_sdot(q, hm, yb.qs.as_ptr(), [st[0], st[1]], [off(0), off(1)]);
+            acc =
+                vfmaq_f32(acc, vcvtq_f32_s32(vpaddq_s32(r0, r1)), vmulq_n_f32(d_pair(d[0], d[1]), yb.d * (1.0 / 16.0)));
+        } else {
+            let zero = vdupq_n_s32(0);
+            let y = acts_half(yb, 0);
+            let cr: [_; R] = std::array::from_fn(|r| {
+                chain8::<D, true>(q3_k_half::<0>(xb[r]).map(s8), &y, (zero, zero), st[r][0], st[r][1])
+            });
+            let y = acts_half(yb, 1);
+            let cr: [_; R] = std::array::from_fn(|r| {
+                chain8::<D, false>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3])
+            });
+            let sc = [sc[0].0, sc[1].0];
+            acc = offset_finish2::<6>(acc, [cr[0].1, cr[1].1], sc, bsums, d, yb.d * (1.0 / 16.0));
+        }
     }
     pair_out(acc)
 }
