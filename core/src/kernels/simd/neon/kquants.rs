@@ -379,6 +379,127 @@ unsafe fn fp16x8(v: uint32x4_t) -> (float32x4_t, float32x4_t) {
     (lo, hi)
 }
 
+/// The integer part of a block of two Q4_K rows (`q`: their `qs`) against a
+/// Q8_K block's activations (`y`: its `qs`), chained as [`q4_k_half_chain`]
+/// chains them (`st[r]`: row r's steps for groups 0..4 and 4..8), with
+/// `sdot`, in one `asm!` for the reasons given at [`q2_k_core2_sdot`]: the
+/// scaled sums of the two rows. The four-row body calls it twice (each
+/// activation loaded twice): with four rows in one `asm!`, the registers it
+/// holds leave LLVM too few for the scales around it, and it spills.
+#[inline(always)]
+unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 2]; 2]) -> [int32x4_t; 2] {
+    let (r0, r1): (int32x4_t, int32x4_t);
+    std::arch::asm!(
+            "movi {m:v}.16b, #0x0f",
+            "movi {c0:v}.4s, #0",
+            "movi {c1:v}.4s, #0",
+            "ldp {wa0:q}, {wb0:q}, [{q0}, #0]",
+            "ldp {wa1:q}, {wb1:q}, [{q1}, #0]",
+            "ldp {y0:q}, {y1:q}, [{y}, #0]",
+            "and {t0:v}.16b, {wa0:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb0:v}.16b, {m:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mul {r0:v}.4s, {c0:v}.4s, {s00:v}.s[0]",
+            "and {t0:v}.16b, {wa1:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb1:v}.16b, {m:v}.16b",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mul {r1:v}.4s, {c1:v}.4s, {s10:v}.s[0]",
+            "ldp {y0:q}, {y1:q}, [{y}, #32]",
+            "ushr {t0:v}.16b, {wa0:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb0:v}.16b, #4",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[1]",
+            "ushr {t0:v}.16b, {wa1:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb1:v}.16b, #4",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[1]",
+            "ldp {wa0:q}, {wb0:q}, [{q0}, #32]",
+            "ldp {wa1:q}, {wb1:q}, [{q1}, #32]",
+            "ldp {y0:q}, {y1:q}, [{y}, #64]",
+            "and {t0:v}.16b, {wa0:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb0:v}.16b, {m:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[2]",
+            "and {t0:v}.16b, {wa1:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb1:v}.16b, {m:v}.16b",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[2]",
+            "ldp {y0:q}, {y1:q}, [{y}, #96]",
+            "ushr {t0:v}.16b, {wa0:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb0:v}.16b, #4",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s00:v}.s[3]",
+            "ushr {t0:v}.16b, {wa1:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb1:v}.16b, #4",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s10:v}.s[3]",
+            "ldp {wa0:q}, {wb0:q}, [{q0}, #64]",
+            "ldp {wa1:q}, {wb1:q}, [{q1}, #64]",
+            "ldp {y0:q}, {y1:q}, [{y}, #128]",
+            "and {t0:v}.16b, {wa0:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb0:v}.16b, {m:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[0]",
+            "and {t0:v}.16b, {wa1:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb1:v}.16b, {m:v}.16b",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[0]",
+            "ldp {y0:q}, {y1:q}, [{y}, #160]",
+            "ushr {t0:v}.16b, {wa0:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb0:v}.16b, #4",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[1]",
+            "ushr {t0:v}.16b, {wa1:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb1:v}.16b, #4",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[1]",
+            "ldp {wa0:q}, {wb0:q}, [{q0}, #96]",
+            "ldp {wa1:q}, {wb1:q}, [{q1}, #96]",
+            "ldp {y0:q}, {y1:q}, [{y}, #192]",
+            "and {t0:v}.16b, {wa0:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb0:v}.16b, {m:v}.16b",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[2]",
+            "and {t0:v}.16b, {wa1:v}.16b, {m:v}.16b",
+            "and {t1:v}.16b, {wb1:v}.16b, {m:v}.16b",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[2]",
+            "ldp {y0:q}, {y1:q}, [{y}, #224]",
+            "ushr {t0:v}.16b, {wa0:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb0:v}.16b, #4",
+            "sdot {c0:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c0:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r0:v}.4s, {c0:v}.4s, {s01:v}.s[3]",
+            "ushr {t0:v}.16b, {wa1:v}.16b, #4",
+            "ushr {t1:v}.16b, {wb1:v}.16b, #4",
+            "sdot {c1:v}.4s, {t0:v}.16b, {y0:v}.16b",
+            "sdot {c1:v}.4s, {t1:v}.16b, {y1:v}.16b",
+            "mla {r1:v}.4s, {c1:v}.4s, {s11:v}.s[3]",
+        q0 = in(reg) q[0], q1 = in(reg) q[1], y = in(reg) y,
+        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1],
+        r0 = out(vreg) r0, r1 = out(vreg) r1,
+        c0 = out(vreg) _, c1 = out(vreg) _, m = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _,
+        wa0 = out(vreg) _, wb0 = out(vreg) _, wa1 = out(vreg) _, wb1 = out(vreg) _,
+        y0 = out(vreg) _, y1 = out(vreg) _,
+        options(pure, readonly, nostack)
+    );
+    [r0, r1]
+}
+
 /// Four Q4_K rows with one activation row. The four blocks' headers are
 /// loaded and transposed together so that their scales and mins are decoded
 /// by one pass of vector instructions for all four, and the super-block
@@ -399,12 +520,8 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let (scales, mins) = q4_k_scales4(wa, wb, wc);
         let (s01, s23) = (scale_steps2(scales[0]), scale_steps2(scales[1]));
         let steps = [s01[0], s01[1], s23[0], s23[1]];
-        let zero = vdupq_n_s32(0);
-        let y = acts_half(yb, 0);
-        let cr: [_; 4] = std::array::from_fn(|r| q4_k_half_chain::<D, true>(xb[r], 0, &y, (zero, zero), steps[r][0]));
-        let y = acts_half(yb, 1);
-        let cr: [_; 4] = std::array::from_fn(|r| q4_k_half_chain::<D, false>(xb[r], 1, &y, cr[r], steps[r][1]));
-        // The minimums against the activations' sums over each group of 32.
+        // The minimums against the activations' sums over each group of 32
+        // first: their registers are free again for the products.
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
         let m16 = [
             vmovl_u8(vget_low_u8(mins[0])),
@@ -417,11 +534,25 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
             vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs)
         });
         let sums = |v: [int32x4_t; 4]| vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
+        let msum = sums(msum);
+        let scaled = if D {
+            let y = yb.qs.as_ptr();
+            let [r0, r1] = q4_k_core2_sdot([xb[0].qs.as_ptr(), xb[1].qs.as_ptr()], y, [steps[0], steps[1]]);
+            let [r2, r3] = q4_k_core2_sdot([xb[2].qs.as_ptr(), xb[3].qs.as_ptr()], y, [steps[2], steps[3]]);
+            [r0, r1, r2, r3]
+        } else {
+            let zero = vdupq_n_s32(0);
+            let y = acts_half(yb, 0);
+            let cr: [_; 4] =
+                std::array::from_fn(|r| q4_k_half_chain::<D, true>(xb[r], 0, &y, (zero, zero), steps[r][0]));
+            let y = acts_half(yb, 1);
+            std::array::from_fn(|r| q4_k_half_chain::<D, false>(xb[r], 1, &y, cr[r], steps[r][1]).1)
+        };
         // d, dmin of the four rows: [d0, dmin0, d1, dmin1], [d2, dmin2, d3, dmin3].
         let (dm01, dm23) = fp16x8(dm);
         let (d, dmin) = (vuzp1q_f32(dm01, dm23), vuzp2q_f32(dm01, dm23));
-        acc = vfmaq_f32(acc, vcvtq_f32_s32(sums(cr.map(|c| c.1))), vmulq_n_f32(d, yb.d));
-        acc = vfmsq_f32(acc, vcvtq_f32_s32(sums(msum)), vmulq_n_f32(dmin, yb.d));
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(sums(scaled)), vmulq_n_f32(d, yb.d));
+        acc = vfmsq_f32(acc, vcvtq_f32_s32(msum), vmulq_n_f32(dmin, yb.d));
     }
     let mut out = [0.0f32; R];
     vst1q_f32(out.as_mut_ptr(), acc);
