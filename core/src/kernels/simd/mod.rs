@@ -4,29 +4,26 @@
 
 use super::table::Kernels;
 
-/// `$call` with `$acts` (a slice of one to four activation rows) bound to
-/// `$arr` as an array of its length: the exact kernels' step from a slice to
-/// their bodies, generic over the number of rows (`$max`: the paths' limit,
-/// for the panic on more).
+/// `$call` with `$acts` (a slice of one to `$max` activation rows, `$max`
+/// 4 or 8) bound to `$arr` as an array of its length: the exact kernels' step
+/// from a slice to their bodies, generic over the number of rows.
 macro_rules! with_acts {
-    ($acts:expr, $max:expr, |$arr:ident| $call:expr) => {
+    ($acts:expr, 4, |$arr:ident| $call:expr) => {
+        with_acts!(@arms $acts, 4, $arr, $call; [a0] [a0, a1] [a0, a1, a2] [a0, a1, a2, a3])
+    };
+    ($acts:expr, 8, |$arr:ident| $call:expr) => {
+        with_acts!(@arms $acts, 8, $arr, $call; [a0] [a0, a1] [a0, a1, a2] [a0, a1, a2, a3]
+            [a0, a1, a2, a3, a4] [a0, a1, a2, a3, a4, a5] [a0, a1, a2, a3, a4, a5, a6]
+            [a0, a1, a2, a3, a4, a5, a6, a7])
+    };
+    (@arms $acts:expr, $max:literal, $arr:ident, $call:expr; $([$($a:ident),*])*) => {
         match *$acts {
-            [a0] => {
-                let $arr = [a0];
-                $call
-            }
-            [a0, a1] => {
-                let $arr = [a0, a1];
-                $call
-            }
-            [a0, a1, a2] => {
-                let $arr = [a0, a1, a2];
-                $call
-            }
-            [a0, a1, a2, a3] => {
-                let $arr = [a0, a1, a2, a3];
-                $call
-            }
+            $(
+                [$($a),*] => {
+                    let $arr = [$($a),*];
+                    $call
+                }
+            )*
             _ => panic!("exact kernels take 1 to {} activation rows, not {}", $max, $acts.len()),
         }
     };

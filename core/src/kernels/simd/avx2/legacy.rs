@@ -15,8 +15,11 @@ paths! {
 }
 
 // Every body sums each activation row exactly as with one row (see
-// [`dot_signed`], [`dot_unsigned`]): all are exact kernels too.
+// [`dot_signed`], [`dot_unsigned`]): all are exact kernels too, eight
+// activation rows a pass on AVX-512 (a verify pass of up to seven drafts
+// reads the weights once).
 exact_paths! {
+    wide = 8;
     q4_0 = dot_q4_0(BlockQ8_0F);
     q4_1 = dot_q4_1(BlockQ8_1F);
     q5_0 = dot_q5_0(BlockQ8_0F);
@@ -275,27 +278,49 @@ unsafe fn dot_q5_0<const V: u8, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N])
     dot_signed::<BlockQ5_0, V, N>(as_blocks(w), a)
 }
 
+/// Block `i` of a scale-and-minimum format against the `N` activation rows
+/// (each at least `i + 1` blocks long), into `acc` and `acc_m`.
+#[inline(always)]
+unsafe fn unsigned_step<B: Unsigned32, const V: u8, const N: usize>(
+    xb: &B,
+    a: &[&[BlockQ8_1F]; N],
+    i: usize,
+    acc: &mut [__m256; N],
+    acc_m: &mut [f32; N],
+) {
+    let (d, m) = xb.scale_min();
+    let (d, m) = (fp16(d), fp16(m));
+    let d8 = _mm256_set1_ps(d);
+    let u = xb.values();
+    for n in 0..N {
+        let y = a[n].get_unchecked(i);
+        let s = dot_u8i8::<V>(_mm256_setzero_si256(), u, load32(y.qs.as_ptr().cast()));
+        // d * y.d in every lane, as the scalar product broadcast (the same
+        // f32 product), with the activation's scale broadcast as it loads.
+        acc[n] = _mm256_fmadd_ps(_mm256_mul_ps(d8, broadcast_load(&y.d)), _mm256_cvtepi32_ps(s), acc[n]);
+        // The minimum meets the activation sum, precomputed in the Q8_1 block.
+        acc_m[n] += m * y.s;
+    }
+}
+
 /// Dot products of one row of a scale-and-minimum format with `N` Q8_1
-/// activation rows.
+/// activation rows: one multiply-add chain per activation row, blocks in
+/// order, so every `N` gives each row's one-row result.
 #[inline(always)]
 unsafe fn dot_unsigned<B: Unsigned32, const V: u8, const N: usize>(x: &[B], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     debug_assert!(a.iter().all(|r| r.len() == x.len()));
+    let a = a.map(|r| &r[..x.len()]);
     let mut acc = [_mm256_setzero_ps(); N];
     let mut acc_m = [0.0f32; N];
-    for (i, xb) in x.iter().enumerate() {
-        if i % 2 == 0 {
-            prefetch_ahead((xb as *const B).cast(), 1);
-        }
-        let (d, m) = xb.scale_min();
-        let (d, m) = (fp16(d), fp16(m));
-        let u = xb.values();
-        for n in 0..N {
-            let y = &a[n][i];
-            let s = dot_u8i8::<V>(_mm256_setzero_si256(), u, load32(y.qs.as_ptr().cast()));
-            acc[n] = _mm256_fmadd_ps(_mm256_set1_ps(d * y.d), _mm256_cvtepi32_ps(s), acc[n]);
-            // The minimum meets the activation sum, precomputed in the Q8_1 block.
-            acc_m[n] += m * y.s;
-        }
+    let mut i = 0;
+    while i + 1 < x.len() {
+        prefetch_ahead((&x[i] as *const B).cast(), 1);
+        unsigned_step::<B, V, N>(&x[i], &a, i, &mut acc, &mut acc_m);
+        unsigned_step::<B, V, N>(&x[i + 1], &a, i + 1, &mut acc, &mut acc_m);
+        i += 2;
+    }
+    if i < x.len() {
+        unsigned_step::<B, V, N>(&x[i], &a, i, &mut acc, &mut acc_m);
     }
     let mut out = [0.0f32; N];
     for n in 0..N {

@@ -219,24 +219,31 @@ use paths;
 /// same float operations as with one row (see [`Exact`]) as exact kernels:
 /// module `exact::<isa>::<format>::rows` for `$body::<V, N>` (or
 /// `$body::<V, N, FUSE>` for a body written `$body<FUSE>`), `N` from 1 to
-/// [`EXACT_ACTS`].
+/// the module's `ACTS`.
 macro_rules! exact_paths {
-    ($($name:ident = $body:ident $(<$fuse:literal>)? ($act:ty);)*) => {
+    // `wide`: activation rows per call on AVX-512 (32 vector registers), 4 or
+    // 8; the AVX2 paths (16 registers) take 4.
+    (wide = $wide:tt; $($name:ident = $body:ident $(<$fuse:literal>)? ($act:ty);)*) => {
         /// The exact kernels (see [`crate::kernels::table::Exact`]).
         pub(crate) mod exact {
             use super::exact_paths;
-            exact_paths!(@isa avx2, "avx2,fma,f16c", MADD; $($name = $body [$($fuse)?] ($act);)*);
-            exact_paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX; $($name = $body [$($fuse)?] ($act);)*);
-            exact_paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX; $($name = $body [$($fuse)?] ($act);)*);
+            exact_paths!(@isa avx2, "avx2,fma,f16c", MADD, 4; $($name = $body [$($fuse)?] ($act);)*);
+            exact_paths!(@isa avxvnni, "avx2,fma,f16c,avxvnni", VEX, 4; $($name = $body [$($fuse)?] ($act);)*);
+            exact_paths!(@isa avx512vnni, "avx2,fma,f16c,avx512vnni,avx512vl", EVEX, $wide; $($name = $body [$($fuse)?] ($act);)*);
         }
     };
-    (@isa $m:ident, $features:literal, $v:ident; $($name:ident = $body:ident [$($fuse:literal)?] ($act:ty);)*) => {
+    ($($name:ident = $body:ident $(<$fuse:literal>)? ($act:ty);)*) => {
+        exact_paths!(wide = 4; $($name = $body $(<$fuse>)? ($act);)*);
+    };
+    (@isa $m:ident, $features:literal, $v:ident, $acts:tt; $($name:ident = $body:ident [$($fuse:literal)?] ($act:ty);)*) => {
         pub(crate) mod $m {
             $(
                 pub(crate) mod $name {
                     #[allow(unused_imports)]
                     use crate::quant::*;
                     use super::super::super::super::$v as V;
+                    /// Activation rows per call, at most.
+                    pub(crate) const ACTS: usize = $acts;
                     /// Every weight row of `w` with the `N` activation rows `a`.
                     #[inline]
                     #[target_feature(enable = $features)]
@@ -256,7 +263,7 @@ macro_rules! exact_paths {
                     }
                     #[target_feature(enable = $features)]
                     pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[&[$act]], out: *mut f32, stride: usize) {
-                        with_acts!(a, super::super::super::super::EXACT_ACTS, |acts| n_rows(w, row_bytes, acts, out, stride))
+                        with_acts!(a, $acts, |acts| n_rows(w, row_bytes, acts, out, stride))
                     }
                 }
             )*
@@ -264,9 +271,6 @@ macro_rules! exact_paths {
     };
 }
 use exact_paths;
-
-/// Activation rows per call of the exact kernels, at most.
-pub(super) const EXACT_ACTS: usize = 4;
 
 /// The exact kernels of path `isa` (see [`Exact`]): the formats whose bodies
 /// compute each activation row as the one-row kernel does.
@@ -276,15 +280,42 @@ pub(crate) fn exact_table(isa: Isa) -> ExactTable {
             |ty| {
                 use crate::quant::GgmlType as T;
                 Some(match ty {
-                    T::Q4_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_0::rows }),
-                    T::Q5_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_0::rows }),
-                    T::Q8_0 => ExactDot::Q8_0(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q8_0::rows }),
-                    T::Q4_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q4_1::rows }),
-                    T::Q5_1 => ExactDot::Q8_1(Exact { acts: EXACT_ACTS, rows: legacy::exact::$m::q5_1::rows }),
-                    T::Q3K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q3_k::rows }),
-                    T::Q4K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q4_k::rows }),
-                    T::Q5K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q5_k::rows }),
-                    T::Q6K => ExactDot::Q8K(Exact { acts: EXACT_ACTS, rows: kquants::exact::$m::q6_k::rows }),
+                    T::Q4_0 => ExactDot::Q8_0(Exact {
+                        acts: legacy::exact::$m::q4_0::ACTS,
+                        rows: legacy::exact::$m::q4_0::rows,
+                    }),
+                    T::Q5_0 => ExactDot::Q8_0(Exact {
+                        acts: legacy::exact::$m::q5_0::ACTS,
+                        rows: legacy::exact::$m::q5_0::rows,
+                    }),
+                    T::Q8_0 => ExactDot::Q8_0(Exact {
+                        acts: legacy::exact::$m::q8_0::ACTS,
+                        rows: legacy::exact::$m::q8_0::rows,
+                    }),
+                    T::Q4_1 => ExactDot::Q8_1(Exact {
+                        acts: legacy::exact::$m::q4_1::ACTS,
+                        rows: legacy::exact::$m::q4_1::rows,
+                    }),
+                    T::Q5_1 => ExactDot::Q8_1(Exact {
+                        acts: legacy::exact::$m::q5_1::ACTS,
+                        rows: legacy::exact::$m::q5_1::rows,
+                    }),
+                    T::Q3K => ExactDot::Q8K(Exact {
+                        acts: kquants::exact::$m::q3_k::ACTS,
+                        rows: kquants::exact::$m::q3_k::rows,
+                    }),
+                    T::Q4K => ExactDot::Q8K(Exact {
+                        acts: kquants::exact::$m::q4_k::ACTS,
+                        rows: kquants::exact::$m::q4_k::rows,
+                    }),
+                    T::Q5K => ExactDot::Q8K(Exact {
+                        acts: kquants::exact::$m::q5_k::ACTS,
+                        rows: kquants::exact::$m::q5_k::rows,
+                    }),
+                    T::Q6K => ExactDot::Q8K(Exact {
+                        acts: kquants::exact::$m::q6_k::ACTS,
+                        rows: kquants::exact::$m::q6_k::rows,
+                    }),
                     _ => return None,
                 })
             }

@@ -252,7 +252,7 @@ macro_rules! exact_paths {
                     }
                     #[target_feature(enable = $feat)]
                     pub(crate) unsafe fn rows(w: &[u8], row_bytes: usize, a: &[&[$act]], out: *mut f32, stride: usize) {
-                        with_acts!(a, super::super::super::super::EXACT_ACTS, |acts| n_rows(w, row_bytes, acts, out, stride))
+                        with_acts!(a, 4, |acts| n_rows(w, row_bytes, acts, out, stride))
                     }
                 }
             )*
@@ -262,6 +262,7 @@ macro_rules! exact_paths {
 use exact_paths;
 
 /// Activation rows per call of the exact kernels, at most.
+/// (`with_acts!` in the kernels above names the same limit.)
 pub(super) const EXACT_ACTS: usize = 4;
 
 /// The exact kernels of path `isa` (see [`Exact`]). The plain NEON path
