@@ -15,7 +15,7 @@
 //! p_g)`), so no per-group accumulator is zeroed or reduced.
 
 use super::{dot16, exact_paths, fp16, fp16x2, paths};
-use crate::quant::q3_k::{unpack_scales, unpack_scales_words};
+use crate::quant::q3_k::unpack_scales;
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     F16Bytes,
@@ -406,6 +406,21 @@ macro_rules! rows2 {
             $op, " {r1:v}.4s, {c1:v}.4s, {s1", $s, ":v}.s[", $l, "]",
         )
     };
+    // Each row's steps `s{row}$s` (i16) widened, half `$half` (`"4h"` with
+    // `sxtl`, `"8h"` with `sxtl2`), into `w{row}` for the steps of `stepw`.
+    (widen $ext:literal, $s:literal, $half:literal) => {
+        concat!(
+            $ext, " {w0:v}.4s, {s0", $s, ":v}.", $half, "\n",
+            $ext, " {w1:v}.4s, {s1", $s, ":v}.", $half,
+        )
+    };
+    // As `step`, with the steps widened into `w0`, `w1`.
+    (stepw $op:literal, $l:literal) => {
+        concat!(
+            $op, " {r0:v}.4s, {c0:v}.4s, {w0:v}.s[", $l, "]\n",
+            $op, " {r1:v}.4s, {c1:v}.4s, {w1:v}.s[", $l, "]",
+        )
+    };
     // `$a ROW $b ROW $c` for row 0, then for row 1.
     (@both $a:expr, $b:expr, $c:expr) => { concat!($a, 0, $b, 0, $c, "\n", $a, 1, $b, 1, $c) };
 }
@@ -655,9 +670,14 @@ unsafe fn sri4(a: uint8x16_t, b: uint8x16_t) -> uint8x16_t {
 /// vector k.
 #[inline(always)]
 unsafe fn steps16(lo: int16x8_t, hi: int16x8_t) -> [int32x4_t; 4] {
-    let dl = vsubq_s16(lo, vextq_s16::<1>(lo, hi));
-    let dh = vsubq_s16(hi, vextq_s16::<1>(hi, vdupq_n_s16(0)));
+    let [dl, dh] = steps16_i16(lo, hi);
     [vmovl_s16(vget_low_s16(dl)), vmovl_high_s16(dl), vmovl_s16(vget_low_s16(dh)), vmovl_high_s16(dh)]
+}
+
+/// [`steps16`] before widening: the steps of groups 0..8 and 8..16 as i16.
+#[inline(always)]
+unsafe fn steps16_i16(lo: int16x8_t, hi: int16x8_t) -> [int16x8_t; 2] {
+    [vsubq_s16(lo, vextq_s16::<1>(lo, hi)), vsubq_s16(hi, vextq_s16::<1>(hi, vdupq_n_s16(0)))]
 }
 
 /// Eight groups of 16 values (`v[i]` is group 8h + i) against half `h` of the
@@ -813,25 +833,38 @@ unsafe fn q2_k_mins(mins: uint8x16_t, bsums: [int16x8_t; 2]) -> int32x4_t {
     dot_bsums16(w(vmovl_u8(vget_low_u8(mins))), w(vmovl_high_u8(mins)), bsums)
 }
 
-/// One Q2_K super-block's contribution to a row's 4-lane accumulator: the
-/// scaled sums `r` (16 times too large, see [`PAIR_SCALE`]) and the minimums
-/// meeting the activation group sums (`msum`, [`q2_k_mins`]) go through one
-/// conversion and one multiply-add, lanes `[r, r, m, m] * [d, d, dmin, dmin]
-/// * ysign` (`ysign` = `[y / 16, y / 16, -y, -y]`).
+/// One Q2_K super-block's contribution to two rows' accumulator, lanes
+/// `[row 0 scaled, row 0 minimums, row 1 scaled, row 1 minimums]`: each
+/// row's scaled sums `r` (16 times too large, see [`PAIR_SCALE`]) and its
+/// minimums meeting the activation group sums (`msum`, [`q2_k_mins`]) added
+/// across lanes, then one conversion and one multiply-add for both rows,
+/// times `[d, dmin, d, dmin] * ysign` (`ysign` = `[y / 16, -y, y / 16, -y]`).
 #[inline(always)]
-unsafe fn q2_k_finish(
+unsafe fn q2_k_finish2(
     acc: float32x4_t,
-    r: int32x4_t,
-    xb: &BlockQ2K,
-    msum: int32x4_t,
+    r: [int32x4_t; 2],
+    xb: [&BlockQ2K; 2],
+    msum: [int32x4_t; 2],
     ysign: float32x4_t,
 ) -> float32x4_t {
-    let v = vpaddq_s32(r, msum); // [r01, r23, m01, m23]
-    let dm = fp16x2(std::ptr::addr_of!(xb.d).cast()); // [d, dmin, 0, 0]: adjacent in the block
-    vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(vzip1q_f32(dm, dm), ysign))
+    let v = vpaddq_s32(vpaddq_s32(r[0], msum[0]), vpaddq_s32(r[1], msum[1]));
+    // Each row's `d`, `dmin`: adjacent f16 values in its block.
+    let dm: float32x4_t;
+    std::arch::asm!(
+        "ldr {o:s}, [{a}]",
+        "ld1 {{{o:v}.s}}[1], [{b}]",
+        "fcvtl {o:v}.4s, {o:v}.4h",
+        a = in(reg) std::ptr::addr_of!(xb[0].d), b = in(reg) std::ptr::addr_of!(xb[1].d), o = out(vreg) dm,
+        options(pure, readonly, nostack, preserves_flags)
+    );
+    vfmaq_f32(acc, vcvtq_f32_s32(v), vmulq_f32(dm, ysign))
 }
 
-/// The integer part of a block of two Q2_K rows (`q`: their `qs`) against a
+// The Q2_K `asm!` below reads `qs` at offset 16 of the block.
+const _: () = assert!(std::mem::offset_of!(BlockQ2K, qs) == 16);
+
+/// The integer part of a block of two Q2_K rows (`x`: their blocks, `qs`
+/// read at its offset, so that no pointer is formed for it) against a
 /// Q8_K block's activations (`y`: its `qs`), both halves chained as
 /// [`chain8`] chains them (`st`: each row's [`steps16`]), with `sdot`, in one
 /// `asm!`: the scaled sums `r` of the two rows. Written out because LLVM,
@@ -841,11 +874,11 @@ unsafe fn q2_k_finish(
 /// two rows against 110 here for the same integers, plus the scales and the
 /// finish.
 #[inline(always)]
-unsafe fn q2_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 4]; 2]) -> [int32x4_t; 2] {
+unsafe fn q2_k_core2_sdot(x: [&BlockQ2K; 2], y: *const i8, st: [[int32x4_t; 4]; 2]) -> [int32x4_t; 2] {
     let (r0, r1): (int32x4_t, int32x4_t);
     std::arch::asm!(
-        "ldp {a0:q}, {b0:q}, [{q0}, #0]",
-        "ldp {a1:q}, {b1:q}, [{q1}, #0]",
+        "ldp {a0:q}, {b0:q}, [{x0}, #16]",
+        "ldp {a1:q}, {b1:q}, [{x1}, #16]",
         "movi {c0:v}.4s, #0",
         "movi {c1:v}.4s, #0",
         "ldp {y0:q}, {y1:q}, [{y}, #0]",
@@ -876,8 +909,8 @@ unsafe fn q2_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 4]; 
         rows2!(ushr "b", 6),
         rows2!(sdot "y3"),
         rows2!(step "mla", 1, 3),
-        "ldp {a0:q}, {b0:q}, [{q0}, #32]",
-        "ldp {a1:q}, {b1:q}, [{q1}, #32]",
+        "ldp {a0:q}, {b0:q}, [{x0}, #48]",
+        "ldp {a1:q}, {b1:q}, [{x1}, #48]",
         "ldp {y0:q}, {y1:q}, [{y}, #128]",
         rows2!(and "a", "m0"),
         rows2!(sdot "y0"),
@@ -906,7 +939,7 @@ unsafe fn q2_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 4]; 
         rows2!(ushr "b", 6),
         rows2!(sdot "y3"),
         rows2!(step "mla", 3, 3),
-        q0 = in(reg) q[0], q1 = in(reg) q[1], y = in(reg) y,
+        x0 = in(reg) std::ptr::from_ref(x[0]), x1 = in(reg) std::ptr::from_ref(x[1]), y = in(reg) y,
         m0 = in(vreg) vdupq_n_u8(0x03), m1 = in(vreg) vdupq_n_u8(0x0C), m2 = in(vreg) vdupq_n_u8(0x30),
         s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s02 = in(vreg) st[0][2], s03 = in(vreg) st[0][3],
         s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1], s12 = in(vreg) st[1][2], s13 = in(vreg) st[1][3],
@@ -926,8 +959,8 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
-    let sign = vld1q_f32([1.0f32 / 16.0, 1.0 / 16.0, -1.0, -1.0].as_ptr());
+    let mut acc = vdupq_n_f32(0.0);
+    let sign = vld1q_f32([1.0f32 / 16.0, -1.0, 1.0 / 16.0, -1.0].as_ptr());
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ2K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q2_k_scales(xb[r]));
@@ -936,7 +969,7 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         let msum: [_; R] = std::array::from_fn(|r| q2_k_mins(sc[r].1, bsums));
         let sums: [int32x4_t; R] = if D {
-            let core = q2_k_core2_sdot([xb[0].qs.as_ptr(), xb[1].qs.as_ptr()], yb.qs.as_ptr(), [st[0], st[1]]);
+            let core = q2_k_core2_sdot([xb[0], xb[1]], yb.qs.as_ptr(), [st[0], st[1]]);
             std::array::from_fn(|r| core[r])
         } else {
             let zero = vdupq_n_s32(0);
@@ -950,11 +983,9 @@ unsafe fn dotn_q2_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
             })
         };
         let ysign = vmulq_n_f32(sign, yb.d);
-        for r in 0..R {
-            acc[r] = q2_k_finish(acc[r], sums[r], xb[r], msum[r], ysign);
-        }
+        acc = q2_k_finish2(acc, [sums[0], sums[1]], [xb[0], xb[1]], [msum[0], msum[1]], ysign);
     }
-    acc.map(|v| vaddvq_f32(v))
+    pair_out(acc)
 }
 
 /// Half `H` of a Q3_K block as unsigned 3-bit values (value + 4) in place:
@@ -1001,29 +1032,44 @@ unsafe fn q3_k_half<const H: usize>(xb: &BlockQ3K) -> [uint8x16_t; 8] {
 /// and times the in-place factors of [`PAIR_SCALE`].
 #[inline(always)]
 unsafe fn q3_k_scales(xb: &BlockQ3K) -> ([int16x8_t; 2], [int16x8_t; 2]) {
-    let w = unpack_scales_words(&xb.scales);
-    let biased =
-        vcombine_u8(vcreate_u8(w[0] as u64 | (w[1] as u64) << 32), vcreate_u8(w[2] as u64 | (w[3] as u64) << 32));
+    // The 6-bit values as `unpack_scales_words` forms them, in vector lanes:
+    // words `a`, `b` (bytes 0..8) give the low nibbles, `a & 15, b & 15` for
+    // scales 0..8 and `a >> 4, b >> 4` for 8..16; word `high` (bytes 8..12)
+    // gives bit pair `k` of each byte to the scales `4k..4k + 4`, inserted
+    // above the nibble. (Two replicating loads, no general-purpose work.)
+    const NIBBLE_SHIFTS: u64 = 0xFCFC_FCFC_FCFC_FCFC; // 0 for bytes 0..8, -4 for 8..16
+    const PAIR_SHIFTS: [i8; 16] = [0, 0, 0, 0, -2, -2, -2, -2, -4, -4, -4, -4, -6, -6, -6, -6];
+    let ab = vreinterpretq_u8_u64(vld1q_dup_u64(xb.scales.as_ptr().cast()));
+    let low = vandq_u8(
+        vshlq_u8(ab, vreinterpretq_s8_u64(vcombine_u64(vcreate_u64(0), vcreate_u64(NIBBLE_SHIFTS)))),
+        vdupq_n_u8(0x0F),
+    );
+    let high = vreinterpretq_u8_u32(vld1q_dup_u32(xb.scales.as_ptr().add(8).cast()));
+    let pairs = vandq_u8(vshlq_u8(high, vld1q_s8(PAIR_SHIFTS.as_ptr())), vdupq_n_u8(0x03));
+    let biased = vsliq_n_u8::<4>(low, pairs);
     let sc = vsubq_s8(s8(biased), vdupq_n_s8(32));
     let (lo, hi) = (vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc));
     let mult = vreinterpretq_s16_u16(vmovl_u8(vcreate_u8(PAIR_SCALE)));
     ([lo, hi], [vmulq_s16(lo, mult), vmulq_s16(hi, mult)])
 }
 
+// The Q3_K `asm!` below reads `hmask` at offset 0 of the block, `qs` at 32.
+const _: () = assert!(std::mem::offset_of!(BlockQ3K, hmask) == 0 && std::mem::offset_of!(BlockQ3K, qs) == 32);
+
 /// The integer part of a block of two Q3_K rows against a Q8_K block's
 /// activations, as [`q2_k_core2_sdot`] computes Q2_K's: each value is its bit
 /// pair in place (see [`bit_pairs`]) with its high bit (from `hmask`)
-/// inserted just above by one `bit`, as [`q3_k_half`] places it. `q`: the
-/// rows' `qs`, `hm`: their `hmask`, `st`: their [`steps16`], `r`: each row's
-/// starting sum (the offset, negated). One `asm!` for the reason given at
-/// [`q2_k_core2_sdot`]: from intrinsics LLVM spent 344 instructions a block of
-/// two rows, here 172 plus the scales and the finish.
+/// inserted just above by one `bit`, as [`q3_k_half`] places it. `x`: the
+/// rows' blocks (`qs`, `hmask` read at their offsets), `st`: their
+/// [`steps16_i16`], `r`: each row's starting sum (the offset, negated). One
+/// `asm!` for the reason given at [`q2_k_core2_sdot`]: from intrinsics LLVM
+/// spent 344 instructions a block of two rows, here 180 plus the scales and
+/// the finish.
 #[inline(always)]
 unsafe fn q3_k_core2_sdot(
-    q: [*const u8; 2],
-    hm: [*const u8; 2],
+    x: [&BlockQ3K; 2],
     y: *const i8,
-    st: [[int32x4_t; 4]; 2],
+    st: [[int16x8_t; 2]; 2],
     r: [int32x4_t; 2],
 ) -> [int32x4_t; 2] {
     let [mut r0, mut r1] = r;
@@ -1034,90 +1080,94 @@ unsafe fn q3_k_core2_sdot(
         "movi {n2:v}.16b, #0x04",
         "movi {n4:v}.16b, #0x10",
         "movi {n6:v}.16b, #0x40",
-        "ldp {h00:q}, {h10:q}, [{hm0}]",
-        "ldp {h01:q}, {h11:q}, [{hm1}]",
-        "ldp {a0:q}, {b0:q}, [{q0}, #0]",
-        "ldp {a1:q}, {b1:q}, [{q1}, #0]",
+        "ldp {h00:q}, {h10:q}, [{x0}]",
+        "ldp {h01:q}, {h11:q}, [{x1}]",
+        "ldp {a0:q}, {b0:q}, [{x0}, #32]",
+        "ldp {a1:q}, {b1:q}, [{x1}, #32]",
         "movi {c0:v}.4s, #0",
         "movi {c1:v}.4s, #0",
         "ldp {y0:q}, {y1:q}, [{y}, #0]",
+        rows2!(widen "sxtl", 0, "4h"),
         rows2!(and "a", "m0"),
         rows2!(high shl "h0", 2, "n2"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 0, 0),
+        rows2!(stepw "mla", 0),
         rows2!(and "b", "m0"),
         rows2!(high shl "h1", 2, "n2"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 0, 1),
+        rows2!(stepw "mla", 1),
         "ldp {y0:q}, {y1:q}, [{y}, #32]",
         rows2!(and "a", "m1"),
         rows2!(high shl "h0", 3, "n4"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 0, 2),
+        rows2!(stepw "mla", 2),
         rows2!(and "b", "m1"),
         rows2!(high shl "h1", 3, "n4"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 0, 3),
+        rows2!(stepw "mla", 3),
         "ldp {y0:q}, {y1:q}, [{y}, #64]",
+        rows2!(widen "sxtl2", 0, "8h"),
         rows2!(and "a", "m2"),
         rows2!(high shl "h0", 4, "n6"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 1, 0),
+        rows2!(stepw "mla", 0),
         rows2!(and "b", "m2"),
         rows2!(high shl "h1", 4, "n6"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 1),
+        rows2!(stepw "mla", 1),
         "ldp {y0:q}, {y1:q}, [{y}, #96]",
         rows2!(ushr "a", 6),
         rows2!(high ushr "h0", 1, "n2"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 1, 2),
+        rows2!(stepw "mla", 2),
         rows2!(ushr "b", 6),
         rows2!(high ushr "h1", 1, "n2"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 3),
-        "ldp {a0:q}, {b0:q}, [{q0}, #32]",
-        "ldp {a1:q}, {b1:q}, [{q1}, #32]",
+        rows2!(stepw "mla", 3),
+        "ldp {a0:q}, {b0:q}, [{x0}, #64]",
+        "ldp {a1:q}, {b1:q}, [{x1}, #64]",
         "ldp {y0:q}, {y1:q}, [{y}, #128]",
+        rows2!(widen "sxtl", 1, "4h"),
         rows2!(and "a", "m0"),
         rows2!(high ushr "h0", 2, "n2"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 2, 0),
+        rows2!(stepw "mla", 0),
         rows2!(and "b", "m0"),
         rows2!(high ushr "h1", 2, "n2"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 2, 1),
+        rows2!(stepw "mla", 1),
         "ldp {y0:q}, {y1:q}, [{y}, #160]",
         rows2!(and "a", "m1"),
         rows2!(high ushr "h0", 1, "n4"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 2, 2),
+        rows2!(stepw "mla", 2),
         rows2!(and "b", "m1"),
         rows2!(high ushr "h1", 1, "n4"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 2, 3),
+        rows2!(stepw "mla", 3),
         "ldp {y0:q}, {y1:q}, [{y}, #192]",
+        rows2!(widen "sxtl2", 1, "8h"),
         rows2!(and "a", "m2"),
         rows2!(high "h0", "n6"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 3, 0),
+        rows2!(stepw "mla", 0),
         rows2!(and "b", "m2"),
         rows2!(high "h1", "n6"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 3, 1),
+        rows2!(stepw "mla", 1),
         "ldp {y0:q}, {y1:q}, [{y}, #224]",
         rows2!(ushr "a", 6),
         rows2!(high ushr "h0", 5, "n2"),
         rows2!(sdot "y0"),
-        rows2!(step "mla", 3, 2),
+        rows2!(stepw "mla", 2),
         rows2!(ushr "b", 6),
         rows2!(high ushr "h1", 5, "n2"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 3, 3),
-        q0 = in(reg) q[0], q1 = in(reg) q[1], hm0 = in(reg) hm[0], hm1 = in(reg) hm[1], y = in(reg) y,
+        rows2!(stepw "mla", 3),
+        x0 = in(reg) std::ptr::from_ref(x[0]), x1 = in(reg) std::ptr::from_ref(x[1]), y = in(reg) y,
         m0 = out(vreg) _, m1 = out(vreg) _, m2 = out(vreg) _, n2 = out(vreg) _, n4 = out(vreg) _, n6 = out(vreg) _,
-        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s02 = in(vreg) st[0][2], s03 = in(vreg) st[0][3],
-        s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1], s12 = in(vreg) st[1][2], s13 = in(vreg) st[1][3],
+        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1],
+        w0 = out(vreg) _, w1 = out(vreg) _,
         r0 = inout(vreg) r0, r1 = inout(vreg) r1,
         c0 = out(vreg) _, c1 = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _, u = out(vreg) _,
         a0 = out(vreg) _, b0 = out(vreg) _, a1 = out(vreg) _, b1 = out(vreg) _,
@@ -1139,19 +1189,20 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     for (b, yb) in a[..nb].iter().enumerate() {
         let xb: [&BlockQ3K; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let sc: [_; R] = std::array::from_fn(|r| q3_k_scales(xb[r]));
-        let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].1[0], sc[r].1[1]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
         let d = [&xb[0].d, &xb[1].d];
         if D {
+            // The steps go in as i16 and are widened a quarter at a time
+            // inside: eight registers fewer held across the products.
+            let st: [_; R] = std::array::from_fn(|r| steps16_i16(sc[r].1[0], sc[r].1[1]));
             // The offset first, as the sums' starting value: its registers
             // are free again for the products.
             let off = |r: usize| vnegq_s32(vshlq_n_s32::<6>(dot_bsums16(sc[r].0[0], sc[r].0[1], bsums)));
-            let q = [xb[0].qs.as_ptr(), xb[1].qs.as_ptr()];
-            let hm = [xb[0].hmask.as_ptr(), xb[1].hmask.as_ptr()];
-            let [r0, r1] = q3_k_core2_sdot(q, hm, yb.qs.as_ptr(), [st[0], st[1]], [off(0), off(1)]);
+            let [r0, r1] = q3_k_core2_sdot([xb[0], xb[1]], yb.qs.as_ptr(), [st[0], st[1]], [off(0), off(1)]);
             acc =
                 vfmaq_f32(acc, vcvtq_f32_s32(vpaddq_s32(r0, r1)), vmulq_n_f32(d_pair(d[0], d[1]), yb.d * (1.0 / 16.0)));
         } else {
+            let st: [_; R] = std::array::from_fn(|r| steps16(sc[r].1[0], sc[r].1[1]));
             let zero = vdupq_n_s32(0);
             let y = acts_half(yb, 0);
             let cr: [_; R] = std::array::from_fn(|r| {
