@@ -279,43 +279,22 @@ pub(crate) fn exact_table(isa: Isa) -> ExactTable {
         ($m:ident) => {
             |ty| {
                 use crate::quant::GgmlType as T;
+                // Each format's kernel and its activation rows per call.
+                macro_rules! e {
+                    ($dot:ident, $file:ident, $f:ident) => {
+                        ExactDot::$dot(Exact { acts: $file::exact::$m::$f::ACTS, rows: $file::exact::$m::$f::rows })
+                    };
+                }
                 Some(match ty {
-                    T::Q4_0 => ExactDot::Q8_0(Exact {
-                        acts: legacy::exact::$m::q4_0::ACTS,
-                        rows: legacy::exact::$m::q4_0::rows,
-                    }),
-                    T::Q5_0 => ExactDot::Q8_0(Exact {
-                        acts: legacy::exact::$m::q5_0::ACTS,
-                        rows: legacy::exact::$m::q5_0::rows,
-                    }),
-                    T::Q8_0 => ExactDot::Q8_0(Exact {
-                        acts: legacy::exact::$m::q8_0::ACTS,
-                        rows: legacy::exact::$m::q8_0::rows,
-                    }),
-                    T::Q4_1 => ExactDot::Q8_1(Exact {
-                        acts: legacy::exact::$m::q4_1::ACTS,
-                        rows: legacy::exact::$m::q4_1::rows,
-                    }),
-                    T::Q5_1 => ExactDot::Q8_1(Exact {
-                        acts: legacy::exact::$m::q5_1::ACTS,
-                        rows: legacy::exact::$m::q5_1::rows,
-                    }),
-                    T::Q3K => ExactDot::Q8K(Exact {
-                        acts: kquants::exact::$m::q3_k::ACTS,
-                        rows: kquants::exact::$m::q3_k::rows,
-                    }),
-                    T::Q4K => ExactDot::Q8K(Exact {
-                        acts: kquants::exact::$m::q4_k::ACTS,
-                        rows: kquants::exact::$m::q4_k::rows,
-                    }),
-                    T::Q5K => ExactDot::Q8K(Exact {
-                        acts: kquants::exact::$m::q5_k::ACTS,
-                        rows: kquants::exact::$m::q5_k::rows,
-                    }),
-                    T::Q6K => ExactDot::Q8K(Exact {
-                        acts: kquants::exact::$m::q6_k::ACTS,
-                        rows: kquants::exact::$m::q6_k::rows,
-                    }),
+                    T::Q4_0 => e!(Q8_0, legacy, q4_0),
+                    T::Q5_0 => e!(Q8_0, legacy, q5_0),
+                    T::Q8_0 => e!(Q8_0, legacy, q8_0),
+                    T::Q4_1 => e!(Q8_1, legacy, q4_1),
+                    T::Q5_1 => e!(Q8_1, legacy, q5_1),
+                    T::Q3K => e!(Q8K, kquants, q3_k),
+                    T::Q4K => e!(Q8K, kquants, q4_k),
+                    T::Q5K => e!(Q8K, kquants, q5_k),
+                    T::Q6K => e!(Q8K, kquants, q6_k),
                     _ => return None,
                 })
             }
