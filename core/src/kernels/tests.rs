@@ -538,8 +538,11 @@ fn silu_equals_scalar_twin() {
 fn state_kernels_equal_scalar_twins() {
     let mut rng = Rng::new(23);
     for k in simd_paths() {
-        // Column counts around the block sizes (32 on NEON and AVX2), odd rows.
-        for (rows, dv) in [(1, 1), (2, 0), (3, 7), (5, 16), (7, 33), (9, 48), (3, 31), (5, 64), (16, 128), (4, 130)] {
+        // Column counts around the block sizes (NEON: 32, updates 64 then 32;
+        // AVX2: 32), odd rows.
+        for (rows, dv) in
+            [(1, 1), (2, 0), (3, 7), (5, 16), (7, 33), (9, 48), (3, 31), (5, 64), (3, 96), (16, 128), (4, 130)]
+        {
             let s = rng.vec(rows * dv, 1.0);
             let (kk, q, d) = (rng.vec(rows, 1.0), rng.vec(rows, 1.0), rng.vec(dv, 1.0));
             let (mut u1, mut o1) = (vec![f32::NAN; dv], vec![f32::NAN; dv]);
