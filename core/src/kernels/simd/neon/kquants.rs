@@ -329,16 +329,17 @@ unsafe fn mul_lane<const L: usize>(c: int32x4_t, s: int32x4_t) -> int32x4_t {
 
 /// The headers of four Q4_K blocks (`d`, `dmin` and the 12 scale bytes: the
 /// first 16 bytes of each), transposed: `[d|dmin, a, b, c]` words of the four
-/// blocks, one register per word, one lane per block.
+/// blocks, one register per word, one lane per block. Four loads: the first
+/// block's words replicated to every lane (`ld4r`), the others each into
+/// its lane (`ld4` to a lane), which transposes as it loads.
 #[inline(always)]
 unsafe fn q4_k_headers4(xb: [&BlockQ4K; 4]) -> [uint32x4_t; 4] {
-    let ld = |i: usize| vld1q_u32((xb[i] as *const BlockQ4K).cast());
-    let (v0, v1, v2, v3) = (ld(0), ld(1), ld(2), ld(3));
-    let (t0, t1) = (vtrn1q_u32(v0, v1), vtrn2q_u32(v0, v1));
-    let (t2, t3) = (vtrn1q_u32(v2, v3), vtrn2q_u32(v2, v3));
-    let w = |x: uint32x4_t| vreinterpretq_u64_u32(x);
-    let u = |x: uint64x2_t| vreinterpretq_u32_u64(x);
-    [u(vtrn1q_u64(w(t0), w(t2))), u(vtrn1q_u64(w(t1), w(t3))), u(vtrn2q_u64(w(t0), w(t2))), u(vtrn2q_u64(w(t1), w(t3)))]
+    let p = |i: usize| (xb[i] as *const BlockQ4K).cast::<u32>();
+    let v = vld4q_dup_u32(p(0));
+    let v = vld4q_lane_u32::<1>(p(1), v);
+    let v = vld4q_lane_u32::<2>(p(2), v);
+    let v = vld4q_lane_u32::<3>(p(3), v);
+    [v.0, v.1, v.2, v.3]
 }
 
 /// The 6-bit scales and mins of four Q4_K blocks from their transposed
@@ -368,6 +369,21 @@ unsafe fn scale_steps2(s: uint8x16_t) -> [[int32x4_t; 2]; 2] {
     let d = vreinterpretq_s8_u8(vsubq_u8(s, vreinterpretq_u8_u64(vshrq_n_u64::<8>(vreinterpretq_u64_u8(s)))));
     let w = |h: int16x8_t| [vmovl_s16(vget_low_s16(h)), vmovl_high_s16(h)];
     [w(vmovl_s8(vget_low_s8(d))), w(vmovl_high_s8(d))]
+}
+
+/// [`scale_steps2`] before widening: each block's eight steps as i16.
+#[inline(always)]
+unsafe fn scale_steps2_i16(s: uint8x16_t) -> [int16x8_t; 2] {
+    let d = vreinterpretq_s8_u8(vsubq_u8(s, vreinterpretq_u8_u64(vshrq_n_u64::<8>(vreinterpretq_u64_u8(s)))));
+    [vmovl_s8(vget_low_s8(d)), vmovl_high_s8(d)]
+}
+
+/// `v` unchanged, computed here: an `asm!` with effects (not `pure`) that
+/// LLVM cannot move the computation of `v` past.
+#[inline(always)]
+unsafe fn barrier(mut v: int32x4_t) -> int32x4_t {
+    std::arch::asm!("/* {v:v} */", v = inout(vreg) v, options(nomem, nostack, preserves_flags));
+    v
 }
 
 /// f16 lanes 0..4 and 4..8 of `v` as f32 (`fcvtl`, `fcvtl2`).
@@ -433,7 +449,7 @@ macro_rules! rows2 {
 /// activation loaded twice): with four rows in one `asm!`, the registers it
 /// holds leave LLVM too few for the scales around it, and it spills.
 #[inline(always)]
-unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 2]; 2]) -> [int32x4_t; 2] {
+unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [int16x8_t; 2]) -> [int32x4_t; 2] {
     let (r0, r1): (int32x4_t, int32x4_t);
     std::arch::asm!(
         "movi {m:v}.16b, #0x0f",
@@ -442,17 +458,18 @@ unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 2]; 
         "ldp {a0:q}, {b0:q}, [{q0}, #0]",
         "ldp {a1:q}, {b1:q}, [{q1}, #0]",
         "ldp {y0:q}, {y1:q}, [{y}, #0]",
+        rows2!(widen "sxtl", "", "4h"),
         rows2!(and "a", "m"),
         rows2!(sdot "y0"),
         rows2!(and "b", "m"),
         rows2!(sdot "y1"),
-        rows2!(step "mul", 0, 0),
+        rows2!(stepw "mul", 0),
         "ldp {y0:q}, {y1:q}, [{y}, #32]",
         rows2!(ushr "a", 4),
         rows2!(sdot "y0"),
         rows2!(ushr "b", 4),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 0, 1),
+        rows2!(stepw "mla", 1),
         "ldp {a0:q}, {b0:q}, [{q0}, #32]",
         "ldp {a1:q}, {b1:q}, [{q1}, #32]",
         "ldp {y0:q}, {y1:q}, [{y}, #64]",
@@ -460,27 +477,28 @@ unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 2]; 
         rows2!(sdot "y0"),
         rows2!(and "b", "m"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 0, 2),
+        rows2!(stepw "mla", 2),
         "ldp {y0:q}, {y1:q}, [{y}, #96]",
         rows2!(ushr "a", 4),
         rows2!(sdot "y0"),
         rows2!(ushr "b", 4),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 0, 3),
+        rows2!(stepw "mla", 3),
         "ldp {a0:q}, {b0:q}, [{q0}, #64]",
         "ldp {a1:q}, {b1:q}, [{q1}, #64]",
         "ldp {y0:q}, {y1:q}, [{y}, #128]",
+        rows2!(widen "sxtl2", "", "8h"),
         rows2!(and "a", "m"),
         rows2!(sdot "y0"),
         rows2!(and "b", "m"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 0),
+        rows2!(stepw "mla", 0),
         "ldp {y0:q}, {y1:q}, [{y}, #160]",
         rows2!(ushr "a", 4),
         rows2!(sdot "y0"),
         rows2!(ushr "b", 4),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 1),
+        rows2!(stepw "mla", 1),
         "ldp {a0:q}, {b0:q}, [{q0}, #96]",
         "ldp {a1:q}, {b1:q}, [{q1}, #96]",
         "ldp {y0:q}, {y1:q}, [{y}, #192]",
@@ -488,15 +506,15 @@ unsafe fn q4_k_core2_sdot(q: [*const u8; 2], y: *const i8, st: [[int32x4_t; 2]; 
         rows2!(sdot "y0"),
         rows2!(and "b", "m"),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 2),
+        rows2!(stepw "mla", 2),
         "ldp {y0:q}, {y1:q}, [{y}, #224]",
         rows2!(ushr "a", 4),
         rows2!(sdot "y0"),
         rows2!(ushr "b", 4),
         rows2!(sdot "y1"),
-        rows2!(step "mla", 1, 3),
+        rows2!(stepw "mla", 3),
         q0 = in(reg) q[0], q1 = in(reg) q[1], y = in(reg) y,
-        s00 = in(vreg) st[0][0], s01 = in(vreg) st[0][1], s10 = in(vreg) st[1][0], s11 = in(vreg) st[1][1],
+        s0 = in(vreg) st[0], s1 = in(vreg) st[1], w0 = out(vreg) _, w1 = out(vreg) _,
         r0 = out(vreg) r0, r1 = out(vreg) r1,
         c0 = out(vreg) _, c1 = out(vreg) _, m = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _,
         a0 = out(vreg) _, b0 = out(vreg) _, a1 = out(vreg) _, b1 = out(vreg) _,
@@ -524,8 +542,6 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let xb: [&BlockQ4K; 4] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let [dm, wa, wb, wc] = q4_k_headers4(xb);
         let (scales, mins) = q4_k_scales4(wa, wb, wc);
-        let (s01, s23) = (scale_steps2(scales[0]), scale_steps2(scales[1]));
-        let steps = [s01[0], s01[1], s23[0], s23[1]];
         // The minimums against the activations' sums over each group of 32
         // first: their registers are free again for the products.
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
@@ -540,13 +556,20 @@ unsafe fn dotn_q4_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
             vmlal_high_s16(vmull_s16(vget_low_s16(m), vget_low_s16(pairs)), m, pairs)
         });
         let sums = |v: [int32x4_t; 4]| vpaddq_s32(vpaddq_s32(v[0], v[1]), vpaddq_s32(v[2], v[3]));
-        let msum = sums(msum);
+        // Held in one register across the products: LLVM otherwise sinks
+        // the reduction below them and spills its four inputs.
+        let msum = barrier(sums(msum));
         let scaled = if D {
+            // The steps go in as i16, widened inside a half at a time.
+            let (s01, s23) = (scale_steps2_i16(scales[0]), scale_steps2_i16(scales[1]));
+            let steps = [s01[0], s01[1], s23[0], s23[1]];
             let y = yb.qs.as_ptr();
             let [r0, r1] = q4_k_core2_sdot([xb[0].qs.as_ptr(), xb[1].qs.as_ptr()], y, [steps[0], steps[1]]);
             let [r2, r3] = q4_k_core2_sdot([xb[2].qs.as_ptr(), xb[3].qs.as_ptr()], y, [steps[2], steps[3]]);
             [r0, r1, r2, r3]
         } else {
+            let (s01, s23) = (scale_steps2(scales[0]), scale_steps2(scales[1]));
+            let steps = [s01[0], s01[1], s23[0], s23[1]];
             let zero = vdupq_n_s32(0);
             let y = acts_half(yb, 0);
             let cr: [_; 4] =
