@@ -992,3 +992,30 @@ fn dequantized_activations_are_what_the_products_see() {
         }
     }
 }
+
+/// A path's F32 rows kernel gives each row the bits its one-row kernel
+/// gives it (decode takes the rows kernel, a verify pass the one-row one:
+/// greedy output must not depend on which).
+#[test]
+fn f32_rows_kernels_equal_one_row_kernels_to_the_bit() {
+    let mut rng = Rng::new(23);
+    for k in simd_paths() {
+        let Some(RowDot::F32(d)) = k.row_dot(GgmlType::F32) else { continue };
+        let Some(rows_fn) = d.rows else { continue };
+        for cols in [1, 7, 8, 15, 16, 23, 100, 2048] {
+            for rows in 1..6 {
+                let w: Vec<f32> = rng.vec(rows * cols, 1.0);
+                let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let x = rng.vec(cols, 1.0);
+                let mut got = vec![f32::NAN; rows];
+                // SAFETY: kernels of a path this CPU has; whole rows.
+                unsafe { rows_fn(&bytes, 4 * cols, &x, &mut got) };
+                for (r, g) in got.iter().enumerate() {
+                    // SAFETY: as above.
+                    let want = unsafe { (d.one)(&bytes[r * 4 * cols..(r + 1) * 4 * cols], &x) };
+                    assert_eq!(g.to_bits(), want.to_bits(), "{} F32 {rows}x{cols} row {r}", k.isa());
+                }
+            }
+        }
+    }
+}

@@ -75,6 +75,48 @@ pub(crate) unsafe fn f32(w: &[u8], x: &[f32]) -> f32 {
     )
 }
 
+/// Consecutive F32 weight rows (`row_bytes` each) against `x`, two rows a
+/// pass sharing the activation loads; each row's sum in the order [`f32`]
+/// forms it (four accumulators, the same pairing and tail), so the same
+/// floats.
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn f32_rows(w: &[u8], row_bytes: usize, x: &[f32], out: &mut [f32]) {
+    let n = x.len();
+    debug_assert!(row_bytes == 4 * n && w.len() >= out.len() * row_bytes);
+    let xp = x.as_ptr();
+    let rows = out.len();
+    for r in (0..rows / 2).map(|p| 2 * p) {
+        let (p0, p1) = (w.as_ptr().add(r * row_bytes).cast::<f32>(), w.as_ptr().add((r + 1) * row_bytes).cast::<f32>());
+        let (mut a, mut b) = ([vdupq_n_f32(0.0); 4], [vdupq_n_f32(0.0); 4]);
+        let mut i = 0;
+        while i + 16 <= n {
+            for k in 0..4 {
+                let xv = vld1q_f32(xp.add(i + 4 * k));
+                a[k] = vfmaq_f32(a[k], vld1q_f32(p0.add(i + 4 * k)), xv);
+                b[k] = vfmaq_f32(b[k], vld1q_f32(p1.add(i + 4 * k)), xv);
+            }
+            i += 16;
+        }
+        while i + 8 <= n {
+            for k in 0..2 {
+                let xv = vld1q_f32(xp.add(i + 4 * k));
+                a[k] = vfmaq_f32(a[k], vld1q_f32(p0.add(i + 4 * k)), xv);
+                b[k] = vfmaq_f32(b[k], vld1q_f32(p1.add(i + 4 * k)), xv);
+            }
+            i += 8;
+        }
+        let sum = |acc: [float32x4_t; 4], p: *const f32| {
+            let s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
+            vaddvq_f32(s) + (i..n).map(|j| p.add(j).read_unaligned() * x[j]).sum::<f32>()
+        };
+        out[r] = sum(a, p0);
+        out[r + 1] = sum(b, p1);
+    }
+    if rows % 2 == 1 {
+        out[rows - 1] = f32(&w[(rows - 1) * row_bytes..rows * row_bytes], x);
+    }
+}
+
 #[target_feature(enable = "neon")]
 pub(crate) unsafe fn f16(w: &[u8], x: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), 2 * x.len());

@@ -132,7 +132,7 @@ macro_rules! table {
                 rows: Some(ternary::$m::tq2_0_rows),
                 panels: None,
             },
-            f32: Dot::one(float::f32),
+            f32: Dot { one: float::f32, multi: Multi::None, rows: Some(float::f32_rows), panels: None },
             f16: Dot::one(float::f16),
             bf16: Dot::one(float::bf16),
             dot_f32: float::dot_f32,
