@@ -338,6 +338,10 @@ pub struct Kernels {
     pub(crate) quantize_q8k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
 
+/// Four interleaved Q4_K rows (their blocks) with one row of Q8_K
+/// activations: the four products.
+pub(crate) type Q4KX4Dot = unsafe fn(&[u8], &[BlockQ8K]) -> [f32; 4];
+
 /// `attend_f16(rows, out, scratch)`: see [`super::ops::attend_f16`].
 pub(crate) type AttendF16 = unsafe fn(&super::ops::AttendRows<'_>, &mut [f32], &mut [f32]);
 
@@ -399,6 +403,18 @@ impl Kernels {
         match self.isa {
             Isa::Scalar => scalar::exact_dot(ty),
             isa => super::simd::exact_table(isa)(ty),
+        }
+    }
+
+    /// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
+    /// with one activation row, if this path has one (beside the table, as
+    /// [`exact_dot`](Self::exact_dot)). Not yet called outside the tests:
+    /// the loader does not interleave weights yet (ARCHITECTURE.md).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn q4_k_x4(&self) -> Option<Q4KX4Dot> {
+        match self.isa {
+            Isa::Scalar => None,
+            isa => super::simd::q4_k_x4(isa),
         }
     }
 

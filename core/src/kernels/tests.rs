@@ -1019,3 +1019,44 @@ fn f32_rows_kernels_equal_one_row_kernels_to_the_bit() {
         }
     }
 }
+
+/// The interleaved Q4_K kernel on four rows equals the path's Q4_K rows
+/// kernel on the same rows laid out plainly, to the bit (the same integers,
+/// the same float operations per row), and the scalar twin within rounding.
+#[test]
+fn q4_k_x4_kernel_equals_the_rows_kernel_to_the_bit() {
+    use crate::quant::q4_k_x4;
+    let mut rng = Rng::new(29);
+    let mut ran = 0;
+    for k in simd_paths() {
+        let Some(x4) = k.q4_k_x4() else { continue };
+        let Some(RowDot::Q8K(d)) = k.row_dot(GgmlType::Q4K) else { unreachable!() };
+        for nb in [1, 2, 3, 8] {
+            let cols = nb * 256;
+            let w = random_weights(GgmlType::Q4K, 4, cols, &mut rng);
+            let rb = w.len() / 4;
+            let x = rng.vec(cols, 1.0);
+            let mut acts = QActs::new();
+            acts.quantize(GgmlType::Q4K, &x, 1, cols);
+            let mut packed = vec![0u8; q4_k_x4::bytes_for(nb)];
+            q4_k_x4::interleave_rows(std::array::from_fn(|r| &w[r * rb..(r + 1) * rb]), &mut packed);
+            // SAFETY: kernels of a path this CPU has; whole blocks.
+            let got = unsafe { x4(&packed, &acts.q8k) };
+            let mut want = [f32::NAN; 4];
+            // SAFETY: as above.
+            unsafe { (d.rows.expect("a Q4_K rows kernel"))(&w, rb, &acts.q8k, &mut want) };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{} nb={nb}: {got:?} vs rows {want:?}", k.isa());
+            let twin = q4_k_x4::vec_dot(&packed, &acts.q8k);
+            for r in 0..4 {
+                let mag = magnitude(GgmlType::Q4K, &w[r * rb..(r + 1) * rb], &x);
+                assert!(close(got[r], twin[r], mag), "{} nb={nb} row {r}: {} vs twin {}", k.isa(), got[r], twin[r]);
+            }
+            ran += 1;
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if std::arch::is_aarch64_feature_detected!("dotprod") {
+        assert!(ran > 0, "a dot-product path without the interleaved Q4_K kernel");
+    }
+    let _ = ran;
+}

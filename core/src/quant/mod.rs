@@ -24,6 +24,7 @@ pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
+pub mod q4_k_x4;
 pub mod q5_0;
 pub mod q5_1;
 pub mod q5_k;

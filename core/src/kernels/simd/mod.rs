@@ -57,6 +57,14 @@ pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
     |_| None
 }
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) use neon::q4_k_x4;
+#[cfg(not(target_arch = "aarch64"))]
+#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
+pub(crate) fn q4_k_x4(_: super::table::Isa) -> Option<super::table::Q4KX4Dot> {
+    None
+}
+
 /// Ask for the cache line holding `p` to be brought into this core's L2
 /// (`prefetcht1`, `prfm pldl2keep`: the driver prefetches the next tile's
 /// weights while the current tile's decoded panels stream through L1; some

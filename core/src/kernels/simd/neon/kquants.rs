@@ -16,6 +16,7 @@
 
 use super::{dot16, exact_paths, fp16, fp16x2, paths};
 use crate::quant::q3_k::unpack_scales;
+use crate::quant::q4_k_x4::BlockQ4Kx4;
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     F16Bytes,
@@ -1445,4 +1446,132 @@ unsafe fn exactn_q4_k<const D: bool, const R: usize, const N: usize>(
         vst1q_f32(out.as_mut_ptr(), v);
         out
     })
+}
+
+/// Lines of [`q4_k_x4_core`]: word `$w` (0..4) of chunks `2i` (register
+/// `w$w`) and `2i + 1` (`w$w + 4`), low nibbles into the even groups' chain
+/// `cl`, high nibbles into the odd groups' `ch`, each meeting its four
+/// activations (element `$w` of `a0`..`a3`, see [`q4_k_x4_core`]).
+#[rustfmt::skip]
+macro_rules! x4_word {
+    ($w:literal, $v:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "and {t0:v}.16b, {w", $v, ":v}.16b, {m:v}.16b\n",
+            "ushr {t1:v}.16b, {w", $v, ":v}.16b, #4\n",
+            "sdot {cl:v}.4s, {t0:v}.16b, {", $lo, ":v}.4b[", $w, "]\n",
+            "sdot {ch:v}.4s, {t1:v}.16b, {", $hi, ":v}.4b[", $w, "]",
+        )
+    };
+}
+
+/// One quarter `i` of a block of four interleaved Q4_K rows (chunks `2i`,
+/// `2i + 1`: groups `2i`, `2i + 1`), `$op` (`"mul"` to start the chains,
+/// `"mla"`) the chains' step by steps `s$i` (i16: group `2i` in the low
+/// half, `2i + 1` in the high half).
+#[rustfmt::skip]
+macro_rules! x4_quarter {
+    ($i:literal, $q:literal, $y:literal, $y2:literal, $op:literal) => {
+        concat!(
+            "ldp {w0:q}, {w1:q}, [{q}, #", $q, "]\n",
+            "ldp {w2:q}, {w3:q}, [{q}, #", $q, " + 32]\n",
+            "ldp {w4:q}, {w5:q}, [{q}, #", $q, " + 64]\n",
+            "ldp {w6:q}, {w7:q}, [{q}, #", $q, " + 96]\n",
+            "ldp {a0:q}, {a1:q}, [{y}, #", $y, "]\n",
+            "ldp {a2:q}, {a3:q}, [{y}, #", $y2, "]\n",
+            x4_word!(0, 0, "a0", "a2"), "\n",
+            x4_word!(1, 1, "a0", "a2"), "\n",
+            x4_word!(2, 2, "a0", "a2"), "\n",
+            x4_word!(3, 3, "a0", "a2"), "\n",
+            x4_word!(0, 4, "a1", "a3"), "\n",
+            x4_word!(1, 5, "a1", "a3"), "\n",
+            x4_word!(2, 6, "a1", "a3"), "\n",
+            x4_word!(3, 7, "a1", "a3"), "\n",
+            "sxtl {s:v}.4s, {s", $i, ":v}.4h\n",
+            $op, " {rl:v}.4s, {cl:v}.4s, {s:v}.4s\n",
+            "sxtl2 {s:v}.4s, {s", $i, ":v}.8h\n",
+            $op, " {rh:v}.4s, {ch:v}.4s, {s:v}.4s",
+        )
+    };
+}
+
+// The x4 core reads `qs` at its offset in the block.
+const _: () = assert!(std::mem::offset_of!(BlockQ4Kx4, qs) == 80 && std::mem::offset_of!(BlockQ4Kx4, steps) == 16);
+
+/// The scaled sums of a block of four interleaved Q4_K rows
+/// ([`crate::quant::q4_k_x4`]) against a Q8_K block's activations (`y`: its
+/// `qs`), one lane per row: each 16-byte register of weights holds the same
+/// four weights of the four rows, so one `sdot` by element (the four
+/// activations they meet) adds to all four rows' lanes, and one vector
+/// multiply-add by the four rows' steps scales a group. Two chains by parts
+/// (as in [`q4_k_half_chain`]): the even groups (low nibbles) and the odd
+/// ones (high nibbles), each its own sums and steps (`s_g - s_(g+2)`), so
+/// that two `sdot` chains run side by side. `st`: the steps as i16, quarter
+/// `i` in `st[i]`.
+#[inline(always)]
+unsafe fn q4_k_x4_core(x: &BlockQ4Kx4, y: *const i8, st: [int16x8_t; 4]) -> int32x4_t {
+    let r: int32x4_t;
+    std::arch::asm!(
+        "movi {m:v}.16b, #0x0f",
+        "movi {cl:v}.4s, #0",
+        "movi {ch:v}.4s, #0",
+        x4_quarter!("0", "80", "0", "32", "mul"),
+        x4_quarter!("1", "208", "64", "96", "mla"),
+        x4_quarter!("2", "336", "128", "160", "mla"),
+        x4_quarter!("3", "464", "192", "224", "mla"),
+        "add {rl:v}.4s, {rl:v}.4s, {rh:v}.4s",
+        q = in(reg) std::ptr::from_ref(x), y = in(reg) y,
+        s0 = in(vreg) st[0], s1 = in(vreg) st[1], s2 = in(vreg) st[2], s3 = in(vreg) st[3],
+        rl = out(vreg) r, rh = out(vreg) _, cl = out(vreg) _, ch = out(vreg) _, s = out(vreg) _,
+        m = out(vreg) _, t0 = out(vreg) _, t1 = out(vreg) _,
+        w0 = out(vreg) _, w1 = out(vreg) _, w2 = out(vreg) _, w3 = out(vreg) _,
+        w4 = out(vreg) _, w5 = out(vreg) _, w6 = out(vreg) _, w7 = out(vreg) _,
+        a0 = out(vreg) _, a1 = out(vreg) _, a2 = out(vreg) _, a3 = out(vreg) _,
+        options(pure, readonly, nostack)
+    );
+    r
+}
+
+/// Four interleaved Q4_K rows ([`crate::quant::q4_k_x4`]: `w` holds their
+/// blocks) with one activation row: the same integers as [`dotn_q4_k`] and
+/// the same float operations on each lane, so the same products to the bit.
+#[inline(always)]
+pub(super) unsafe fn dot_q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
+    let x = as_blocks::<BlockQ4Kx4>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let nb = x.len().min(a.len());
+    let mut acc = vdupq_n_f32(0.0);
+    for b in 0..nb {
+        let (xb, yb) = (x.get_unchecked(b), a.get_unchecked(b));
+        let (s01, s23) = (vld1q_s8(xb.steps.as_ptr()), vld1q_s8(xb.steps.as_ptr().add(16)));
+        let st = [vmovl_s8(vget_low_s8(s01)), vmovl_high_s8(s01), vmovl_s8(vget_low_s8(s23)), vmovl_high_s8(s23)];
+        // The minimums against the activations' sums over each group of 32,
+        // `mins` group-major: lanes `[g, g + 1] x rows` meet pair g, g + 1.
+        let (m01, m23) = (vld1q_u8(xb.mins.as_ptr()), vld1q_u8(xb.mins.as_ptr().add(16)));
+        let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
+        let m16 = [w(vmovl_u8(vget_low_u8(m01))), w(vmovl_high_u8(m01)), w(vmovl_u8(vget_low_u8(m23))), w(vmovl_high_u8(m23))];
+        let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
+        let m = vmull_laneq_s16::<0>(vget_low_s16(m16[0]), pairs);
+        let m = vmlal_high_laneq_s16::<1>(m, m16[0], pairs);
+        let m = vmlal_laneq_s16::<2>(m, vget_low_s16(m16[1]), pairs);
+        let m = vmlal_high_laneq_s16::<3>(m, m16[1], pairs);
+        let m = vmlal_laneq_s16::<4>(m, vget_low_s16(m16[2]), pairs);
+        let m = vmlal_high_laneq_s16::<5>(m, m16[2], pairs);
+        let m = vmlal_laneq_s16::<6>(m, vget_low_s16(m16[3]), pairs);
+        let msum = barrier(vmlal_high_laneq_s16::<7>(m, m16[3], pairs));
+        let scaled = q4_k_x4_core(xb, yb.qs.as_ptr(), st);
+        // d of the four rows, then dmin: eight f16 in order.
+        let (d, dmin) = fp16x8(vld1q_u32(xb.d.as_ptr().cast()));
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(scaled), vmulq_n_f32(d, yb.d));
+        acc = vfmsq_f32(acc, vcvtq_f32_s32(msum), vmulq_n_f32(dmin, yb.d));
+    }
+    let mut out = [0.0f32; 4];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
+}
+
+/// [`dot_q4_k_x4`] on the dot-product path.
+#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
+    dot_q4_k_x4(w, a)
 }

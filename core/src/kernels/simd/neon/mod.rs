@@ -261,6 +261,16 @@ macro_rules! exact_paths {
 }
 use exact_paths;
 
+/// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
+/// with one activation row, on the paths with `sdot`.
+#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
+pub(crate) fn q4_k_x4(isa: Isa) -> Option<crate::kernels::table::Q4KX4Dot> {
+    match isa {
+        Isa::Dotprod | Isa::I8mm => Some(kquants::q4_k_x4),
+        _ => None,
+    }
+}
+
 /// Activation rows per call of the exact kernels, at most.
 /// (`with_acts!` in the kernels above names the same limit.)
 pub(super) const EXACT_ACTS: usize = 4;
