@@ -9,7 +9,7 @@
 //! pairs of weight rows meet pairs of activation rows in registers.
 
 use super::table::{decoded_buffer, Acts, Decoded, Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot, Rows};
-use super::{ActFormat, QActs, QMatrix};
+use super::{ActFormat, Layout, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +31,8 @@ const TILES_PER_THREAD: usize = 4;
 thread_local! {
     /// Each thread's buffer of decoded weight rows (grown once, then reused).
     static DECODED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// Each thread's buffer of interleaved rows laid out plainly again.
+    static PLAIN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Kernels {
@@ -88,18 +90,19 @@ impl Kernels {
         Some(match (self.row_dot(w.ty).expect("a supported type has kernels"), exact) {
             (RowDot::Q8_0(dot), e) => {
                 let exact = if let Some(ExactDot::Q8_0(e)) = e { Some(e) } else { None };
-                Box::new((plan, Job { w, row_bytes, acts: &x.q8_0, per_row: k / 32, rows, dot, exact, out }))
+                Box::new((plan, Job::new(w, row_bytes, &x.q8_0, k / 32, rows, dot, exact, out)))
             }
             (RowDot::Q8_1(dot), e) => {
                 let exact = if let Some(ExactDot::Q8_1(e)) = e { Some(e) } else { None };
-                Box::new((plan, Job { w, row_bytes, acts: &x.q8_1, per_row: k / 32, rows, dot, exact, out }))
+                Box::new((plan, Job::new(w, row_bytes, &x.q8_1, k / 32, rows, dot, exact, out)))
             }
             (RowDot::Q8K(dot), e) => {
                 let exact = if let Some(ExactDot::Q8K(e)) = e { Some(e) } else { None };
-                Box::new((plan, Job { w, row_bytes, acts: &x.q8k, per_row: k / 256, rows, dot, exact, out }))
+                let x4 = if w.layout == Layout::Q4KX4 { self.q4_k_x4() } else { None };
+                Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8k, k / 256, rows, dot, exact, out) }))
             }
             (RowDot::F32(dot), _) => {
-                Box::new((plan, Job { w, row_bytes, acts: &x.f32, per_row: k, rows, dot, exact: None, out }))
+                Box::new((plan, Job::new(w, row_bytes, &x.f32, k, rows, dot, None, out)))
             }
         })
     }
@@ -114,9 +117,15 @@ impl Kernels {
             Some(RowDot::F32(d)) => d.panels.map(|p| (p.height, p.min_acts)),
             None => None,
         };
-        match panels {
+        let rows = match panels {
             Some((height, min_acts)) if n >= min_acts && w.rows >= height => height,
             _ => 1,
+        };
+        // Tiles of interleaved rows hold whole groups of four.
+        if w.layout == Layout::Q4KX4 {
+            rows * 4 / gcd(rows, 4)
+        } else {
+            rows
         }
     }
 
@@ -206,6 +215,16 @@ unsafe impl Send for Out {}
 /// One matmul: weights, activations of block type `B`, kernels, output.
 struct Job<'a, B: 'static> {
     w: &'a QMatrix<'a>,
+    /// The bytes the tiles read weight rows from: `w`'s, or (interleaved
+    /// rows laid out plainly for the kernels that take rows) a tile's rows,
+    /// the first of them row `row0`.
+    data: &'a [u8],
+    row0: usize,
+    /// Whether `data` holds rows interleaved by four ([`Layout::Q4KX4`]).
+    interleaved: bool,
+    /// The kernel of four interleaved rows with one activation row, where
+    /// the rows are interleaved and the path has it.
+    x4: Option<unsafe fn(&[u8], &[B]) -> [f32; 4]>,
     /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
     /// type up).
     row_bytes: usize,
@@ -220,11 +239,68 @@ struct Job<'a, B: 'static> {
     out: Out,
 }
 
-impl<B: 'static> Job<'_, B> {
-    /// Weight row `r`.
+impl<'a, B: 'static> Job<'a, B> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        w: &'a QMatrix<'a>,
+        row_bytes: usize,
+        acts: &'a [B],
+        per_row: usize,
+        rows: Option<&'a [usize]>,
+        dot: Dot<B>,
+        exact: Option<Exact<B>>,
+        out: Out,
+    ) -> Self {
+        let interleaved = w.layout == Layout::Q4KX4;
+        Job { w, data: w.data, row0: 0, interleaved, x4: None, row_bytes, acts, per_row, rows, dot, exact, out }
+    }
+
+    /// Weight row `r` (of rows laid out plainly).
     #[inline]
     fn wrow(&self, r: usize) -> &[u8] {
-        &self.w.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+        let r = r - self.row0;
+        &self.data[r * self.row_bytes..(r + 1) * self.row_bytes]
+    }
+
+    /// Weight rows `r0..r1` (of rows laid out plainly).
+    #[inline]
+    fn wrows(&self, r0: usize, r1: usize) -> &[u8] {
+        &self.data[(r0 - self.row0) * self.row_bytes..(r1 - self.row0) * self.row_bytes]
+    }
+
+    /// A tile of interleaved rows: with one activation row, four rows at a
+    /// time by the interleaved kernel (the same products as the rows kernel
+    /// on the rows laid out plainly); otherwise the rows laid out plainly
+    /// again, once per tile, for the kernels that take rows.
+    fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
+        if let (Some(x4), None, 1) = (self.x4, self.exact, j1 - j0) {
+            let gb = self.w.group_bytes();
+            let a = self.act(j0);
+            for g in (r0..r1).step_by(4) {
+                // SAFETY: a kernel of this CPU's path; whole groups of blocks
+                // (tiles of interleaved rows hold whole groups).
+                let v = unsafe { x4(&self.data[g / 4 * gb..(g / 4 + 1) * gb], a) };
+                for (i, vi) in v.into_iter().enumerate() {
+                    self.store(j0, g + i, vi);
+                }
+            }
+            return;
+        }
+        PLAIN.with_borrow_mut(|buf| {
+            let plain = decoded_buffer(buf, (r1 - r0) * self.row_bytes);
+            let gb = self.w.group_bytes();
+            for (g, rows) in (r0..r1).step_by(4).zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
+                let x = crate::quant::as_blocks::<crate::quant::q4_k_x4::BlockQ4Kx4>(&self.data[g / 4 * gb..(g / 4 + 1) * gb]);
+                for (b, xb) in x.iter().enumerate() {
+                    for (r, blk) in crate::quant::q4_k_x4::deinterleave(xb).iter().enumerate() {
+                        let at = r * self.row_bytes + b * std::mem::size_of_val(blk);
+                        rows[at..at + std::mem::size_of_val(blk)].copy_from_slice(crate::quant::block_bytes(blk));
+                    }
+                }
+            }
+            let plain = Job { data: &*plain, row0: r0, interleaved: false, x4: None, ..*self };
+            plain.tile(r0, r1, j0, j1, ahead);
+        })
     }
 
     /// Activation row `j` of this product (`rows[j]` of the buffer, if given).
@@ -264,6 +340,9 @@ impl<B: 'static> Job<'_, B> {
     /// shares beside their products; other prompt tiles at their start, if
     /// the next tile is cache-sized, as a panel tile is).
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
+        if self.interleaved {
+            return self.interleaved_tile(r0, r1, j0, j1, ahead);
+        }
         if let Some(e) = self.exact {
             return self.exact_tile(e, r0, r1, j0, j1);
         }
@@ -358,7 +437,7 @@ impl<B: 'static> Job<'_, B> {
     fn exact_tile(&self, e: Exact<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
         const MAX_ACTS: usize = 8;
         assert!(e.acts <= MAX_ACTS, "exact kernels of {} activation rows", e.acts);
-        let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
+        let w = self.wrows(r0, r1);
         // Passes of nearly equal size (9 rows as 3 + 3 + 3, not 4 + 4 + 1): a
         // pass of one row repeats the weights' unpacking for one product.
         let passes = (j1 - j0).div_ceil(e.acts);
@@ -378,7 +457,7 @@ impl<B: 'static> Job<'_, B> {
     /// tile's rows in one call of the rows kernel per activation row.
     #[inline(always)]
     fn rows_tile(&self, rows: Rows<B>, r0: usize, r1: usize, j0: usize, j1: usize) {
-        let w = &self.w.data[r0 * self.row_bytes..r1 * self.row_bytes];
+        let w = self.wrows(r0, r1);
         for j in j0..j1 {
             // SAFETY: the table holds only kernels this CPU has; row and
             // activation lengths match (checked in `run`).
@@ -483,7 +562,7 @@ impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
 
     fn weights(&self, t: usize) -> &[u8] {
         let (r0, r1, _, _) = self.0.bounds(t);
-        &self.1.w.data[r0 * self.1.row_bytes..r1 * self.1.row_bytes]
+        self.1.w.rows_bytes(r0, r1)
     }
 
     fn tile(&self, t: usize, ahead: &[u8]) {
@@ -564,6 +643,14 @@ impl Plan {
         let act_tiles = self.n.div_ceil(self.acts_per_tile);
         let (r0, j0) = (t / act_tiles * self.rows_per_tile, t % act_tiles * self.acts_per_tile);
         (r0, (r0 + self.rows_per_tile).min(self.n_rows), j0, (j0 + self.acts_per_tile).min(self.n))
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

@@ -25,13 +25,33 @@ use crate::quant::{self, BlockQ8K, BlockQ8_0F, BlockQ8_1F, GgmlType, QK_K};
 use crate::threads::ThreadPool;
 use crate::{Error, Result};
 
-/// A 2-D view of quantised weights: `rows` rows of `cols` elements, rows contiguous.
+/// A 2-D view of quantised weights: `rows` rows of `cols` elements, rows
+/// contiguous ([`Layout::Rows`], as a file holds them) or interleaved.
 #[derive(Clone, Copy, Debug)]
 pub struct QMatrix<'a> {
     pub ty: GgmlType,
     pub data: &'a [u8],
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
+}
+
+/// How a [`QMatrix`]'s rows are laid out in its bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// Row after row, each in the type's blocks (the file's layout).
+    #[default]
+    Rows,
+    /// Q4_K rows four by four, block by block ([`crate::quant::q4_k_x4`]):
+    /// made at load for the paths whose decode kernel reads it
+    /// ([`interleaves_q4_k`]); `rows` is a multiple of four.
+    Q4KX4,
+}
+
+/// Whether the selected path decodes Q4_K from rows interleaved by four
+/// ([`Layout::Q4KX4`]): the loader then interleaves the Q4_K matrices it can.
+pub fn interleaves_q4_k() -> bool {
+    Kernels::selected().q4_k_x4().is_some()
 }
 
 impl<'a> QMatrix<'a> {
@@ -51,24 +71,58 @@ impl<'a> QMatrix<'a> {
                 data.len()
             )));
         }
-        Ok(QMatrix { ty, data, rows, cols })
+        Ok(QMatrix { ty, data, rows, cols, layout: Layout::Rows })
     }
 
+    /// Q4_K weights interleaved by four ([`Layout::Q4KX4`]): checks that
+    /// `rows` is a multiple of four and `data` holds them.
+    pub fn q4_k_x4(data: &'a [u8], rows: usize, cols: usize) -> Result<QMatrix<'a>> {
+        if !rows.is_multiple_of(4) || !cols.is_multiple_of(QK_K) {
+            return Err(Error::InvalidArgument(format!("{rows}x{cols}: not whole groups of four Q4_K rows")));
+        }
+        if data.len() != rows / 4 * quant::q4_k_x4::bytes_for(cols / QK_K) {
+            return Err(Error::InvalidArgument(format!("{rows}x{cols} interleaved Q4_K: {} bytes", data.len())));
+        }
+        Ok(QMatrix { ty: GgmlType::Q4K, data, rows, cols, layout: Layout::Q4KX4 })
+    }
+
+    /// Bytes of one row in the type's blocks (as the file holds it).
     pub fn row_bytes(&self) -> usize {
         self.cols / self.ty.block_size() * self.ty.type_size()
     }
 
-    /// Row `r` as bytes.
+    /// Bytes of a group of four interleaved rows ([`Layout::Q4KX4`]).
+    pub(crate) fn group_bytes(&self) -> usize {
+        quant::q4_k_x4::bytes_for(self.cols / QK_K)
+    }
+
+    /// Bytes holding rows `r0..r1` (for interleaved rows: whole groups).
+    pub fn rows_bytes(&self, r0: usize, r1: usize) -> &'a [u8] {
+        match self.layout {
+            Layout::Rows => &self.data[r0 * self.row_bytes()..r1 * self.row_bytes()],
+            Layout::Q4KX4 => {
+                debug_assert!(r0.is_multiple_of(4) && (r1.is_multiple_of(4) || r1 == self.rows));
+                let gb = self.group_bytes();
+                &self.data[r0 / 4 * gb..r1.div_ceil(4) * gb]
+            }
+        }
+    }
+
+    /// Row `r` as bytes (rows laid out as the file holds them).
     pub fn row(&self, r: usize) -> &'a [u8] {
+        assert_eq!(self.layout, Layout::Rows, "QMatrix::row of interleaved rows");
         let rb = self.row_bytes();
         &self.data[r * rb..(r + 1) * rb]
     }
 
-    /// Rows `start..start + n` (e.g. one expert's slab of a stacked tensor).
+    /// Rows `start..start + n` (e.g. one expert's slab of a stacked tensor;
+    /// of interleaved rows, whole groups).
     pub fn rows_slice(&self, start: usize, n: usize) -> QMatrix<'a> {
         assert!(start + n <= self.rows, "rows {start}..{} of a {}-row matrix", start + n, self.rows);
-        let rb = self.row_bytes();
-        QMatrix { ty: self.ty, data: &self.data[start * rb..(start + n) * rb], rows: n, cols: self.cols }
+        if self.layout == Layout::Q4KX4 {
+            assert!(start.is_multiple_of(4) && n.is_multiple_of(4), "rows {start}..+{n} of interleaved rows");
+        }
+        QMatrix { data: self.rows_bytes(start, start + n), rows: n, ..*self }
     }
 }
 

@@ -1060,3 +1060,88 @@ fn q4_k_x4_kernel_equals_the_rows_kernel_to_the_bit() {
     }
     let _ = ran;
 }
+
+/// Q4_K matrices interleaved by four, through the driver and the pool, on
+/// every path (those without the interleaved kernel lay every tile out
+/// again): decode gives the products the path's rows kernel gives the rows
+/// laid out plainly, four at a time, to the bit; a verify pass (one-row
+/// mode) gives each row what decoding it alone gives, to the bit; a prompt
+/// (panels, multi-row kernels) what the plain rows give, within rounding.
+#[test]
+fn interleaved_q4_k_products_equal_plain_rows() {
+    let mut rng = Rng::new(31);
+    let pool = ThreadPool::new(2);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for k in paths() {
+        let Some(RowDot::Q8K(d)) = k.row_dot(GgmlType::Q4K) else { unreachable!() };
+        for (rows, cols) in [(4, 256), (36, 512), (300, 2048)] {
+            let w = random_weights(GgmlType::Q4K, rows, cols, &mut rng);
+            let plain = QMatrix::new(GgmlType::Q4K, &w, rows, cols).expect("matrix");
+            let (rb, gb) = (plain.row_bytes(), crate::quant::q4_k_x4::bytes_for(cols / 256));
+            let mut packed = vec![0u8; rows / 4 * gb];
+            for (g, out) in packed.chunks_exact_mut(gb).enumerate() {
+                let r = |i: usize| &w[(4 * g + i) * rb..(4 * g + i + 1) * rb];
+                crate::quant::q4_k_x4::interleave_rows([r(0), r(1), r(2), r(3)], out);
+            }
+            let x4 = QMatrix::q4_k_x4(&packed, rows, cols).expect("interleaved matrix");
+            let decode = |x: &[f32]| {
+                let mut acts = QActs::new();
+                acts.quantize(GgmlType::Q4K, x, 1, cols);
+                let mut got = vec![0f32; rows];
+                k.matmul(&pool, &x4, &acts, &mut got);
+                (acts, got)
+            };
+            // Decode against the rows kernel on the plain rows.
+            let x = rng.vec(cols, 1.0);
+            let (acts, got) = decode(&x);
+            let mut want = vec![f32::NAN; rows];
+            // SAFETY: kernels of a path this CPU has; whole rows.
+            unsafe {
+                match d.rows {
+                    Some(f) => f(&w, rb, &acts.q8k, &mut want),
+                    None => want.iter_mut().zip(w.chunks_exact(rb)).for_each(|(o, r)| *o = (d.one)(r, &acts.q8k)),
+                }
+            }
+            assert_eq!(bits(&got), bits(&want), "{} {rows}x{cols}: decode", k.isa());
+            for n in [2, 5, 17] {
+                let x = rng.vec(n * cols, 1.0);
+                let mut acts = QActs::new();
+                acts.quantize(GgmlType::Q4K, &x, n, cols);
+                // A verify pass: each row as decoding it alone.
+                let mut batch = vec![0f32; n * rows];
+                pool.set_one_row(true);
+                k.matmul(&pool, &x4, &acts, &mut batch);
+                pool.set_one_row(false);
+                for (j, got) in batch.chunks_exact(rows).enumerate() {
+                    let (_, want) = decode(&x[j * cols..(j + 1) * cols]);
+                    assert_eq!(bits(got), bits(&want), "{} {rows}x{cols}: verify row {j} of {n}", k.isa());
+                }
+                // A prompt, against the plain rows.
+                let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+                k.matmul(&pool, &plain, &acts, &mut want);
+                k.matmul(&pool, &x4, &acts, &mut got);
+                for (i, (g, w_)) in got.iter().zip(&want).enumerate() {
+                    let (j, r) = (i / rows, i % rows);
+                    let mag = magnitude(GgmlType::Q4K, plain.row(r), &x[j * cols..(j + 1) * cols]);
+                    assert!(close(*g, *w_, mag), "{} {rows}x{cols}, {n} rows: [{j}][{r}] {g} vs {w_}", k.isa());
+                }
+            }
+            // A slab of whole groups, as an expert's.
+            if rows > 4 {
+                let (s, p) = (x4.rows_slice(4, rows - 4), plain.rows_slice(4, rows - 4));
+                let mut acts = QActs::new();
+                acts.quantize(GgmlType::Q4K, &rng.vec(cols, 1.0), 1, cols);
+                let (mut want, mut got) = (vec![0f32; s.rows], vec![0f32; s.rows]);
+                // SAFETY: as above.
+                unsafe {
+                    match d.rows {
+                        Some(f) => f(p.data, rb, &acts.q8k, &mut want),
+                        None => want.iter_mut().zip(p.data.chunks_exact(rb)).for_each(|(o, r)| *o = (d.one)(r, &acts.q8k)),
+                    }
+                }
+                k.matmul(&pool, &s, &acts, &mut got);
+                assert_eq!(bits(&got), bits(&want), "{} slab of {rows}x{cols}", k.isa());
+            }
+        }
+    }
+}

@@ -784,7 +784,7 @@ impl Lease<'_> {
         // while pinned) and its reads are done (ready at the fetch, or waited
         // for); nothing writes a pinned slot.
         let mem = unsafe { std::slice::from_raw_parts((en.addr + off) as *const u8, x.slab_bytes()) };
-        QMatrix { ty: x.all.ty, data: mem, rows: x.rows, cols: x.all.cols }
+        QMatrix { ty: x.all.ty, data: mem, rows: x.rows, cols: x.all.cols, layout: crate::kernels::Layout::Rows }
     }
 }
 

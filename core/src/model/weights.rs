@@ -25,7 +25,7 @@ impl Matrix {
     /// The kernel view over the file's bytes.
     #[inline]
     pub fn view<'a>(&self, file: &'a [u8]) -> QMatrix<'a> {
-        QMatrix { ty: self.ty, data: &file[self.offset..self.offset + self.len], rows: self.rows, cols: self.cols }
+        QMatrix { ty: self.ty, data: &file[self.offset..self.offset + self.len], rows: self.rows, cols: self.cols, layout: kernels::Layout::Rows }
     }
 
     pub fn bytes(&self) -> usize {

@@ -109,6 +109,12 @@ impl F16Bytes {
 /// pattern is a valid value (they are made of byte arrays only).
 pub unsafe trait FileBlock: Copy + 'static {}
 
+/// A block's bytes.
+pub fn block_bytes<B: FileBlock>(b: &B) -> &[u8] {
+    // SAFETY: `B: FileBlock` is plain bytes (alignment 1, no padding).
+    unsafe { std::slice::from_raw_parts((b as *const B).cast::<u8>(), std::mem::size_of::<B>()) }
+}
+
 /// View `bytes` as a slice of blocks. Weights come from a memory map at any
 /// address; file blocks have alignment 1, so the view never assumes more.
 ///

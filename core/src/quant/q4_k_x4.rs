@@ -19,7 +19,7 @@
 //!
 //! 592 bytes for four rows' 576 (the scales decoded: 2.8 % more to read).
 
-use super::{as_blocks, scales_mins_k4, BlockQ4K, BlockQ8K, F16Bytes, FileBlock, QK_K};
+use super::{as_blocks, block_bytes, scales_mins_k4, BlockQ4K, BlockQ8K, F16Bytes, FileBlock, QK_K};
 use std::mem::size_of;
 
 #[derive(Clone, Copy, Debug)]
@@ -114,10 +114,7 @@ pub fn interleave_rows(rows: [&[u8]; 4], out: &mut [u8]) {
     let n = x[0].len();
     assert!(x.iter().all(|r| r.len() == n) && out.len() == bytes_for(n), "interleave_rows: mismatched lengths");
     for (b, o) in out.chunks_exact_mut(size_of::<BlockQ4Kx4>()).enumerate() {
-        let v = interleave(x.map(|r| &r[b]));
-        // SAFETY: `BlockQ4Kx4` is plain bytes (alignment 1, no padding).
-        let bytes = unsafe { std::slice::from_raw_parts((&v as *const BlockQ4Kx4).cast::<u8>(), size_of::<BlockQ4Kx4>()) };
-        o.copy_from_slice(bytes);
+        o.copy_from_slice(block_bytes(&interleave(x.map(|r| &r[b]))));
     }
 }
 
@@ -130,9 +127,7 @@ pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
     let mut sum = [0.0f32; 4];
     for (xb, y) in x.iter().zip(a) {
         for (r, b) in deinterleave(xb).iter().enumerate() {
-            // SAFETY: `BlockQ4K` is plain bytes (alignment 1, no padding).
-            let bytes = unsafe { std::slice::from_raw_parts((b as *const BlockQ4K).cast::<u8>(), size_of::<BlockQ4K>()) };
-            sum[r] += super::q4_k::vec_dot(bytes, std::slice::from_ref(y));
+            sum[r] += super::q4_k::vec_dot(block_bytes(b), std::slice::from_ref(y));
         }
     }
     sum
