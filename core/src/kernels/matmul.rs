@@ -212,6 +212,9 @@ struct Out(*mut f32);
 unsafe impl Sync for Out {}
 unsafe impl Send for Out {}
 
+/// Four interleaved weight rows with one activation row.
+type X4Dot<B> = unsafe fn(&[u8], &[B]) -> [f32; 4];
+
 /// One matmul: weights, activations of block type `B`, kernels, output.
 struct Job<'a, B: 'static> {
     w: &'a QMatrix<'a>,
@@ -224,7 +227,7 @@ struct Job<'a, B: 'static> {
     interleaved: bool,
     /// The kernel of four interleaved rows with one activation row, where
     /// the rows are interleaved and the path has it.
-    x4: Option<unsafe fn(&[u8], &[B]) -> [f32; 4]>,
+    x4: Option<X4Dot<B>>,
     /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
     /// type up).
     row_bytes: usize,
