@@ -100,6 +100,12 @@ pub struct GgufFile {
     data_offset: u64,
     data_len: u64,
     shards: Vec<Shard>,
+    /// Whether the model built from this file lays its Q4_K matrices out
+    /// interleaved (see [`crate::model::weights::Loader::matrix`]).
+    interleave: bool,
+    /// The tensors laid out interleaved, each as its byte range in
+    /// [`Source::bytes`] and the bytes of its copy.
+    interleaved: std::sync::Mutex<Vec<(std::ops::Range<usize>, usize)>>,
 }
 
 impl GgufFile {
@@ -198,7 +204,37 @@ impl GgufFile {
             data_offset,
             data_len,
             shards,
+            interleave: false,
+            interleaved: std::sync::Mutex::default(),
         }
+    }
+
+    /// Have the model built from this file lay out its Q4_K matrices
+    /// interleaved by four ([`crate::kernels::Layout::Q4KX4`]), where the
+    /// selected kernels decode that layout.
+    pub fn set_interleave(&mut self, on: bool) {
+        self.interleave = on;
+    }
+
+    pub fn interleave(&self) -> bool {
+        self.interleave
+    }
+
+    /// Note a tensor laid out interleaved: its range in the file and the
+    /// bytes of its copy.
+    pub fn record_interleaved(&self, range: std::ops::Range<usize>, bytes: usize) {
+        self.interleaved.lock().unwrap_or_else(|e| e.into_inner()).push((range, bytes));
+    }
+
+    /// The byte ranges of the tensors laid out interleaved (read from the
+    /// file once, at load).
+    pub fn interleaved_ranges(&self) -> Vec<std::ops::Range<usize>> {
+        self.interleaved.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// Bytes of the interleaved copies (memory the model owns).
+    pub fn interleaved_bytes(&self) -> u64 {
+        self.interleaved.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, b)| *b as u64).sum()
     }
 
     pub fn version(&self) -> u32 {

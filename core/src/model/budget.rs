@@ -88,6 +88,8 @@ pub(super) fn expert_stacks(net: &dyn Network) -> Vec<Vec<&Experts>> {
 pub(super) fn resident_ranges(file: &GgufFile, net: &dyn Network) -> Vec<Range<usize>> {
     let mut experts: Vec<Range<usize>> = budgeted_experts(net).iter().map(|(_, x)| x.range()).collect();
     experts.extend(net.streamed());
+    // Matrices laid out interleaved live in their own copies.
+    experts.extend(file.interleaved_ranges());
     let headers = file.shards().iter().map(|s| s.start as usize..(s.start + s.data_offset.min(s.bytes)) as usize);
     let tensors = file.tensors().iter().map(|t| file.tensor_range(t));
     headers.chain(tensors.filter(|r| !experts.contains(r))).collect()
@@ -100,7 +102,8 @@ impl MemoryPlan {
         let n_ctx = default_context(trained);
         let state: usize = net.layer_kinds().into_iter().map(|k| k.state_bytes(n_ctx, KvType::F16)).sum();
         let session_bytes = state as u64 + SESSION_SCRATCH_BYTES;
-        let resident_bytes: u64 = resident_ranges(file, net).iter().map(|r| r.len() as u64).sum();
+        let resident_bytes: u64 =
+            resident_ranges(file, net).iter().map(|r| r.len() as u64).sum::<u64>() + file.interleaved_bytes();
         let stacks = expert_stacks(net);
         let expert_bytes: u64 = budgeted_experts(net).iter().map(|(_, x)| x.range().len() as u64).sum();
         let slot_bytes = ExpertCache::slot_bytes(&stacks) as u64;

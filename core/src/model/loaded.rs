@@ -211,9 +211,18 @@ impl Model {
     /// get a cache sized to what the budget leaves (a budget below the
     /// model's minimum is refused with [`Error::OutOfMemory`]); the file
     /// stays mapped, untouched, for [`set_memory_budget`](Self::set_memory_budget)`(0)`.
-    pub fn from_gguf_with(file: GgufFile, opts: &LoadOptions) -> Result<Model> {
+    pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
+        // Q4_K matrices interleaved by four where the CPU path decodes that
+        // layout (NEON with `sdot`); the GPU backend reads the file's layout.
+        // `POCKET_INTERLEAVE=0` keeps the file's (for comparisons).
+        let interleave_off = std::env::var("POCKET_INTERLEAVE").is_ok_and(|v| v == "0");
+        file.set_interleave(opts.backend != BackendKind::Gpu && !interleave_off && crate::kernels::interleaves_q4_k());
         let net = super::network_for(&file)?;
+        if file.interleaved_bytes() > 0 {
+            // The interleaved tensors' pages of the mapping are not read again.
+            file.source().release();
+        }
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file)?);
         let template = match &opts.chat_template {
             Some(source) => Ok(ChatTemplate::with_texts_of(source, &tokenizer)?),
@@ -345,6 +354,8 @@ impl Model {
             Some(b) => (b.resident.resident_bytes(), b.cache.as_ref().map_or(0, |c| c.bytes())),
             None => (self.file.source().resident_bytes(), 0),
         };
+        // The interleaved copies of matrices, held beside the file's bytes.
+        let resident = resident + self.file.interleaved_bytes();
         MemoryUsage {
             resident_weights_bytes: resident,
             expert_cache_bytes: cache,

@@ -19,13 +19,41 @@ pub struct Matrix {
     /// Absolute byte offset in the file.
     offset: usize,
     len: usize,
+    /// The rows interleaved by four in memory the model owns, where the
+    /// loader laid them out so (then the file's bytes are not read again).
+    interleaved: Option<Interleaved>,
+}
+
+/// A matrix's rows interleaved by four ([`kernels::Layout::Q4KX4`]).
+#[derive(Clone)]
+pub struct Interleaved(std::sync::Arc<[u8]>);
+
+impl std::fmt::Debug for Interleaved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Interleaved({} bytes)", self.0.len())
+    }
 }
 
 impl Matrix {
-    /// The kernel view over the file's bytes.
+    /// The kernel view over the file's bytes (or the matrix's interleaved
+    /// copy, whatever bytes `file` holds).
     #[inline]
-    pub fn view<'a>(&self, file: &'a [u8]) -> QMatrix<'a> {
-        QMatrix { ty: self.ty, data: &file[self.offset..self.offset + self.len], rows: self.rows, cols: self.cols, layout: kernels::Layout::Rows }
+    pub fn view<'a>(&'a self, file: &'a [u8]) -> QMatrix<'a> {
+        if let Some(x) = &self.interleaved {
+            return QMatrix { ty: self.ty, data: &x.0, rows: self.rows, cols: self.cols, layout: kernels::Layout::Q4KX4 };
+        }
+        self.file_view(file)
+    }
+
+    /// The view over the file's bytes, as the file lays the rows out.
+    fn file_view<'a>(&self, file: &'a [u8]) -> QMatrix<'a> {
+        let data = &file[self.offset..self.offset + self.len];
+        QMatrix { ty: self.ty, data, rows: self.rows, cols: self.cols, layout: kernels::Layout::Rows }
+    }
+
+    /// Whether the rows are interleaved in memory the model owns.
+    pub fn is_interleaved(&self) -> bool {
+        self.interleaved.is_some()
     }
 
     pub fn bytes(&self) -> usize {
@@ -39,6 +67,16 @@ impl Matrix {
 
     /// One row (e.g. a token's embedding) dequantised into `out`.
     pub fn row_f32(&self, file: &[u8], row: usize, out: &mut [f32]) {
+        if let Some(x) = &self.interleaved {
+            // The row's blocks out of its group, laid out plainly again.
+            use crate::quant::{as_blocks, block_bytes, q4_k_x4};
+            let gb = q4_k_x4::bytes_for(self.cols / crate::quant::QK_K);
+            let group = as_blocks::<q4_k_x4::BlockQ4Kx4>(&x.0[row / 4 * gb..(row / 4 + 1) * gb]);
+            for (xb, o) in group.iter().zip(out[..self.cols].chunks_exact_mut(crate::quant::QK_K)) {
+                kernels::dequantize_row(self.ty, block_bytes(&q4_k_x4::deinterleave(xb)[row % 4]), o);
+            }
+            return;
+        }
         let rb = self.len / self.rows;
         let start = self.offset + row * rb;
         kernels::dequantize_row(self.ty, &file[start..start + rb], &mut out[..self.cols]);
@@ -59,7 +97,9 @@ impl Experts {
     /// bytes are read.
     #[inline]
     pub fn slab<'a>(&self, file: &'a [u8], e: usize) -> QMatrix<'a> {
-        self.all.view(file).rows_slice(e * self.rows, self.rows)
+        // (Stacks of experts are never interleaved: the loader lays out
+        // matrices only.)
+        self.all.file_view(file).rows_slice(e * self.rows, self.rows)
     }
 
     /// Byte range of expert `e` in the file.
@@ -123,15 +163,39 @@ impl<'a> Loader<'a> {
             cols,
             offset: self.file.tensor_start(t) as usize,
             len: t.size as usize,
+            interleaved: None,
         }
     }
 
-    /// A `rows x cols` matrix (stored as ggml shape `[cols, rows]`).
+    /// A `rows x cols` matrix (stored as ggml shape `[cols, rows]`). Where
+    /// the file asks for it ([`GgufFile::interleave`]), a Q4_K matrix of a
+    /// layer (not an embedding table, the output head or the MTP layer's,
+    /// which are read by rows or in slices of rows) whose rows come in whole
+    /// groups of four is laid out interleaved, in memory the model owns.
     pub fn matrix(&self, kind: TensorKind, layer: usize, rows: usize, cols: usize) -> Result<Matrix> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64])?;
         Self::computable(t)?;
-        Ok(self.matrix_of(t, rows, cols))
+        let mut m = self.matrix_of(t, rows, cols);
+        let by_rows = matches!(kind, TensorKind::TokenEmbd | TensorKind::Output | TensorKind::PerLayerTokenEmbd);
+        if self.file.interleave()
+            && t.ty == GgmlType::Q4K
+            && rows.is_multiple_of(4)
+            && t.name.starts_with("blk.")
+            && !t.name.contains("nextn")
+            && !by_rows
+        {
+            let data = self.file.tensor_data(t);
+            let (rb, gb) = (m.len / rows, crate::quant::q4_k_x4::bytes_for(cols / crate::quant::QK_K));
+            let mut x = vec![0u8; rows / 4 * gb];
+            for (g, out) in x.chunks_exact_mut(gb).enumerate() {
+                let row = |i: usize| &data[(4 * g + i) * rb..(4 * g + i + 1) * rb];
+                crate::quant::q4_k_x4::interleave_rows([row(0), row(1), row(2), row(3)], out);
+            }
+            self.file.record_interleaved(m.range(), x.len());
+            m.interleaved = Some(Interleaved(x.into()));
+        }
+        Ok(m)
     }
 
     /// Like [`matrix`](Self::matrix) but absent is `None`.
