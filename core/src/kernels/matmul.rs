@@ -8,7 +8,7 @@
 //! weight byte from memory once; where the path has a 2x2 kernel (`smmla`),
 //! pairs of weight rows meet pairs of activation rows in registers.
 
-use super::table::{decoded_buffer, Acts, Decoded, Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot, Rows};
+use super::table::{decoded_buffer, Acts, Decoded, Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot, Rows, X4Rows};
 use super::{ActFormat, Layout, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
@@ -212,9 +212,6 @@ struct Out(*mut f32);
 unsafe impl Sync for Out {}
 unsafe impl Send for Out {}
 
-/// Four interleaved weight rows with one activation row.
-type X4Dot<B> = unsafe fn(&[u8], &[B]) -> [f32; 4];
-
 /// One matmul: weights, activations of block type `B`, kernels, output.
 struct Job<'a, B: 'static> {
     w: &'a QMatrix<'a>,
@@ -227,7 +224,7 @@ struct Job<'a, B: 'static> {
     interleaved: bool,
     /// The kernel of four interleaved rows with one activation row, where
     /// the rows are interleaved and the path has it.
-    x4: Option<X4Dot<B>>,
+    x4: Option<X4Rows<B>>,
     /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
     /// type up).
     row_bytes: usize,
@@ -278,15 +275,10 @@ impl<'a, B: 'static> Job<'a, B> {
     fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
         if let (Some(x4), None, 1) = (self.x4, self.exact, j1 - j0) {
             let gb = self.w.group_bytes();
-            let a = self.act(j0);
-            for g in (r0..r1).step_by(4) {
-                // SAFETY: a kernel of this CPU's path; whole groups of blocks
-                // (tiles of interleaved rows hold whole groups).
-                let v = unsafe { x4(&self.data[g / 4 * gb..(g / 4 + 1) * gb], a) };
-                for (i, vi) in v.into_iter().enumerate() {
-                    self.store(j0, g + i, vi);
-                }
-            }
+            // SAFETY: a kernel of this CPU's path; whole groups of blocks
+            // (tiles of interleaved rows hold whole groups); this tile alone
+            // writes these outputs.
+            unsafe { x4(&self.data[r0 / 4 * gb..r1 / 4 * gb], gb, self.act(j0), self.out_row(j0, r0, r1)) };
             return;
         }
         PLAIN.with_borrow_mut(|buf| {

@@ -338,9 +338,11 @@ pub struct Kernels {
     pub(crate) quantize_q8k: unsafe fn(&[f32], &mut [BlockQ8K]),
 }
 
-/// Four interleaved Q4_K rows (their blocks) with one row of Q8_K
-/// activations: the four products.
-pub(crate) type Q4KX4Dot = unsafe fn(&[u8], &[BlockQ8K]) -> [f32; 4];
+/// Groups of four interleaved Q4_K rows (`w`, `group_bytes` a group) with
+/// one row of Q8_K activations: four products a group into `out`.
+pub(crate) type Q4KX4Dot = X4Rows<BlockQ8K>;
+/// Groups of four interleaved weight rows with one activation row.
+pub(crate) type X4Rows<B> = unsafe fn(&[u8], usize, &[B], &mut [f32]);
 
 /// `attend_f16(rows, out, scratch)`: see [`super::ops::attend_f16`].
 pub(crate) type AttendF16 = unsafe fn(&super::ops::AttendRows<'_>, &mut [f32], &mut [f32]);
@@ -408,9 +410,7 @@ impl Kernels {
 
     /// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
     /// with one activation row, if this path has one (beside the table, as
-    /// [`exact_dot`](Self::exact_dot)). Not yet called outside the tests:
-    /// the loader does not interleave weights yet (ARCHITECTURE.md).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// [`exact_dot`](Self::exact_dot)).
     pub(crate) fn q4_k_x4(&self) -> Option<Q4KX4Dot> {
         match self.isa {
             Isa::Scalar => None,

@@ -1040,8 +1040,9 @@ fn q4_k_x4_kernel_equals_the_rows_kernel_to_the_bit() {
             acts.quantize(GgmlType::Q4K, &x, 1, cols);
             let mut packed = vec![0u8; q4_k_x4::bytes_for(nb)];
             q4_k_x4::interleave_rows(std::array::from_fn(|r| &w[r * rb..(r + 1) * rb]), &mut packed);
+            let mut got = [f32::NAN; 4];
             // SAFETY: kernels of a path this CPU has; whole blocks.
-            let got = unsafe { x4(&packed, &acts.q8k) };
+            unsafe { x4(&packed, packed.len(), &acts.q8k, &mut got) };
             let mut want = [f32::NAN; 4];
             // SAFETY: as above.
             unsafe { (d.rows.expect("a Q4_K rows kernel"))(&w, rb, &acts.q8k, &mut want) };

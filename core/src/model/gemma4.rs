@@ -223,7 +223,7 @@ impl Gemma4 {
         if let Some(p) = &ple {
             if p.token_embd.rows != trunk.n_vocab {
                 return Err(Error::TensorShape {
-                    tensor: p.token_embd.name.clone(),
+                    tensor: p.token_embd.name.to_string(),
                     expected: vec![(hp.n_layer * hp.n_ple) as u64, trunk.n_vocab as u64],
                     found: vec![p.token_embd.cols as u64, p.token_embd.rows as u64],
                 });

@@ -12,7 +12,7 @@ use crate::quant::GgmlType;
 /// A 2-D weight matrix in the mapped file: `rows` outputs of `cols` inputs.
 #[derive(Clone, Debug)]
 pub struct Matrix {
-    pub name: String,
+    pub name: Box<str>,
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
@@ -24,9 +24,10 @@ pub struct Matrix {
     interleaved: Option<Interleaved>,
 }
 
-/// A matrix's rows interleaved by four ([`kernels::Layout::Q4KX4`]).
+/// A matrix's rows interleaved by four ([`kernels::Layout::Q4KX4`]) (one
+/// pointer: a `Matrix` stays as small as before).
 #[derive(Clone)]
-pub struct Interleaved(std::sync::Arc<[u8]>);
+pub struct Interleaved(std::sync::Arc<Vec<u8>>);
 
 impl std::fmt::Debug for Interleaved {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,7 +158,7 @@ impl<'a> Loader<'a> {
 
     fn matrix_of(&self, t: &TensorInfo, rows: usize, cols: usize) -> Matrix {
         Matrix {
-            name: t.name.clone(),
+            name: t.name.as_str().into(),
             ty: t.ty,
             rows,
             cols,
@@ -193,7 +194,7 @@ impl<'a> Loader<'a> {
                 crate::quant::q4_k_x4::interleave_rows([row(0), row(1), row(2), row(3)], out);
             }
             self.file.record_interleaved(m.range(), x.len());
-            m.interleaved = Some(Interleaved(x.into()));
+            m.interleaved = Some(Interleaved(std::sync::Arc::new(x)));
         }
         Ok(m)
     }

@@ -60,7 +60,6 @@ pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
 #[cfg(target_arch = "aarch64")]
 pub(crate) use neon::q4_k_x4;
 #[cfg(not(target_arch = "aarch64"))]
-#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
 pub(crate) fn q4_k_x4(_: super::table::Isa) -> Option<super::table::Q4KX4Dot> {
     None
 }

@@ -1569,9 +1569,11 @@ pub(super) unsafe fn dot_q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
     out
 }
 
-/// [`dot_q4_k_x4`] on the dot-product path.
-#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
+/// [`dot_q4_k_x4`] on the dot-product path, over consecutive groups of
+/// four interleaved rows (`group_bytes` each) into `out` (four a group).
 #[target_feature(enable = "neon,dotprod")]
-pub(crate) unsafe fn q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
-    dot_q4_k_x4(w, a)
+pub(crate) unsafe fn q4_k_x4(w: &[u8], group_bytes: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    for (g, o) in w.chunks_exact(group_bytes).zip(out.chunks_exact_mut(4)) {
+        o.copy_from_slice(&dot_q4_k_x4(g, a));
+    }
 }

@@ -263,7 +263,6 @@ use exact_paths;
 
 /// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
 /// with one activation row, on the paths with `sdot`.
-#[cfg_attr(not(test), allow(dead_code))] // see `Kernels::q4_k_x4`
 pub(crate) fn q4_k_x4(isa: Isa) -> Option<crate::kernels::table::Q4KX4Dot> {
     match isa {
         Isa::Dotprod | Isa::I8mm => Some(kquants::q4_k_x4),
