@@ -101,9 +101,7 @@ impl Kernels {
                 let x4 = if w.layout == Layout::Q4KX4 { self.q4_k_x4() } else { None };
                 Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8k, k / 256, rows, dot, exact, out) }))
             }
-            (RowDot::F32(dot), _) => {
-                Box::new((plan, Job::new(w, row_bytes, &x.f32, k, rows, dot, None, out)))
-            }
+            (RowDot::F32(dot), _) => Box::new((plan, Job::new(w, row_bytes, &x.f32, k, rows, dot, None, out))),
         })
     }
 
@@ -285,7 +283,9 @@ impl<'a, B: 'static> Job<'a, B> {
             let plain = decoded_buffer(buf, (r1 - r0) * self.row_bytes);
             let gb = self.w.group_bytes();
             for (g, rows) in (r0..r1).step_by(4).zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
-                let x = crate::quant::as_blocks::<crate::quant::q4_k_x4::BlockQ4Kx4>(&self.data[g / 4 * gb..(g / 4 + 1) * gb]);
+                let x = crate::quant::as_blocks::<crate::quant::q4_k_x4::BlockQ4Kx4>(
+                    &self.data[g / 4 * gb..(g / 4 + 1) * gb],
+                );
                 for (b, xb) in x.iter().enumerate() {
                     for (r, blk) in crate::quant::q4_k_x4::deinterleave(xb).iter().enumerate() {
                         let at = r * self.row_bytes + b * std::mem::size_of_val(blk);

@@ -1137,7 +1137,9 @@ fn interleaved_q4_k_products_equal_plain_rows() {
                 unsafe {
                     match d.rows {
                         Some(f) => f(p.data, rb, &acts.q8k, &mut want),
-                        None => want.iter_mut().zip(p.data.chunks_exact(rb)).for_each(|(o, r)| *o = (d.one)(r, &acts.q8k)),
+                        None => {
+                            want.iter_mut().zip(p.data.chunks_exact(rb)).for_each(|(o, r)| *o = (d.one)(r, &acts.q8k))
+                        }
                     }
                 }
                 k.matmul(&pool, &s, &acts, &mut got);

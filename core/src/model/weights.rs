@@ -41,7 +41,13 @@ impl Matrix {
     #[inline]
     pub fn view<'a>(&'a self, file: &'a [u8]) -> QMatrix<'a> {
         if let Some(x) = &self.interleaved {
-            return QMatrix { ty: self.ty, data: &x.0, rows: self.rows, cols: self.cols, layout: kernels::Layout::Q4KX4 };
+            return QMatrix {
+                ty: self.ty,
+                data: &x.0,
+                rows: self.rows,
+                cols: self.cols,
+                layout: kernels::Layout::Q4KX4,
+            };
         }
         self.file_view(file)
     }

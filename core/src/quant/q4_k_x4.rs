@@ -44,13 +44,8 @@ pub const fn bytes_for(blocks: usize) -> usize {
 pub fn interleave(rows: [&BlockQ4K; 4]) -> BlockQ4Kx4 {
     let sm = rows.map(|x| scales_mins_k4(&x.scales));
     let s = |r: usize, g: usize| if g < 8 { sm[r].0[g] as i8 } else { 0 };
-    let mut x = BlockQ4Kx4 {
-        d: rows.map(|x| x.d),
-        dmin: rows.map(|x| x.dmin),
-        steps: [0; 32],
-        mins: [0; 32],
-        qs: [0; 512],
-    };
+    let mut x =
+        BlockQ4Kx4 { d: rows.map(|x| x.d), dmin: rows.map(|x| x.dmin), steps: [0; 32], mins: [0; 32], qs: [0; 512] };
     for i in 0..4 {
         for r in 0..4 {
             // Within 63 - 0 either way: an i8.

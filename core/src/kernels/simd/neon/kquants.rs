@@ -1548,7 +1548,12 @@ pub(super) unsafe fn dot_q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
         // `mins` group-major: lanes `[g, g + 1] x rows` meet pair g, g + 1.
         let (m01, m23) = (vld1q_u8(xb.mins.as_ptr()), vld1q_u8(xb.mins.as_ptr().add(16)));
         let w = |v: uint16x8_t| vreinterpretq_s16_u16(v);
-        let m16 = [w(vmovl_u8(vget_low_u8(m01))), w(vmovl_high_u8(m01)), w(vmovl_u8(vget_low_u8(m23))), w(vmovl_high_u8(m23))];
+        let m16 = [
+            w(vmovl_u8(vget_low_u8(m01))),
+            w(vmovl_high_u8(m01)),
+            w(vmovl_u8(vget_low_u8(m23))),
+            w(vmovl_high_u8(m23)),
+        ];
         let pairs = vpaddq_s16(vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8)));
         let m = vmull_laneq_s16::<0>(vget_low_s16(m16[0]), pairs);
         let m = vmlal_high_laneq_s16::<1>(m, m16[0], pairs);
