@@ -25,6 +25,10 @@ const TILE_WEIGHT_BYTES: usize = 16 << 10;
 const ONE_PASS_TILE_BYTES: usize = 256 << 10;
 /// Activation rows per pass over a tile's weight rows.
 const ACT_GROUP: usize = 32;
+/// Up to this many activation rows meet interleaved rows by the interleaved
+/// kernel, one row after another, rather than through the rows laid out
+/// plainly again (which costs about as much as seven rows' products).
+const X4_ACTS: usize = 8;
 /// Aim for at least this many tiles per thread, for balance.
 const TILES_PER_THREAD: usize = 4;
 
@@ -266,17 +270,22 @@ impl<'a, B: 'static> Job<'a, B> {
         &self.data[(r0 - self.row0) * self.row_bytes..(r1 - self.row0) * self.row_bytes]
     }
 
-    /// A tile of interleaved rows: with one activation row, four rows at a
-    /// time by the interleaved kernel (the same products as the rows kernel
-    /// on the rows laid out plainly); otherwise the rows laid out plainly
-    /// again, once per tile, for the kernels that take rows.
+    /// A tile of interleaved rows: four rows at a time by the interleaved
+    /// kernel, one activation row after another (the same products as the
+    /// rows kernel on the rows laid out plainly, so a verify pass's are its
+    /// rows' decoded ones), for up to [`X4_ACTS`] activation rows and in
+    /// one-row mode; for more, the rows laid out plainly again, once per
+    /// tile, for the kernels that take many activation rows (panels).
     fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
-        if let (Some(x4), None, 1) = (self.x4, self.exact, j1 - j0) {
+        if let Some(x4) = self.x4.filter(|_| self.exact.is_some() || j1 - j0 <= X4_ACTS) {
             let gb = self.w.group_bytes();
-            // SAFETY: a kernel of this CPU's path; whole groups of blocks
-            // (tiles of interleaved rows hold whole groups); this tile alone
-            // writes these outputs.
-            unsafe { x4(&self.data[r0 / 4 * gb..r1 / 4 * gb], gb, self.act(j0), self.out_row(j0, r0, r1)) };
+            let w = &self.data[r0 / 4 * gb..r1 / 4 * gb];
+            for j in j0..j1 {
+                // SAFETY: a kernel of this CPU's path; whole groups of blocks
+                // (tiles of interleaved rows hold whole groups); this tile
+                // alone writes these outputs.
+                unsafe { x4(w, gb, self.act(j), self.out_row(j, r0, r1)) };
+            }
             return;
         }
         PLAIN.with_borrow_mut(|buf| {
