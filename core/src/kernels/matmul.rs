@@ -291,16 +291,11 @@ impl<'a, B: 'static> Job<'a, B> {
         PLAIN.with_borrow_mut(|buf| {
             let plain = decoded_buffer(buf, (r1 - r0) * self.row_bytes);
             let gb = self.w.group_bytes();
-            for (g, rows) in (r0..r1).step_by(4).zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
-                let x = crate::quant::as_blocks::<crate::quant::q4_k_x4::BlockQ4Kx4>(
-                    &self.data[g / 4 * gb..(g / 4 + 1) * gb],
-                );
-                for (b, xb) in x.iter().enumerate() {
-                    for (r, blk) in crate::quant::q4_k_x4::deinterleave(xb).iter().enumerate() {
-                        let at = r * self.row_bytes + b * std::mem::size_of_val(blk);
-                        rows[at..at + std::mem::size_of_val(blk)].copy_from_slice(crate::quant::block_bytes(blk));
-                    }
-                }
+            let groups = self.data[r0 / 4 * gb..r1 / 4 * gb].chunks_exact(gb);
+            for (x, rows) in groups.zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
+                let mut r = rows.chunks_exact_mut(self.row_bytes);
+                let four = std::array::from_fn(|_| r.next().expect("four rows a group"));
+                crate::quant::q4_k_x4::deinterleave_rows(x, four);
             }
             let plain = Job { data: &*plain, row0: r0, interleaved: false, x4: None, ..*self };
             plain.tile(r0, r1, j0, j1, ahead);

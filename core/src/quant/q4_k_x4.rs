@@ -113,6 +113,17 @@ pub fn interleave_rows(rows: [&[u8]; 4], out: &mut [u8]) {
     }
 }
 
+/// Four interleaved rows (`x`, [`bytes_for`]`(blocks)` bytes) back into
+/// four rows laid out plainly (`rows`, each `blocks` Q4_K super-blocks).
+pub fn deinterleave_rows(x: &[u8], mut rows: [&mut [u8]; 4]) {
+    let size = size_of::<BlockQ4K>();
+    for (b, xb) in as_blocks::<BlockQ4Kx4>(x).iter().enumerate() {
+        for (row, blk) in rows.iter_mut().zip(deinterleave(xb)) {
+            row[b * size..(b + 1) * size].copy_from_slice(block_bytes(&blk));
+        }
+    }
+}
+
 /// The products of four interleaved rows (`w`: their blocks) with one row of
 /// Q8_K activations: each row's integers and float operations as
 /// [`super::q4_k::vec_dot`] forms them (the scalar twin of the vector kernels).

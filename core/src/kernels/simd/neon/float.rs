@@ -89,21 +89,17 @@ pub(crate) unsafe fn f32_rows(w: &[u8], row_bytes: usize, x: &[f32], out: &mut [
         let (p0, p1) = (w.as_ptr().add(r * row_bytes).cast::<f32>(), w.as_ptr().add((r + 1) * row_bytes).cast::<f32>());
         let (mut a, mut b) = ([vdupq_n_f32(0.0); 4], [vdupq_n_f32(0.0); 4]);
         let mut i = 0;
-        while i + 16 <= n {
-            for k in 0..4 {
-                let xv = vld1q_f32(xp.add(i + 4 * k));
-                a[k] = vfmaq_f32(a[k], vld1q_f32(p0.add(i + 4 * k)), xv);
-                b[k] = vfmaq_f32(b[k], vld1q_f32(p1.add(i + 4 * k)), xv);
+        // Steps of 16 columns into the four accumulators, then of 8 into
+        // the first two (as `dot_with` takes them).
+        for (step, accs) in [(16, 4), (8, 2)] {
+            while i + step <= n {
+                for k in 0..accs {
+                    let xv = vld1q_f32(xp.add(i + 4 * k));
+                    a[k] = vfmaq_f32(a[k], vld1q_f32(p0.add(i + 4 * k)), xv);
+                    b[k] = vfmaq_f32(b[k], vld1q_f32(p1.add(i + 4 * k)), xv);
+                }
+                i += step;
             }
-            i += 16;
-        }
-        while i + 8 <= n {
-            for k in 0..2 {
-                let xv = vld1q_f32(xp.add(i + 4 * k));
-                a[k] = vfmaq_f32(a[k], vld1q_f32(p0.add(i + 4 * k)), xv);
-                b[k] = vfmaq_f32(b[k], vld1q_f32(p1.add(i + 4 * k)), xv);
-            }
-            i += 8;
         }
         let sum = |acc: [float32x4_t; 4], p: *const f32| {
             let s = vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3]));
