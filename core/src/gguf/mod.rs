@@ -209,8 +209,8 @@ impl GgufFile {
         }
     }
 
-    /// Have the model built from this file lay out its Q4_K matrices
-    /// interleaved by four ([`crate::kernels::Layout::Q4KX4`]), where the
+    /// Have the model built from this file lay out its Q4_K and Q6_K
+    /// matrices interleaved by four ([`crate::kernels::Layout::X4`]), where the
     /// selected kernels decode that layout.
     pub fn set_interleave(&mut self, on: bool) {
         self.interleave = on;

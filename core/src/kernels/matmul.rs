@@ -102,7 +102,7 @@ impl Kernels {
             }
             (RowDot::Q8K(dot), e) => {
                 let exact = if let Some(ExactDot::Q8K(e)) = e { Some(e) } else { None };
-                let x4 = if w.layout == Layout::Q4KX4 { self.q4_k_x4() } else { None };
+                let x4 = if w.layout == Layout::X4 { self.x4(w.ty) } else { None };
                 Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8k, k / 256, rows, dot, exact, out) }))
             }
             (RowDot::F32(dot), _) => Box::new((plan, Job::new(w, row_bytes, &x.f32, k, rows, dot, None, out))),
@@ -124,7 +124,7 @@ impl Kernels {
             _ => 1,
         };
         // Tiles of interleaved rows hold whole groups of four.
-        if w.layout == Layout::Q4KX4 {
+        if w.layout == Layout::X4 {
             rows * 4 / gcd(rows, 4)
         } else {
             rows
@@ -222,7 +222,7 @@ struct Job<'a, B: 'static> {
     /// the first of them row `row0`.
     data: &'a [u8],
     row0: usize,
-    /// Whether `data` holds rows interleaved by four ([`Layout::Q4KX4`]).
+    /// Whether `data` holds rows interleaved by four ([`Layout::X4`]).
     interleaved: bool,
     /// The kernel of four interleaved rows with one activation row, where
     /// the rows are interleaved and the path has it.
@@ -253,7 +253,7 @@ impl<'a, B: 'static> Job<'a, B> {
         exact: Option<Exact<B>>,
         out: Out,
     ) -> Self {
-        let interleaved = w.layout == Layout::Q4KX4;
+        let interleaved = w.layout == Layout::X4;
         Job { w, data: w.data, row0: 0, interleaved, x4: None, row_bytes, acts, per_row, rows, dot, exact, out }
     }
 
@@ -295,7 +295,7 @@ impl<'a, B: 'static> Job<'a, B> {
             for (x, rows) in groups.zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
                 let mut r = rows.chunks_exact_mut(self.row_bytes);
                 let four = std::array::from_fn(|_| r.next().expect("four rows a group"));
-                crate::quant::q4_k_x4::deinterleave_rows(x, four);
+                crate::quant::x4::deinterleave_rows(self.w.ty, x, four);
             }
             let plain = Job { data: &*plain, row0: r0, interleaved: false, x4: None, ..*self };
             plain.tile(r0, r1, j0, j1, ahead);

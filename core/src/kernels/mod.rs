@@ -42,16 +42,17 @@ pub enum Layout {
     /// Row after row, each in the type's blocks (the file's layout).
     #[default]
     Rows,
-    /// Q4_K rows four by four, block by block ([`crate::quant::q4_k_x4`]):
-    /// made at load for the paths whose decode kernel reads it
-    /// ([`interleaves_q4_k`]); `rows` is a multiple of four.
-    Q4KX4,
+    /// Rows four by four, block by block, in the type's interleaved layout
+    /// ([`crate::quant::x4`]: Q4_K, Q6_K): made at load for the paths whose
+    /// decode kernel reads it ([`interleaves`]); `rows` is a multiple of four.
+    X4,
 }
 
-/// Whether the selected path decodes Q4_K from rows interleaved by four
-/// ([`Layout::Q4KX4`]): the loader then interleaves the Q4_K matrices it can.
-pub fn interleaves_q4_k() -> bool {
-    Kernels::selected().q4_k_x4().is_some()
+/// Whether the selected path decodes `ty` from rows interleaved by four
+/// ([`Layout::X4`]): the loader then interleaves the matrices of that type
+/// it can.
+pub fn interleaves(ty: GgmlType) -> bool {
+    Kernels::selected().x4(ty).is_some()
 }
 
 impl<'a> QMatrix<'a> {
@@ -74,16 +75,17 @@ impl<'a> QMatrix<'a> {
         Ok(QMatrix { ty, data, rows, cols, layout: Layout::Rows })
     }
 
-    /// Q4_K weights interleaved by four ([`Layout::Q4KX4`]): checks that
-    /// `rows` is a multiple of four and `data` holds them.
-    pub fn q4_k_x4(data: &'a [u8], rows: usize, cols: usize) -> Result<QMatrix<'a>> {
-        if !rows.is_multiple_of(4) || !cols.is_multiple_of(QK_K) {
-            return Err(Error::InvalidArgument(format!("{rows}x{cols}: not whole groups of four Q4_K rows")));
+    /// Weights of type `ty` interleaved by four ([`Layout::X4`]): checks
+    /// that the type has the layout, `rows` is a multiple of four and `data`
+    /// holds them.
+    pub fn x4(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<QMatrix<'a>> {
+        if !quant::x4::has_layout(ty) || !rows.is_multiple_of(4) || !cols.is_multiple_of(QK_K) {
+            return Err(Error::InvalidArgument(format!("{rows}x{cols}: not whole groups of four {ty} rows")));
         }
-        if data.len() != rows / 4 * quant::q4_k_x4::bytes_for(cols / QK_K) {
-            return Err(Error::InvalidArgument(format!("{rows}x{cols} interleaved Q4_K: {} bytes", data.len())));
+        if data.len() != rows / 4 * quant::x4::group_bytes(ty, cols) {
+            return Err(Error::InvalidArgument(format!("{rows}x{cols} interleaved {ty}: {} bytes", data.len())));
         }
-        Ok(QMatrix { ty: GgmlType::Q4K, data, rows, cols, layout: Layout::Q4KX4 })
+        Ok(QMatrix { ty, data, rows, cols, layout: Layout::X4 })
     }
 
     /// Bytes of one row in the type's blocks (as the file holds it).
@@ -91,16 +93,16 @@ impl<'a> QMatrix<'a> {
         self.cols / self.ty.block_size() * self.ty.type_size()
     }
 
-    /// Bytes of a group of four interleaved rows ([`Layout::Q4KX4`]).
+    /// Bytes of a group of four interleaved rows ([`Layout::X4`]).
     pub(crate) fn group_bytes(&self) -> usize {
-        quant::q4_k_x4::bytes_for(self.cols / QK_K)
+        quant::x4::group_bytes(self.ty, self.cols)
     }
 
     /// Bytes holding rows `r0..r1` (for interleaved rows: whole groups).
     pub fn rows_bytes(&self, r0: usize, r1: usize) -> &'a [u8] {
         match self.layout {
             Layout::Rows => &self.data[r0 * self.row_bytes()..r1 * self.row_bytes()],
-            Layout::Q4KX4 => {
+            Layout::X4 => {
                 debug_assert!(r0.is_multiple_of(4) && (r1.is_multiple_of(4) || r1 == self.rows));
                 let gb = self.group_bytes();
                 &self.data[r0 / 4 * gb..r1.div_ceil(4) * gb]
@@ -119,7 +121,7 @@ impl<'a> QMatrix<'a> {
     /// of interleaved rows, whole groups).
     pub fn rows_slice(&self, start: usize, n: usize) -> QMatrix<'a> {
         assert!(start + n <= self.rows, "rows {start}..{} of a {}-row matrix", start + n, self.rows);
-        if self.layout == Layout::Q4KX4 {
+        if self.layout == Layout::X4 {
             assert!(start.is_multiple_of(4) && n.is_multiple_of(4), "rows {start}..+{n} of interleaved rows");
         }
         QMatrix { data: self.rows_bytes(start, start + n), rows: n, ..*self }

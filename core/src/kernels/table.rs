@@ -340,7 +340,7 @@ pub struct Kernels {
 
 /// Groups of four interleaved Q4_K rows (`w`, `group_bytes` a group) with
 /// one row of Q8_K activations: four products a group into `out`.
-pub(crate) type Q4KX4Dot = X4Rows<BlockQ8K>;
+pub(crate) type X4Dot = X4Rows<BlockQ8K>;
 /// Groups of four interleaved weight rows with one activation row.
 pub(crate) type X4Rows<B> = unsafe fn(&[u8], usize, &[B], &mut [f32]);
 
@@ -408,13 +408,13 @@ impl Kernels {
         }
     }
 
-    /// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
-    /// with one activation row, if this path has one (beside the table, as
-    /// [`exact_dot`](Self::exact_dot)).
-    pub(crate) fn q4_k_x4(&self) -> Option<Q4KX4Dot> {
+    /// The kernel of four rows of type `ty` interleaved
+    /// ([`crate::quant::x4`]) with one activation row, if this path has one
+    /// (beside the table, as [`exact_dot`](Self::exact_dot)).
+    pub(crate) fn x4(&self, ty: GgmlType) -> Option<X4Dot> {
         match self.isa {
             Isa::Scalar => None,
-            isa => super::simd::q4_k_x4(isa),
+            isa => super::simd::x4(isa, ty),
         }
     }
 

@@ -213,11 +213,17 @@ impl Model {
     /// stays mapped, untouched, for [`set_memory_budget`](Self::set_memory_budget)`(0)`.
     pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
-        // Q4_K matrices interleaved by four where the CPU path decodes that
-        // layout (NEON with `sdot`); the GPU backend reads the file's layout.
-        // `POCKET_INTERLEAVE=0` keeps the file's (for comparisons).
+        // Q4_K and Q6_K matrices interleaved by four where the CPU path
+        // decodes that layout (NEON with `sdot`) and the copies fit; the GPU
+        // backend reads the file's layout. `POCKET_INTERLEAVE=0` keeps the
+        // file's (for comparisons).
         let interleave_off = std::env::var("POCKET_INTERLEAVE").is_ok_and(|v| v == "0");
-        file.set_interleave(opts.backend != BackendKind::Gpu && !interleave_off && crate::kernels::interleaves_q4_k());
+        file.set_interleave(
+            opts.backend != BackendKind::Gpu
+                && !interleave_off
+                && crate::kernels::interleaves(crate::quant::GgmlType::Q4K)
+                && interleaved_copies_fit(&file),
+        );
         let net = super::network_for(&file)?;
         if file.interleaved_bytes() > 0 {
             // The interleaved tensors' pages of the mapping are not read again.
@@ -622,4 +628,34 @@ fn no_mtp() -> Error {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether the interleaved copies a load would make fit the machine: the
+/// bytes of the 2-D Q4_K and Q6_K tensors (an upper bound of what the loader
+/// lays out) at most a quarter of its memory. Above that the file's layout
+/// stays: mapped pages the OS can evict and read again, where the copy of a
+/// large dense model would be memory it cannot reclaim (on iOS, footprint
+/// that gets the app killed). Unknown memory: the copies are made.
+fn interleaved_copies_fit(file: &GgufFile) -> bool {
+    use crate::quant::GgmlType;
+    let bytes: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.n_dims == 2 && matches!(t.ty, GgmlType::Q4K | GgmlType::Q6K) && !t.name.contains("token_embd"))
+        .map(|t| t.size)
+        .sum();
+    physical_memory().is_none_or(|m| bytes <= m / 4)
+}
+
+/// The machine's physical memory in bytes, where the OS says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads system constants; no memory is passed.
+        let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        if pages > 0 && size > 0 {
+            return Some(pages as u64 * size as u64);
+        }
+    }
+    None
 }

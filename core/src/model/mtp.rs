@@ -29,7 +29,7 @@ use super::trunk::Trunk;
 use super::weights::{Experts, Loader, Matrix};
 use crate::error::Result;
 use crate::gguf::TensorKind;
-use crate::kernels::{ops, MatJob, QActs, QMatrix};
+use crate::kernels::{ops, Layout, MatJob, QActs};
 
 /// The layer's weights.
 pub struct Mtp {
@@ -145,22 +145,43 @@ impl Mtp {
             scored.dedup();
             let out = take(logits, rows + scored.len());
             let w = head.view(pass.file);
-            let rb = w.row_bytes();
             acts.quantize(w.ty, &hidden[(n - 1) * e..], 1, w.cols);
             let acts: &QActs = acts;
             // The head's first `rows` rows: the logits of tokens 0..rows;
             // then the extra tokens', a product per run of consecutive ids.
-            let (first, mut rest) = out.split_at_mut(rows);
-            let mut jobs =
-                vec![MatJob { w: QMatrix { data: &w.data[..rows * rb], rows, ..w }, x: acts, rows: None, out: first }];
-            for run in scored.chunk_by(|a, b| b == &(a + 1)) {
-                let (o, r) = std::mem::take(&mut rest).split_at_mut(run.len());
-                rest = r;
-                let t0 = run[0] as usize;
-                let data = &w.data[t0 * rb..(t0 + run.len()) * rb];
-                jobs.push(MatJob { w: QMatrix { data, rows: run.len(), ..w }, x: acts, rows: None, out: o });
+            let spans: Vec<(usize, usize)> = std::iter::once((0, rows))
+                .chain(scored.chunk_by(|a, b| b == &(a + 1)).map(|run| (run[0] as usize, run.len())))
+                .collect();
+            if w.layout == Layout::Rows {
+                let mut rest = &mut out[..];
+                let mut jobs = Vec::with_capacity(spans.len());
+                for &(t0, n) in &spans {
+                    let (o, r) = std::mem::take(&mut rest).split_at_mut(n);
+                    rest = r;
+                    jobs.push(MatJob { w: w.rows_slice(t0, n), x: acts, rows: None, out: o });
+                }
+                pass.matmul(&mut jobs);
+            } else {
+                // Interleaved rows are read in whole groups of four: each
+                // span widened to its groups, its logits then copied out.
+                let wide = |(t0, n): (usize, usize)| (t0 / 4 * 4, (t0 + n).next_multiple_of(4));
+                let mut all = vec![0.0f32; spans.iter().map(|&s| wide(s).1 - wide(s).0).sum()];
+                let mut rest = &mut all[..];
+                let mut jobs = Vec::with_capacity(spans.len());
+                for &span in &spans {
+                    let (g0, g1) = wide(span);
+                    let (o, r) = std::mem::take(&mut rest).split_at_mut(g1 - g0);
+                    rest = r;
+                    jobs.push(MatJob { w: w.rows_slice(g0, g1 - g0), x: acts, rows: None, out: o });
+                }
+                pass.matmul(&mut jobs);
+                let (mut at, mut o) = (0, 0);
+                for &(t0, n) in &spans {
+                    let (g0, g1) = wide((t0, n));
+                    out[o..o + n].copy_from_slice(&all[at + t0 - g0..][..n]);
+                    (at, o) = (at + g1 - g0, o + n);
+                }
             }
-            pass.matmul(&mut jobs);
         }
         Ok(())
     }

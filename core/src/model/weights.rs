@@ -24,7 +24,7 @@ pub struct Matrix {
     interleaved: Option<Interleaved>,
 }
 
-/// A matrix's rows interleaved by four ([`kernels::Layout::Q4KX4`]) (one
+/// A matrix's rows interleaved by four ([`kernels::Layout::X4`]) (one
 /// pointer: a `Matrix` stays as small as before).
 #[derive(Clone)]
 pub struct Interleaved(std::sync::Arc<Vec<u8>>);
@@ -41,13 +41,7 @@ impl Matrix {
     #[inline]
     pub fn view<'a>(&'a self, file: &'a [u8]) -> QMatrix<'a> {
         if let Some(x) = &self.interleaved {
-            return QMatrix {
-                ty: self.ty,
-                data: &x.0,
-                rows: self.rows,
-                cols: self.cols,
-                layout: kernels::Layout::Q4KX4,
-            };
+            return QMatrix { ty: self.ty, data: &x.0, rows: self.rows, cols: self.cols, layout: kernels::Layout::X4 };
         }
         self.file_view(file)
     }
@@ -76,12 +70,10 @@ impl Matrix {
     pub fn row_f32(&self, file: &[u8], row: usize, out: &mut [f32]) {
         if let Some(x) = &self.interleaved {
             // The row's blocks out of its group, laid out plainly again.
-            use crate::quant::{as_blocks, block_bytes, q4_k_x4};
-            let gb = q4_k_x4::bytes_for(self.cols / crate::quant::QK_K);
-            let group = as_blocks::<q4_k_x4::BlockQ4Kx4>(&x.0[row / 4 * gb..(row / 4 + 1) * gb]);
-            for (xb, o) in group.iter().zip(out[..self.cols].chunks_exact_mut(crate::quant::QK_K)) {
-                kernels::dequantize_row(self.ty, block_bytes(&q4_k_x4::deinterleave(xb)[row % 4]), o);
-            }
+            let gb = crate::quant::x4::group_bytes(self.ty, self.cols);
+            let mut plain = vec![0u8; self.len / self.rows];
+            crate::quant::x4::row_of_group(self.ty, &x.0[row / 4 * gb..(row / 4 + 1) * gb], row % 4, &mut plain);
+            kernels::dequantize_row(self.ty, &plain, &mut out[..self.cols]);
             return;
         }
         let rb = self.len / self.rows;
@@ -175,29 +167,28 @@ impl<'a> Loader<'a> {
     }
 
     /// A `rows x cols` matrix (stored as ggml shape `[cols, rows]`). Where
-    /// the file asks for it ([`GgufFile::interleave`]), a Q4_K matrix of a
-    /// layer (not an embedding table, the output head or the MTP layer's,
-    /// which are read by rows or in slices of rows) whose rows come in whole
-    /// groups of four is laid out interleaved, in memory the model owns.
+    /// the file asks for it ([`GgufFile::interleave`]), a Q4_K or Q6_K
+    /// matrix of a layer or the output head (not an embedding table, read by
+    /// rows, nor the MTP layer's) whose rows come in whole groups of four is
+    /// laid out interleaved ([`crate::quant::x4`]), in memory the model owns.
     pub fn matrix(&self, kind: TensorKind, layer: usize, rows: usize, cols: usize) -> Result<Matrix> {
         let t = self.info(&kind.weight(layer))?;
         Self::check_shape(t, &[cols as u64, rows as u64])?;
         Self::computable(t)?;
         let mut m = self.matrix_of(t, rows, cols);
-        let by_rows = matches!(kind, TensorKind::TokenEmbd | TensorKind::Output | TensorKind::PerLayerTokenEmbd);
+        let layer_or_head = (t.name.starts_with("blk.") && !t.name.contains("nextn")) || kind == TensorKind::Output;
         if self.file.interleave()
-            && t.ty == GgmlType::Q4K
+            && crate::kernels::interleaves(t.ty)
             && rows.is_multiple_of(4)
-            && t.name.starts_with("blk.")
-            && !t.name.contains("nextn")
-            && !by_rows
+            && layer_or_head
+            && !matches!(kind, TensorKind::TokenEmbd | TensorKind::PerLayerTokenEmbd)
         {
             let data = self.file.tensor_data(t);
-            let (rb, gb) = (m.len / rows, crate::quant::q4_k_x4::bytes_for(cols / crate::quant::QK_K));
+            let (rb, gb) = (m.len / rows, crate::quant::x4::group_bytes(t.ty, cols));
             let mut x = vec![0u8; rows / 4 * gb];
             for (g, out) in x.chunks_exact_mut(gb).enumerate() {
                 let row = |i: usize| &data[(4 * g + i) * rb..(4 * g + i + 1) * rb];
-                crate::quant::q4_k_x4::interleave_rows([row(0), row(1), row(2), row(3)], out);
+                crate::quant::x4::interleave_rows(t.ty, [row(0), row(1), row(2), row(3)], out);
             }
             self.file.record_interleaved(m.range(), x.len());
             m.interleaved = Some(Interleaved(std::sync::Arc::new(x)));

@@ -29,9 +29,11 @@ pub mod q5_0;
 pub mod q5_1;
 pub mod q5_k;
 pub mod q6_k;
+pub mod q6_k_x4;
 pub mod q8_0;
 pub mod q8_k;
 pub mod tq;
+pub mod x4;
 
 pub use iq1_m::BlockIQ1M;
 pub use iq1_s::BlockIQ1S;

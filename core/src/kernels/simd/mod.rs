@@ -58,9 +58,9 @@ pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
 }
 
 #[cfg(target_arch = "aarch64")]
-pub(crate) use neon::q4_k_x4;
+pub(crate) use neon::x4;
 #[cfg(not(target_arch = "aarch64"))]
-pub(crate) fn q4_k_x4(_: super::table::Isa) -> Option<super::table::Q4KX4Dot> {
+pub(crate) fn x4(_: super::table::Isa, _: crate::quant::GgmlType) -> Option<super::table::X4Dot> {
     None
 }
 

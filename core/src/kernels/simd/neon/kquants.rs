@@ -17,6 +17,7 @@
 use super::{dot16, exact_paths, fp16, fp16x2, paths};
 use crate::quant::q3_k::unpack_scales;
 use crate::quant::q4_k_x4::BlockQ4Kx4;
+use crate::quant::q6_k_x4::BlockQ6Kx4;
 use crate::quant::{
     as_blocks, scales_mins_k4, scales_mins_k4_words, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
     F16Bytes,
@@ -1580,5 +1581,152 @@ pub(super) unsafe fn dot_q4_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
 pub(crate) unsafe fn q4_k_x4(w: &[u8], group_bytes: usize, a: &[BlockQ8K], out: &mut [f32]) {
     for (g, o) in w.chunks_exact(group_bytes).zip(out.chunks_exact_mut(4)) {
         o.copy_from_slice(&dot_q4_k_x4(g, a));
+    }
+}
+
+/// Group `$j` (0..4) of a quarter of [`q6_k_x4_core`]: its three registers
+/// (`v20`..`v22`, loaded as the pointer steps on) unpacked to the four words
+/// (see [`crate::quant::q6_k_x4`]: `A & 63`, `B & 63`, `C & 63` and the top
+/// bit pairs gathered by two `sri` and a shift), the group's sum started at
+/// the offset's share (`-32 * bsum`, lane `$j` of `n`) and taken by four
+/// `sdot` by element (activations `a$j`), then `$op` (`"mul"` to start
+/// the chain, `"mla"`) into `$r` by the four rows' scales `k$j`.
+#[rustfmt::skip]
+macro_rules! x6_group {
+    ($j:literal, $n:literal, $op:literal, $r:literal) => {
+        concat!(
+            "ld1 {{v20.16b, v21.16b, v22.16b}}, [{q}], #48\n",
+            "and {t:v}.16b, v22.16b, {m:v}.16b\n",
+            "sri v22.16b, v21.16b, #2\n",
+            "and v21.16b, v21.16b, {m:v}.16b\n",
+            "sri v22.16b, v20.16b, #4\n",
+            "and v20.16b, v20.16b, {m:v}.16b\n",
+            "ushr v22.16b, v22.16b, #2\n",
+            "dup {g:v}.4s, {", $n, ":v}.s[", $j, "]\n",
+            "sdot {g:v}.4s, v20.16b, {a", $j, ":v}.4b[0]\n",
+            "sdot {g:v}.4s, v21.16b, {a", $j, ":v}.4b[1]\n",
+            "sdot {g:v}.4s, {t:v}.16b, {a", $j, ":v}.4b[2]\n",
+            "sdot {g:v}.4s, v22.16b, {a", $j, ":v}.4b[3]\n",
+            $op, " {", $r, ":v}.4s, {g:v}.4s, {k", $j, ":v}.4s",
+        )
+    };
+}
+
+/// A quarter of [`q6_k_x4_core`] (groups `4i..4i + 4`, their offsets in
+/// register `$n`): the
+/// activations of its four groups, its 16 scales widened to i32 (group `j`
+/// of the four rows in `k$j`), then the groups, alternately into the two
+/// chains `r0`, `r1`; `$op0` starts them in the first quarter.
+#[rustfmt::skip]
+macro_rules! x6_quarter {
+    ($n:literal, $y:literal, $y2:literal, $sc:literal, $op0:literal) => {
+        concat!(
+            "ldp {a0:q}, {a1:q}, [{y}, #", $y, "]\n",
+            "ldp {a2:q}, {a3:q}, [{y}, #", $y2, "]\n",
+            "ldr {k3:q}, [{x}, #", $sc, "]\n",
+            "sxtl {k1:v}.8h, {k3:v}.8b\n",
+            "sxtl2 {k3:v}.8h, {k3:v}.16b\n",
+            "sxtl {k0:v}.4s, {k1:v}.4h\n",
+            "sxtl2 {k1:v}.4s, {k1:v}.8h\n",
+            "sxtl {k2:v}.4s, {k3:v}.4h\n",
+            "sxtl2 {k3:v}.4s, {k3:v}.8h\n",
+            x6_group!("0", $n, $op0, "r0"), "\n",
+            x6_group!("1", $n, $op0, "r1"), "\n",
+            x6_group!("2", $n, "mla", "r0"), "\n",
+            x6_group!("3", $n, "mla", "r1"),
+        )
+    };
+}
+
+// The Q6_K x4 core reads the scales and values at their offsets in the block.
+const _: () = assert!(std::mem::offset_of!(BlockQ6Kx4, scales) == 8 && std::mem::offset_of!(BlockQ6Kx4, qs) == 72);
+
+/// The integer sums `sum_g scale_g * sum (q - 32) * a` of a block of four
+/// interleaved Q6_K rows ([`crate::quant::q6_k_x4`]) against a Q8_K
+/// block's activations (`y`: its `qs`), one lane per row: each group's
+/// three registers unpack to four words of the same four weights of the
+/// four rows, met by `sdot` by element with the same four activations; a
+/// group's sum starts at `-32 * bsum_g` (`n`: quarter `i`'s groups in
+/// `n[i]`), so the offset costs nothing per group, and one vector
+/// multiply-add by the four rows' scales adds it to one of two chains.
+/// `m`: 0x3f in every byte.
+#[inline(always)]
+unsafe fn q6_k_x4_core(x: &BlockQ6Kx4, y: *const i8, n: [int32x4_t; 4], m: uint8x16_t) -> int32x4_t {
+    let r: int32x4_t;
+    std::arch::asm!(
+        x6_quarter!("n0", "0", "32", "8", "mul"),
+        x6_quarter!("n1", "64", "96", "24", "mla"),
+        x6_quarter!("n2", "128", "160", "40", "mla"),
+        x6_quarter!("n3", "192", "224", "56", "mla"),
+        "add {r0:v}.4s, {r0:v}.4s, {r1:v}.4s",
+        x = in(reg) std::ptr::from_ref(x), y = in(reg) y,
+        q = inout(reg) x.qs.as_ptr() => _,
+        n0 = in(vreg) n[0], n1 = in(vreg) n[1], n2 = in(vreg) n[2], n3 = in(vreg) n[3],
+        r0 = out(vreg) r, r1 = out(vreg) _, g = out(vreg) _, t = out(vreg) _, m = in(vreg) m,
+        k0 = out(vreg) _, k1 = out(vreg) _, k2 = out(vreg) _, k3 = out(vreg) _,
+        a0 = out(vreg) _, a1 = out(vreg) _, a2 = out(vreg) _, a3 = out(vreg) _,
+        out("v20") _, out("v21") _, out("v22") _,
+        options(pure, readonly, nostack)
+    );
+    r
+}
+
+/// Four interleaved Q6_K rows ([`crate::quant::q6_k_x4`]: `w` holds their
+/// blocks) with one activation row: each row's block sum the same integer
+/// as the plain kernels', scaled by `d * y.d` in one multiply-add a block.
+#[inline(always)]
+pub(super) unsafe fn dot_q6_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
+    let x = as_blocks::<BlockQ6Kx4>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let nb = x.len().min(a.len());
+    let mut acc = vdupq_n_f32(0.0);
+    let (m32, low6) = (vdupq_n_s16(-32), vdupq_n_u8(0x3f));
+    for b in 0..nb {
+        let (xb, yb) = (x.get_unchecked(b), a.get_unchecked(b));
+        // The offset's share of each group: -32 times its activations' sum.
+        let n = offsets_q6(&yb.bsums, m32);
+        let isum = q6_k_x4_core(xb, yb.qs.as_ptr(), n, low6);
+        let d = fp16x4(&xb.d);
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(isum), vmulq_n_f32(d, yb.d));
+    }
+    let mut out = [0.0f32; 4];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
+}
+
+/// `-32 * bsums` as i32, groups `4i..4i + 4` in vector `i` (`m32`: -32 in
+/// every lane). Four `smull` in `asm!`: LLVM makes each a shift and a
+/// negation.
+#[inline(always)]
+unsafe fn offsets_q6(bsums: &[i16; 16], m32: int16x8_t) -> [int32x4_t; 4] {
+    let (b0, b1) = (vld1q_s16(bsums.as_ptr()), vld1q_s16(bsums.as_ptr().add(8)));
+    let (n0, n1, n2, n3): (int32x4_t, int32x4_t, int32x4_t, int32x4_t);
+    std::arch::asm!(
+        "smull {n0:v}.4s, {b0:v}.4h, {m:v}.4h",
+        "smull2 {n1:v}.4s, {b0:v}.8h, {m:v}.8h",
+        "smull {n2:v}.4s, {b1:v}.4h, {m:v}.4h",
+        "smull2 {n3:v}.4s, {b1:v}.8h, {m:v}.8h",
+        b0 = in(vreg) b0, b1 = in(vreg) b1, m = in(vreg) m32,
+        n0 = out(vreg) n0, n1 = out(vreg) n1, n2 = out(vreg) n2, n3 = out(vreg) n3,
+        options(pure, nomem, nostack)
+    );
+    [n0, n1, n2, n3]
+}
+
+/// Four f16 values to f32.
+#[inline(always)]
+unsafe fn fp16x4(h: &[F16Bytes; 4]) -> float32x4_t {
+    let v = vld1_u16(h.as_ptr().cast());
+    let f: float32x4_t;
+    std::arch::asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) f, i = in(vreg) v, options(pure, nomem, nostack));
+    f
+}
+
+/// [`dot_q6_k_x4`] on the dot-product path, over consecutive groups of
+/// four interleaved rows (`group_bytes` each) into `out` (four a group).
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn q6_k_x4(w: &[u8], group_bytes: usize, a: &[BlockQ8K], out: &mut [f32]) {
+    for (g, o) in w.chunks_exact(group_bytes).zip(out.chunks_exact_mut(4)) {
+        o.copy_from_slice(&dot_q6_k_x4(g, a));
     }
 }

@@ -118,14 +118,13 @@ unsafe fn fma_lane(acc: float32x4_t, p: float32x4_t, s: float32x4_t, lane: usize
     }
 }
 
+/// One Q8_0 row by [`dotn_q8_0`]'s arithmetic (one fused chain, blocks in
+/// order), so that a row of the rows kernel's groups of four and a row of
+/// the rest give the same bits (a head over the first tokens of the
+/// vocabulary gives them as the whole head does).
 #[inline(always)]
 unsafe fn dot_q8_0<const D: bool>(w: &[u8], a: &[BlockQ8_0F]) -> f32 {
-    dot_signed::<BlockQ8_0, D>(
-        as_blocks(w),
-        a,
-        |b| b.d,
-        |b| (ld_s8(b.qs.as_ptr().cast()), ld_s8(b.qs.as_ptr().add(16).cast())),
-    )
+    exact_q8_0::<D, 1>(w, [a])[0]
 }
 
 #[inline(always)]
@@ -300,14 +299,28 @@ unsafe fn exactn_q8_0<const D: bool, const R: usize, const N: usize>(
     acc.map(|v| v.map(|v| vaddvq_f32(v)))
 }
 
+/// [`dot_q8_0`] with `N` activation rows: each row's chain as alone, and as
+/// [`exactn_q8_0`] forms it.
 #[inline(always)]
 unsafe fn exact_q8_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
-    exact_signed::<BlockQ8_0, D, N>(
-        as_blocks(w),
-        a,
-        |b| b.d,
-        |b| (ld_s8(b.qs.as_ptr().cast()), ld_s8(b.qs.as_ptr().add(16).cast())),
-    )
+    let x = as_blocks::<BlockQ8_0>(w);
+    debug_assert!(a.iter().all(|a| a.len() == x.len()));
+    // Every activation row holds at least `nb` blocks: the unchecked reads stay in bounds.
+    let nb = a.iter().fold(x.len(), |n, a| n.min(a.len()));
+    let mut acc = [vdupq_n_f32(0.0); N];
+    for b in 0..nb {
+        let xb = x.get_unchecked(b);
+        let s = fp16(xb.d);
+        let q = xb.qs.as_ptr();
+        let (w0, w1) = (ld_s8(q.cast()), ld_s8(q.add(16).cast()));
+        for t in 0..N {
+            let yb = a[t].get_unchecked(b);
+            let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
+            let p = dot16::<D>(dot16::<D>(vdupq_n_s32(0), w0, y0), w1, y1);
+            acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(p), s * yb.d);
+        }
+    }
+    acc.map(|v| vaddvq_f32(v))
 }
 
 #[inline(always)]

@@ -261,11 +261,13 @@ macro_rules! exact_paths {
 }
 use exact_paths;
 
-/// The kernel of four Q4_K rows interleaved ([`crate::quant::q4_k_x4`])
+/// The kernel of four rows of type `ty` interleaved ([`crate::quant::x4`])
 /// with one activation row, on the paths with `sdot`.
-pub(crate) fn q4_k_x4(isa: Isa) -> Option<crate::kernels::table::Q4KX4Dot> {
-    match isa {
-        Isa::Dotprod | Isa::I8mm => Some(kquants::q4_k_x4),
+pub(crate) fn x4(isa: Isa, ty: crate::quant::GgmlType) -> Option<crate::kernels::table::X4Dot> {
+    use crate::quant::GgmlType as T;
+    match (isa, ty) {
+        (Isa::Dotprod | Isa::I8mm, T::Q4K) => Some(kquants::q4_k_x4),
+        (Isa::Dotprod | Isa::I8mm, T::Q6K) => Some(kquants::q6_k_x4),
         _ => None,
     }
 }
