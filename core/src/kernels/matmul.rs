@@ -94,7 +94,8 @@ impl Kernels {
         Some(match (self.row_dot(w.ty).expect("a supported type has kernels"), exact) {
             (RowDot::Q8_0(dot), e) => {
                 let exact = if let Some(ExactDot::Q8_0(e)) = e { Some(e) } else { None };
-                Box::new((plan, Job::new(w, row_bytes, &x.q8_0, k / 32, rows, dot, exact, out)))
+                let x4 = if w.layout == Layout::X4 { self.x4_q8_0() } else { None };
+                Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8_0, k / 32, rows, dot, exact, out) }))
             }
             (RowDot::Q8_1(dot), e) => {
                 let exact = if let Some(ExactDot::Q8_1(e)) = e { Some(e) } else { None };
@@ -227,9 +228,10 @@ struct Job<'a, B: 'static> {
     /// The kernel of four interleaved rows with one activation row, where
     /// the rows are interleaved and the path has it.
     x4: Option<X4Rows<B>>,
-    /// Bytes per weight row (computed once: `QMatrix::row_bytes` looks the
-    /// type up).
+    /// Bytes per weight row, and per group of four interleaved rows (0 for
+    /// rows laid out plainly): computed once (`QMatrix` looks the type up).
     row_bytes: usize,
+    group_bytes: usize,
     acts: &'a [B],
     /// Blocks (or f32 values) per activation row.
     per_row: usize,
@@ -254,7 +256,22 @@ impl<'a, B: 'static> Job<'a, B> {
         out: Out,
     ) -> Self {
         let interleaved = w.layout == Layout::X4;
-        Job { w, data: w.data, row0: 0, interleaved, x4: None, row_bytes, acts, per_row, rows, dot, exact, out }
+        let group_bytes = if interleaved { w.group_bytes() } else { 0 };
+        Job {
+            w,
+            data: w.data,
+            row0: 0,
+            interleaved,
+            x4: None,
+            row_bytes,
+            group_bytes,
+            acts,
+            per_row,
+            rows,
+            dot,
+            exact,
+            out,
+        }
     }
 
     /// Weight row `r` (of rows laid out plainly).
@@ -278,7 +295,7 @@ impl<'a, B: 'static> Job<'a, B> {
     /// tile, for the kernels that take many activation rows (panels).
     fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
         if let Some(x4) = self.x4.filter(|_| self.exact.is_some() || j1 - j0 <= X4_ACTS) {
-            let gb = self.w.group_bytes();
+            let gb = self.group_bytes;
             let w = &self.data[r0 / 4 * gb..r1 / 4 * gb];
             for j in j0..j1 {
                 // SAFETY: a kernel of this CPU's path; whole groups of blocks
@@ -290,14 +307,14 @@ impl<'a, B: 'static> Job<'a, B> {
         }
         PLAIN.with_borrow_mut(|buf| {
             let plain = decoded_buffer(buf, (r1 - r0) * self.row_bytes);
-            let gb = self.w.group_bytes();
+            let gb = self.group_bytes;
             let groups = self.data[r0 / 4 * gb..r1 / 4 * gb].chunks_exact(gb);
             for (x, rows) in groups.zip(plain.chunks_exact_mut(4 * self.row_bytes)) {
                 let mut r = rows.chunks_exact_mut(self.row_bytes);
                 let four = std::array::from_fn(|_| r.next().expect("four rows a group"));
                 crate::quant::x4::deinterleave_rows(self.w.ty, x, four);
             }
-            let plain = Job { data: &*plain, row0: r0, interleaved: false, x4: None, ..*self };
+            let plain = Job { data: &*plain, row0: r0, interleaved: false, group_bytes: 0, x4: None, ..*self };
             plain.tile(r0, r1, j0, j1, ahead);
         })
     }
@@ -561,7 +578,11 @@ impl<B: Sync + 'static> Runner for (Plan, Job<'_, B>) {
 
     fn weights(&self, t: usize) -> &[u8] {
         let (r0, r1, _, _) = self.0.bounds(t);
-        self.1.w.rows_bytes(r0, r1)
+        let j = &self.1;
+        match j.group_bytes {
+            0 => &j.w.data[r0 * j.row_bytes..r1 * j.row_bytes],
+            gb => &j.w.data[r0 / 4 * gb..r1.div_ceil(4) * gb],
+        }
     }
 
     fn tile(&self, t: usize, ahead: &[u8]) {

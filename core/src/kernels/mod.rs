@@ -43,7 +43,7 @@ pub enum Layout {
     #[default]
     Rows,
     /// Rows four by four, block by block, in the type's interleaved layout
-    /// ([`crate::quant::x4`]: Q4_K, Q6_K): made at load for the paths whose
+    /// ([`crate::quant::x4`]: Q4_K, Q6_K, Q8_0): made at load for the paths whose
     /// decode kernel reads it ([`interleaves`]); `rows` is a multiple of four.
     X4,
 }
@@ -52,7 +52,7 @@ pub enum Layout {
 /// ([`Layout::X4`]): the loader then interleaves the matrices of that type
 /// it can.
 pub fn interleaves(ty: GgmlType) -> bool {
-    Kernels::selected().x4(ty).is_some()
+    Kernels::selected().has_x4(ty)
 }
 
 impl<'a> QMatrix<'a> {
@@ -79,7 +79,7 @@ impl<'a> QMatrix<'a> {
     /// that the type has the layout, `rows` is a multiple of four and `data`
     /// holds them.
     pub fn x4(ty: GgmlType, data: &'a [u8], rows: usize, cols: usize) -> Result<QMatrix<'a>> {
-        if !quant::x4::has_layout(ty) || !rows.is_multiple_of(4) || !cols.is_multiple_of(QK_K) {
+        if !quant::x4::has_layout(ty) || !rows.is_multiple_of(4) || !cols.is_multiple_of(ty.block_size()) {
             return Err(Error::InvalidArgument(format!("{rows}x{cols}: not whole groups of four {ty} rows")));
         }
         if data.len() != rows / 4 * quant::x4::group_bytes(ty, cols) {

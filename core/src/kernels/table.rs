@@ -418,6 +418,23 @@ impl Kernels {
         }
     }
 
+    /// The kernel of four Q8_0 rows interleaved ([`crate::quant::q8_0_x4`]),
+    /// as [`x4`](Self::x4) for the K-quants.
+    pub(crate) fn x4_q8_0(&self) -> Option<X4Rows<crate::quant::BlockQ8_0F>> {
+        match self.isa {
+            Isa::Scalar => None,
+            isa => super::simd::x4_q8_0(isa),
+        }
+    }
+
+    /// Whether this path has a kernel of four interleaved rows of type `ty`.
+    pub(crate) fn has_x4(&self, ty: GgmlType) -> bool {
+        match ty {
+            GgmlType::Q8_0 => self.x4_q8_0().is_some(),
+            ty => self.x4(ty).is_some(),
+        }
+    }
+
     /// The kernels for weights of type `ty`, or `None` if unsupported.
     pub(crate) fn row_dot(&self, ty: GgmlType) -> Option<RowDot> {
         use GgmlType as T;

@@ -1055,20 +1055,22 @@ fn f32_rows_kernels_equal_one_row_kernels_to_the_bit() {
 
 /// The interleaved kernels on four rows: Q4_K's equals the path's Q4_K rows
 /// kernel on the same rows laid out plainly, to the bit (the same integers,
-/// the same float operations per row); Q6_K's the same integers, each row's
-/// block sums scaled in one multiply-add (the rows kernel keeps two lanes a
-/// row), so within rounding; both the scalar twin within rounding.
+/// the same float operations per row); Q6_K's and Q8_0's the same integers,
+/// each row's block sums scaled in one multiply-add (their rows kernels keep
+/// several lanes a row), so within rounding; all the scalar twin within
+/// rounding.
 #[test]
 fn x4_kernels_equal_the_rows_kernels() {
-    use crate::quant::x4;
+    use crate::quant::{q8_0_x4, x4};
     let mut rng = Rng::new(29);
     let mut ran = 0;
     for k in simd_paths() {
-        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
-            let Some(kernel) = k.x4(ty) else { continue };
-            let Some(RowDot::Q8K(d)) = k.row_dot(ty) else { unreachable!() };
+        for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0] {
+            if !k.has_x4(ty) {
+                continue;
+            }
             for nb in [1, 2, 3, 8] {
-                let cols = nb * 256;
+                let cols = cols_for(ty, nb);
                 let w = random_weights(ty, 4, cols, &mut rng);
                 let rb = w.len() / 4;
                 let x = rng.vec(cols, 1.0);
@@ -1078,11 +1080,16 @@ fn x4_kernels_equal_the_rows_kernels() {
                 x4::interleave_rows(ty, std::array::from_fn(|r| &w[r * rb..(r + 1) * rb]), &mut packed);
                 let mut got = [f32::NAN; 4];
                 // SAFETY: kernels of a path this CPU has; whole blocks.
-                unsafe { kernel(&packed, packed.len(), &acts.q8k, &mut got) };
-                let mut want = [f32::NAN; 4];
-                // SAFETY: as above.
-                unsafe { (d.rows.expect("a rows kernel"))(&w, rb, &acts.q8k, &mut want) };
-                let twin = x4::vec_dot(ty, &packed, &acts.q8k);
+                let twin = unsafe {
+                    if ty == GgmlType::Q8_0 {
+                        (k.x4_q8_0().expect("kernel"))(&packed, packed.len(), &acts.q8_0, &mut got);
+                        q8_0_x4::vec_dot(&packed, &acts.q8_0)
+                    } else {
+                        (k.x4(ty).expect("kernel"))(&packed, packed.len(), &acts.q8k, &mut got);
+                        x4::vec_dot(ty, &packed, &acts.q8k)
+                    }
+                };
+                let want = rows_on(&k, ty, &w, rb, &acts, 0);
                 for r in 0..4 {
                     let mag = magnitude(ty, &w[r * rb..(r + 1) * rb], &x);
                     let what =
@@ -1098,12 +1105,12 @@ fn x4_kernels_equal_the_rows_kernels() {
     }
     #[cfg(target_arch = "aarch64")]
     if std::arch::is_aarch64_feature_detected!("dotprod") {
-        assert!(ran >= 8, "a dot-product path without the interleaved Q4_K and Q6_K kernels");
+        assert!(ran >= 12, "a dot-product path without the interleaved Q4_K, Q6_K and Q8_0 kernels");
     }
     let _ = ran;
 }
 
-/// Q4_K and Q6_K matrices interleaved by four, through the driver and the
+/// Q4_K, Q6_K and Q8_0 matrices interleaved by four, through the driver and the
 /// pool, on every path (those without the interleaved kernel lay every tile
 /// out again): decode gives the products the path's rows kernel gives the
 /// rows laid out plainly, four at a time (to the bit where the kernels form
@@ -1117,9 +1124,8 @@ fn interleaved_products_equal_plain_rows() {
     let pool = ThreadPool::new(2);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for k in paths() {
-        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
-            let Some(RowDot::Q8K(d)) = k.row_dot(ty) else { unreachable!() };
-            let to_the_bit = ty == GgmlType::Q4K || k.x4(ty).is_none();
+        for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0] {
+            let to_the_bit = ty == GgmlType::Q4K || !k.has_x4(ty);
             for (rows, cols) in [(4, 256), (36, 512), (300, 2048)] {
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let plain = QMatrix::new(ty, &w, rows, cols).expect("matrix");
@@ -1139,16 +1145,7 @@ fn interleaved_products_equal_plain_rows() {
                 };
                 // The rows kernel on plain rows `p` (`x`: the activations' floats).
                 let rows_kernel = |p: &[u8], acts: &QActs, x: &[f32], got: &[f32], what: &str| {
-                    let mut want = vec![f32::NAN; p.len() / rb];
-                    // SAFETY: kernels of a path this CPU has; whole rows.
-                    unsafe {
-                        match d.rows {
-                            Some(f) => f(p, rb, &acts.q8k, &mut want),
-                            None => {
-                                want.iter_mut().zip(p.chunks_exact(rb)).for_each(|(o, r)| *o = (d.one)(r, &acts.q8k))
-                            }
-                        }
-                    }
+                    let want = rows_on(&k, ty, p, rb, acts, 0);
                     if to_the_bit {
                         assert_eq!(bits(got), bits(&want), "{} {ty} {rows}x{cols}: {what}", k.isa());
                     }

@@ -213,7 +213,7 @@ impl Model {
     /// stays mapped, untouched, for [`set_memory_budget`](Self::set_memory_budget)`(0)`.
     pub fn from_gguf_with(mut file: GgufFile, opts: &LoadOptions) -> Result<Model> {
         let summary = Summary::of(&file)?;
-        // Q4_K and Q6_K matrices interleaved by four where the CPU path
+        // Q4_K, Q6_K and Q8_0 matrices interleaved by four where the CPU path
         // decodes that layout (NEON with `sdot`) and the copies fit; the GPU
         // backend reads the file's layout. `POCKET_INTERLEAVE=0` keeps the
         // file's (for comparisons).
@@ -631,17 +631,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Whether the interleaved copies a load would make fit the machine: the
-/// bytes of the 2-D Q4_K and Q6_K tensors (an upper bound of what the loader
+/// bytes of the 2-D Q4_K, Q6_K and Q8_0 tensors (an upper bound of what the loader
 /// lays out) at most a quarter of its memory. Above that the file's layout
 /// stays: mapped pages the OS can evict and read again, where the copy of a
 /// large dense model would be memory it cannot reclaim (on iOS, footprint
 /// that gets the app killed). Unknown memory: the copies are made.
 fn interleaved_copies_fit(file: &GgufFile) -> bool {
-    use crate::quant::GgmlType;
     let bytes: u64 = file
         .tensors()
         .iter()
-        .filter(|t| t.n_dims == 2 && matches!(t.ty, GgmlType::Q4K | GgmlType::Q6K) && !t.name.contains("token_embd"))
+        .filter(|t| t.n_dims == 2 && crate::quant::x4::has_layout(t.ty) && !t.name.contains("token_embd"))
         .map(|t| t.size)
         .sum();
     physical_memory().is_none_or(|m| bytes <= m / 4)

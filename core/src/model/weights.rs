@@ -167,7 +167,7 @@ impl<'a> Loader<'a> {
     }
 
     /// A `rows x cols` matrix (stored as ggml shape `[cols, rows]`). Where
-    /// the file asks for it ([`GgufFile::interleave`]), a Q4_K or Q6_K
+    /// the file asks for it ([`GgufFile::interleave`]), a Q4_K, Q6_K or Q8_0
     /// matrix of a layer or the output head (not an embedding table, read by
     /// rows, nor the MTP layer's) whose rows come in whole groups of four is
     /// laid out interleaved ([`crate::quant::x4`]), in memory the model owns.

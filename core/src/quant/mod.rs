@@ -31,6 +31,7 @@ pub mod q5_k;
 pub mod q6_k;
 pub mod q6_k_x4;
 pub mod q8_0;
+pub mod q8_0_x4;
 pub mod q8_k;
 pub mod tq;
 pub mod x4;

@@ -58,9 +58,13 @@ pub(crate) fn exact_table(_: super::table::Isa) -> super::table::ExactTable {
 }
 
 #[cfg(target_arch = "aarch64")]
-pub(crate) use neon::x4;
+pub(crate) use neon::{x4, x4_q8_0};
 #[cfg(not(target_arch = "aarch64"))]
 pub(crate) fn x4(_: super::table::Isa, _: crate::quant::GgmlType) -> Option<super::table::X4Dot> {
+    None
+}
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) fn x4_q8_0(_: super::table::Isa) -> Option<super::table::X4Rows<crate::quant::BlockQ8_0F>> {
     None
 }
 

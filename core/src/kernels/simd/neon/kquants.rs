@@ -14,7 +14,7 @@
 //! sum (summation by parts: `sum_g s_g p_g = sum_g (s_g - s_g+1) * (p_0 + .. +
 //! p_g)`), so no per-group accumulator is zeroed or reduced.
 
-use super::{dot16, exact_paths, fp16, fp16x2, paths};
+use super::{dot16, exact_paths, fp16, fp16x2, fp16x4_packed, paths};
 use crate::quant::q3_k::unpack_scales;
 use crate::quant::q4_k_x4::BlockQ4Kx4;
 use crate::quant::q6_k_x4::BlockQ6Kx4;
@@ -1686,7 +1686,7 @@ pub(super) unsafe fn dot_q6_k_x4(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
         // The offset's share of each group: -32 times its activations' sum.
         let n = offsets_q6(&yb.bsums, m32);
         let isum = q6_k_x4_core(xb, yb.qs.as_ptr(), n, low6);
-        let d = fp16x4(&xb.d);
+        let d = fp16x4_packed(&xb.d);
         acc = vfmaq_f32(acc, vcvtq_f32_s32(isum), vmulq_n_f32(d, yb.d));
     }
     let mut out = [0.0f32; 4];
@@ -1711,15 +1711,6 @@ unsafe fn offsets_q6(bsums: &[i16; 16], m32: int16x8_t) -> [int32x4_t; 4] {
         options(pure, nomem, nostack)
     );
     [n0, n1, n2, n3]
-}
-
-/// Four f16 values to f32.
-#[inline(always)]
-unsafe fn fp16x4(h: &[F16Bytes; 4]) -> float32x4_t {
-    let v = vld1_u16(h.as_ptr().cast());
-    let f: float32x4_t;
-    std::arch::asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) f, i = in(vreg) v, options(pure, nomem, nostack));
-    f
 }
 
 /// [`dot_q6_k_x4`] on the dot-product path, over consecutive groups of

@@ -2,7 +2,8 @@
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
 //! per-block scale multiplies a 4-lane f32 accumulator.
 
-use super::{by_twos, dot16, exact_paths, fp16, fp16x4, ld_s8, paths};
+use super::{by_twos, dot16, exact_paths, fp16, fp16x4, fp16x4_packed, ld_s8, paths};
+use crate::quant::q8_0_x4::BlockQ8_0x4;
 use crate::quant::{
     as_blocks, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_0F, BlockQ8_1F, F16Bytes,
 };
@@ -341,4 +342,113 @@ unsafe fn exact_q4_1<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_1F];
 #[inline(always)]
 unsafe fn exact_q5_1<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_1F]; N]) -> [f32; N] {
     exact_unsigned::<BlockQ5_1, D, N>(as_blocks(w), a, |b| (b.d, b.m), |b| q5_1_unsigned(b))
+}
+
+/// The integer sums of two consecutive blocks of four interleaved Q8_0 rows
+/// ([`crate::quant::q8_0_x4`]: `q`, the first one's values) against their
+/// 32 activations each (`y0`, `y1`), one lane per row: eight `sdot` by
+/// element a block, the two blocks' chains side by side (the second
+/// block's values 72 bytes past the first's last: its 8-byte header).
+#[inline(always)]
+unsafe fn q8_0_x4_core2(q: *const i8, y0: *const i8, y1: *const i8) -> (int32x4_t, int32x4_t) {
+    let (r0, r1): (int32x4_t, int32x4_t);
+    std::arch::asm!(
+        "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{q}], #64",
+        "ld1 {{v20.16b, v21.16b, v22.16b, v23.16b}}, [{q}], {skip}",
+        "ld1 {{v24.16b, v25.16b, v26.16b, v27.16b}}, [{q}], #64",
+        "ld1 {{v28.16b, v29.16b, v30.16b, v31.16b}}, [{q}]",
+        "ldp {a0:q}, {a1:q}, [{y0}]",
+        "ldp {a2:q}, {a3:q}, [{y1}]",
+        "movi {c0:v}.4s, #0",
+        "movi {c1:v}.4s, #0",
+        "sdot {c0:v}.4s, v16.16b, {a0:v}.4b[0]",
+        "sdot {c1:v}.4s, v24.16b, {a2:v}.4b[0]",
+        "sdot {c0:v}.4s, v17.16b, {a0:v}.4b[1]",
+        "sdot {c1:v}.4s, v25.16b, {a2:v}.4b[1]",
+        "sdot {c0:v}.4s, v18.16b, {a0:v}.4b[2]",
+        "sdot {c1:v}.4s, v26.16b, {a2:v}.4b[2]",
+        "sdot {c0:v}.4s, v19.16b, {a0:v}.4b[3]",
+        "sdot {c1:v}.4s, v27.16b, {a2:v}.4b[3]",
+        "sdot {c0:v}.4s, v20.16b, {a1:v}.4b[0]",
+        "sdot {c1:v}.4s, v28.16b, {a3:v}.4b[0]",
+        "sdot {c0:v}.4s, v21.16b, {a1:v}.4b[1]",
+        "sdot {c1:v}.4s, v29.16b, {a3:v}.4b[1]",
+        "sdot {c0:v}.4s, v22.16b, {a1:v}.4b[2]",
+        "sdot {c1:v}.4s, v30.16b, {a3:v}.4b[2]",
+        "sdot {c0:v}.4s, v23.16b, {a1:v}.4b[3]",
+        "sdot {c1:v}.4s, v31.16b, {a3:v}.4b[3]",
+        q = inout(reg) q => _, y0 = in(reg) y0, y1 = in(reg) y1, skip = in(reg) 72usize,
+        c0 = out(vreg) r0, c1 = out(vreg) r1,
+        a0 = out(vreg) _, a1 = out(vreg) _, a2 = out(vreg) _, a3 = out(vreg) _,
+        out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+        out("v24") _, out("v25") _, out("v26") _, out("v27") _, out("v28") _, out("v29") _, out("v30") _, out("v31") _,
+        options(pure, readonly, nostack)
+    );
+    (r0, r1)
+}
+
+/// [`q8_0_x4_core2`] for one block (the last of an odd count): the same
+/// integers.
+#[inline(always)]
+unsafe fn q8_0_x4_core(q: *const i8, y: *const i8) -> int32x4_t {
+    let r: int32x4_t;
+    std::arch::asm!(
+        "ld1 {{v16.16b, v17.16b, v18.16b, v19.16b}}, [{q}], #64",
+        "ld1 {{v20.16b, v21.16b, v22.16b, v23.16b}}, [{q}]",
+        "ldp {a0:q}, {a1:q}, [{y}]",
+        "movi {c0:v}.4s, #0",
+        "movi {c1:v}.4s, #0",
+        "sdot {c0:v}.4s, v16.16b, {a0:v}.4b[0]",
+        "sdot {c1:v}.4s, v17.16b, {a0:v}.4b[1]",
+        "sdot {c0:v}.4s, v18.16b, {a0:v}.4b[2]",
+        "sdot {c1:v}.4s, v19.16b, {a0:v}.4b[3]",
+        "sdot {c0:v}.4s, v20.16b, {a1:v}.4b[0]",
+        "sdot {c1:v}.4s, v21.16b, {a1:v}.4b[1]",
+        "sdot {c0:v}.4s, v22.16b, {a1:v}.4b[2]",
+        "sdot {c1:v}.4s, v23.16b, {a1:v}.4b[3]",
+        "add {c0:v}.4s, {c0:v}.4s, {c1:v}.4s",
+        q = inout(reg) q => _, y = in(reg) y,
+        c0 = out(vreg) r, c1 = out(vreg) _, a0 = out(vreg) _, a1 = out(vreg) _,
+        out("v16") _, out("v17") _, out("v18") _, out("v19") _, out("v20") _, out("v21") _, out("v22") _, out("v23") _,
+        options(pure, readonly, nostack)
+    );
+    r
+}
+
+/// Four interleaved Q8_0 rows ([`crate::quant::q8_0_x4`]: `w` holds their
+/// blocks) with one activation row: per block, each row's integer sum
+/// scaled by `d * y.d` in one multiply-add, blocks in order (two at a time
+/// through the integer core).
+#[inline(always)]
+unsafe fn dot_q8_0_x4(w: &[u8], a: &[BlockQ8_0F]) -> [f32; 4] {
+    let x = as_blocks::<BlockQ8_0x4>(w);
+    debug_assert_eq!(x.len(), a.len());
+    let nb = x.len().min(a.len());
+    let mut acc = vdupq_n_f32(0.0);
+    let scale = |xb: &BlockQ8_0x4, yb: &BlockQ8_0F| vmulq_n_f32(fp16x4_packed(&xb.d), yb.d);
+    let mut b = 0;
+    while b + 2 <= nb {
+        let (x0, x1) = (x.get_unchecked(b), x.get_unchecked(b + 1));
+        let (y0, y1) = (a.get_unchecked(b), a.get_unchecked(b + 1));
+        let (i0, i1) = q8_0_x4_core2(x0.qs.as_ptr(), y0.qs.as_ptr(), y1.qs.as_ptr());
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(i0), scale(x0, y0));
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(i1), scale(x1, y1));
+        b += 2;
+    }
+    if b < nb {
+        let (xb, yb) = (x.get_unchecked(b), a.get_unchecked(b));
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(q8_0_x4_core(xb.qs.as_ptr(), yb.qs.as_ptr())), scale(xb, yb));
+    }
+    let mut out = [0.0f32; 4];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
+}
+
+/// [`dot_q8_0_x4`] on the dot-product path, over consecutive groups of four
+/// interleaved rows (`group_bytes` each) into `out` (four a group).
+#[target_feature(enable = "neon,dotprod")]
+pub(crate) unsafe fn q8_0_x4(w: &[u8], group_bytes: usize, a: &[BlockQ8_0F], out: &mut [f32]) {
+    for (g, o) in w.chunks_exact(group_bytes).zip(out.chunks_exact_mut(4)) {
+        o.copy_from_slice(&dot_q8_0_x4(g, a));
+    }
 }

@@ -272,6 +272,15 @@ pub(crate) fn x4(isa: Isa, ty: crate::quant::GgmlType) -> Option<crate::kernels:
     }
 }
 
+/// The kernel of four Q8_0 rows interleaved ([`crate::quant::q8_0_x4`])
+/// with one activation row, on the paths with `sdot`.
+pub(crate) fn x4_q8_0(isa: Isa) -> Option<crate::kernels::table::X4Rows<crate::quant::BlockQ8_0F>> {
+    match isa {
+        Isa::Dotprod | Isa::I8mm => Some(legacy::q8_0_x4),
+        _ => None,
+    }
+}
+
 /// Activation rows per call of the exact kernels, at most.
 /// (`with_acts!` in the kernels above names the same limit.)
 pub(super) const EXACT_ACTS: usize = 4;
@@ -456,6 +465,15 @@ pub(super) unsafe fn fp16x4(p: [*const u8; 4]) -> float32x4_t {
         options(pure, readonly, nostack, preserves_flags)
     );
     out
+}
+
+/// Four consecutive f16 values as f32 lanes.
+#[inline(always)]
+pub(super) unsafe fn fp16x4_packed(h: &[crate::quant::F16Bytes; 4]) -> float32x4_t {
+    let v = vld1_u16(h.as_ptr().cast());
+    let f: float32x4_t;
+    asm!("fcvtl {o:v}.4s, {i:v}.4h", o = lateout(vreg) f, i = in(vreg) v, options(pure, nomem, nostack));
+    f
 }
 
 /// The sums of the lanes of `v[0..4]` (lane `r`: the sum of `v[r]`'s
