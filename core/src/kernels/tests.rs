@@ -1089,7 +1089,7 @@ fn x4_kernels_equal_the_rows_kernels() {
                         x4::vec_dot(ty, &packed, &acts.q8k)
                     }
                 };
-                let want = rows_on(&k, ty, &w, rb, &acts, 0);
+                let want = rows_on(k, ty, &w, rb, &acts, 0);
                 for r in 0..4 {
                     let mag = magnitude(ty, &w[r * rb..(r + 1) * rb], &x);
                     let what =
@@ -1145,7 +1145,7 @@ fn interleaved_products_equal_plain_rows() {
                 };
                 // The rows kernel on plain rows `p` (`x`: the activations' floats).
                 let rows_kernel = |p: &[u8], acts: &QActs, x: &[f32], got: &[f32], what: &str| {
-                    let want = rows_on(&k, ty, p, rb, acts, 0);
+                    let want = rows_on(k, ty, p, rb, acts, 0);
                     if to_the_bit {
                         assert_eq!(bits(got), bits(&want), "{} {ty} {rows}x{cols}: {what}", k.isa());
                     }
