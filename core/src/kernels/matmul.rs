@@ -10,6 +10,7 @@
 
 use super::table::{decoded_buffer, Acts, Decoded, Dot, Exact, ExactDot, Kernels, Multi, Panels, RowDot, Rows, X4Rows};
 use super::{ActFormat, Layout, QActs, QMatrix};
+use crate::quant::GgmlType;
 use crate::threads::ThreadPool;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,10 +26,20 @@ const TILE_WEIGHT_BYTES: usize = 16 << 10;
 const ONE_PASS_TILE_BYTES: usize = 256 << 10;
 /// Activation rows per pass over a tile's weight rows.
 const ACT_GROUP: usize = 32;
-/// Up to this many activation rows meet interleaved rows by the interleaved
-/// kernel, one row after another, rather than through the rows laid out
-/// plainly again (which costs about as much as seven rows' products).
-const X4_ACTS: usize = 8;
+/// Up to this many activation rows meet interleaved rows of type `ty` by the
+/// interleaved kernel, one row after another, rather than through the rows
+/// laid out plainly again: that costs about as much as seven rows' products
+/// for Q4_K and Q8_0 (mostly copies), several times more for Q6_K (every
+/// value unpacked and packed again). Measured on mid Q4_K_M's 16-token
+/// prompt: Q6_K at 32 saves 2.5 % of the run against 8; Q4_K at 16 or 32
+/// costs 4 % more than at 8.
+fn x4_acts(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q6K {
+        32
+    } else {
+        8
+    }
+}
 /// Aim for at least this many tiles per thread, for balance.
 const TILES_PER_THREAD: usize = 4;
 
@@ -290,11 +301,11 @@ impl<'a, B: 'static> Job<'a, B> {
     /// A tile of interleaved rows: four rows at a time by the interleaved
     /// kernel, one activation row after another (the same products as the
     /// rows kernel on the rows laid out plainly, so a verify pass's are its
-    /// rows' decoded ones), for up to [`X4_ACTS`] activation rows and in
+    /// rows' decoded ones), for up to [`x4_acts`] activation rows and in
     /// one-row mode; for more, the rows laid out plainly again, once per
     /// tile, for the kernels that take many activation rows (panels).
     fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
-        if let Some(x4) = self.x4.filter(|_| self.exact.is_some() || j1 - j0 <= X4_ACTS) {
+        if let Some(x4) = self.x4.filter(|_| self.exact.is_some() || j1 - j0 <= x4_acts(self.w.ty)) {
             let gb = self.group_bytes;
             let w = &self.data[r0 / 4 * gb..r1 / 4 * gb];
             for j in j0..j1 {

@@ -1158,7 +1158,7 @@ fn interleaved_products_equal_plain_rows() {
                 let x = rng.vec(cols, 1.0);
                 let (acts, got) = decode(&x);
                 rows_kernel(&w, &acts, &x, &got, "decode");
-                for n in [2, 5, 17] {
+                for n in [2, 5, 17, 37] {
                     let x = rng.vec(n * cols, 1.0);
                     let mut acts = QActs::new();
                     acts.quantize(ty, &x, n, cols);
