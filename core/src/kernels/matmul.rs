@@ -91,6 +91,12 @@ impl Kernels {
         let threads = pool.n_threads();
         // One-row mode: every product as decoding computes it, to the bit.
         let exact = if pool.one_row() { self.exact_dot(w.ty) } else { None };
+        // Interleaved rows meet the interleaved kernel, one activation row
+        // after another, in one-row mode and for few activation rows; else
+        // every tile lays its rows out plainly again (the whole product
+        // one way: a product split between the two ways went wrong on
+        // NEON, see `interleaved_products_equal_plain_rows`).
+        let by_x4 = w.layout == Layout::X4 && (pool.one_row() || n <= x4_acts(w.ty));
         let plan = if pool.one_row() {
             // The weight rows tiled as for one activation row; each tile runs
             // all the activation rows with the exact kernels where the type
@@ -105,7 +111,7 @@ impl Kernels {
         Some(match (self.row_dot(w.ty).expect("a supported type has kernels"), exact) {
             (RowDot::Q8_0(dot), e) => {
                 let exact = if let Some(ExactDot::Q8_0(e)) = e { Some(e) } else { None };
-                let x4 = if w.layout == Layout::X4 { self.x4_q8_0() } else { None };
+                let x4 = if by_x4 { self.x4_q8_0() } else { None };
                 Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8_0, k / 32, rows, dot, exact, out) }))
             }
             (RowDot::Q8_1(dot), e) => {
@@ -114,7 +120,7 @@ impl Kernels {
             }
             (RowDot::Q8K(dot), e) => {
                 let exact = if let Some(ExactDot::Q8K(e)) = e { Some(e) } else { None };
-                let x4 = if w.layout == Layout::X4 { self.x4(w.ty) } else { None };
+                let x4 = if by_x4 { self.x4(w.ty) } else { None };
                 Box::new((plan, Job { x4, ..Job::new(w, row_bytes, &x.q8k, k / 256, rows, dot, exact, out) }))
             }
             (RowDot::F32(dot), _) => Box::new((plan, Job::new(w, row_bytes, &x.f32, k, rows, dot, None, out))),
@@ -299,13 +305,13 @@ impl<'a, B: 'static> Job<'a, B> {
     }
 
     /// A tile of interleaved rows: four rows at a time by the interleaved
-    /// kernel, one activation row after another (the same products as the
-    /// rows kernel on the rows laid out plainly, so a verify pass's are its
-    /// rows' decoded ones), for up to [`x4_acts`] activation rows and in
-    /// one-row mode; for more, the rows laid out plainly again, once per
-    /// tile, for the kernels that take many activation rows (panels).
+    /// kernel, one activation row after another (a verify pass's products
+    /// are then its rows' decoded ones), where the product takes that way
+    /// (`x4`: one-row mode, up to [`x4_acts`] activation rows); else the
+    /// rows laid out plainly again, once per tile, for the kernels that take
+    /// many activation rows (panels).
     fn interleaved_tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
-        if let Some(x4) = self.x4.filter(|_| self.exact.is_some() || j1 - j0 <= x4_acts(self.w.ty)) {
+        if let Some(x4) = self.x4 {
             let gb = self.group_bytes;
             let w = &self.data[r0 / 4 * gb..r1 / 4 * gb];
             for j in j0..j1 {

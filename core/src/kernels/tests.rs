@@ -1120,13 +1120,16 @@ fn x4_kernels_equal_the_rows_kernels() {
 /// plain rows give, within rounding.
 #[test]
 fn interleaved_products_equal_plain_rows() {
+    // The last four: an attention layer's and a shared expert's shapes (Q8_0 only).
+    const SHAPES: [(usize, usize); 7] =
+        [(4, 256), (36, 512), (300, 2048), (384, 256), (128, 256), (256, 384), (256, 192)];
     let mut rng = Rng::new(31);
     let pool = ThreadPool::new(2);
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for k in paths() {
         for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0] {
             let to_the_bit = ty == GgmlType::Q4K || !k.has_x4(ty);
-            for (rows, cols) in [(4, 256), (36, 512), (300, 2048)] {
+            for (rows, cols) in SHAPES.into_iter().filter(|&(_, cols)| cols % ty.block_size() == 0) {
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let plain = QMatrix::new(ty, &w, rows, cols).expect("matrix");
                 let (rb, gb) = (plain.row_bytes(), crate::quant::x4::group_bytes(ty, cols));
@@ -1158,7 +1161,7 @@ fn interleaved_products_equal_plain_rows() {
                 let x = rng.vec(cols, 1.0);
                 let (acts, got) = decode(&x);
                 rows_kernel(&w, &acts, &x, &got, "decode");
-                for n in [2, 5, 17, 37] {
+                for n in [2, 5, 16, 17, 37] {
                     let x = rng.vec(n * cols, 1.0);
                     let mut acts = QActs::new();
                     acts.quantize(ty, &x, n, cols);
