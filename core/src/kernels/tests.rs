@@ -1083,7 +1083,7 @@ fn x4_kernels_equal_the_rows_kernels() {
                 let twin = unsafe {
                     if ty == GgmlType::Q8_0 {
                         (k.x4_q8_0().expect("kernel"))(&packed, packed.len(), &acts.q8_0, &mut got);
-                        q8_0_x4::vec_dot(&packed, &acts.q8_0)
+                        x4::vec_dot_of::<q8_0_x4::BlockQ8_0x4, _>(&packed, &acts.q8_0, crate::quant::q8_0::vec_dot)
                     } else {
                         (k.x4(ty).expect("kernel"))(&packed, packed.len(), &acts.q8k, &mut got);
                         x4::vec_dot(ty, &packed, &acts.q8k)

@@ -19,7 +19,8 @@
 //!
 //! 592 bytes for four rows' 576 (the scales decoded: 2.8 % more to read).
 
-use super::{as_blocks, block_bytes, scales_mins_k4, BlockQ4K, BlockQ8K, F16Bytes, FileBlock, QK_K};
+use super::x4::X4Block;
+use super::{scales_mins_k4, BlockQ4K, F16Bytes, FileBlock, QK_K};
 use std::mem::size_of;
 
 #[derive(Clone, Copy, Debug)]
@@ -40,54 +41,64 @@ pub const fn bytes_for(blocks: usize) -> usize {
     blocks * size_of::<BlockQ4Kx4>()
 }
 
-/// Super-block `b` of four rows, interleaved.
-pub fn interleave(rows: [&BlockQ4K; 4]) -> BlockQ4Kx4 {
-    let sm = rows.map(|x| scales_mins_k4(&x.scales));
-    let s = |r: usize, g: usize| if g < 8 { sm[r].0[g] as i8 } else { 0 };
-    let mut x =
-        BlockQ4Kx4 { d: rows.map(|x| x.d), dmin: rows.map(|x| x.dmin), steps: [0; 32], mins: [0; 32], qs: [0; 512] };
-    for i in 0..4 {
-        for r in 0..4 {
-            // Within 63 - 0 either way: an i8.
-            x.steps[8 * i + r] = s(r, 2 * i) - s(r, 2 * i + 2);
-            x.steps[8 * i + 4 + r] = s(r, 2 * i + 1) - s(r, 2 * i + 3);
-        }
-    }
-    for (r, (_, mins)) in sm.iter().enumerate() {
-        for (g, &m) in mins.iter().enumerate() {
-            x.mins[4 * g + r] = m;
-        }
-    }
-    for j in 0..8 {
-        for w in 0..4 {
-            for (r, row) in rows.iter().enumerate() {
-                let at = 64 * j + 16 * w + 4 * r;
-                x.qs[at..at + 4].copy_from_slice(&row.qs[16 * j + 4 * w..16 * j + 4 * w + 4]);
+impl X4Block for BlockQ4Kx4 {
+    type Plain = BlockQ4K;
+
+    /// Super-block `b` of four rows, interleaved.
+    fn interleave(rows: [&BlockQ4K; 4]) -> BlockQ4Kx4 {
+        let sm = rows.map(|x| scales_mins_k4(&x.scales));
+        let s = |r: usize, g: usize| if g < 8 { sm[r].0[g] as i8 } else { 0 };
+        let mut x = BlockQ4Kx4 {
+            d: rows.map(|x| x.d),
+            dmin: rows.map(|x| x.dmin),
+            steps: [0; 32],
+            mins: [0; 32],
+            qs: [0; 512],
+        };
+        for i in 0..4 {
+            for r in 0..4 {
+                // Within 63 - 0 either way: an i8.
+                x.steps[8 * i + r] = s(r, 2 * i) - s(r, 2 * i + 2);
+                x.steps[8 * i + 4 + r] = s(r, 2 * i + 1) - s(r, 2 * i + 3);
             }
         }
-    }
-    x
-}
-
-/// The four Q4_K blocks `x` was made from.
-pub fn deinterleave(x: &BlockQ4Kx4) -> [BlockQ4K; 4] {
-    std::array::from_fn(|r| {
-        // The scales back from the chains' steps, the last group first.
-        let mut sc = [0u8; 8];
-        for g in (0..8).rev() {
-            let next = if g + 2 < 8 { sc[g + 2] as i8 } else { 0 };
-            sc[g] = (x.steps[8 * (g / 2) + 4 * (g % 2) + r] + next) as u8;
+        for (r, (_, mins)) in sm.iter().enumerate() {
+            for (g, &m) in mins.iter().enumerate() {
+                x.mins[4 * g + r] = m;
+            }
         }
-        let mins: [u8; 8] = std::array::from_fn(|g| x.mins[4 * g + r]);
-        let mut qs = [0u8; QK_K / 2];
         for j in 0..8 {
             for w in 0..4 {
-                let at = 64 * j + 16 * w + 4 * r;
-                qs[16 * j + 4 * w..16 * j + 4 * w + 4].copy_from_slice(&x.qs[at..at + 4]);
+                for (r, row) in rows.iter().enumerate() {
+                    let at = 64 * j + 16 * w + 4 * r;
+                    x.qs[at..at + 4].copy_from_slice(&row.qs[16 * j + 4 * w..16 * j + 4 * w + 4]);
+                }
             }
         }
-        BlockQ4K { d: x.d[r], dmin: x.dmin[r], scales: pack_scales_mins(&sc, &mins), qs }
-    })
+        x
+    }
+
+    /// The four Q4_K blocks `x` was made from.
+    fn deinterleave(&self) -> [BlockQ4K; 4] {
+        let x = self;
+        std::array::from_fn(|r| {
+            // The scales back from the chains' steps, the last group first.
+            let mut sc = [0u8; 8];
+            for g in (0..8).rev() {
+                let next = if g + 2 < 8 { sc[g + 2] as i8 } else { 0 };
+                sc[g] = (x.steps[8 * (g / 2) + 4 * (g % 2) + r] + next) as u8;
+            }
+            let mins: [u8; 8] = std::array::from_fn(|g| x.mins[4 * g + r]);
+            let mut qs = [0u8; QK_K / 2];
+            for j in 0..8 {
+                for w in 0..4 {
+                    let at = 64 * j + 16 * w + 4 * r;
+                    qs[16 * j + 4 * w..16 * j + 4 * w + 4].copy_from_slice(&x.qs[at..at + 4]);
+                }
+            }
+            BlockQ4K { d: x.d[r], dmin: x.dmin[r], scales: pack_scales_mins(&sc, &mins), qs }
+        })
+    }
 }
 
 /// Eight 6-bit scales and minimums packed as a Q4_K/Q5_K block holds them
@@ -102,48 +113,11 @@ fn pack_scales_mins(sc: &[u8; 8], m: &[u8; 8]) -> [u8; 12] {
     q
 }
 
-/// Four rows (`rows`, each `blocks` Q4_K super-blocks) into `out`
-/// ([`bytes_for`]`(blocks)` bytes), block by block.
-pub fn interleave_rows(rows: [&[u8]; 4], out: &mut [u8]) {
-    let x = rows.map(as_blocks::<BlockQ4K>);
-    let n = x[0].len();
-    assert!(x.iter().all(|r| r.len() == n) && out.len() == bytes_for(n), "interleave_rows: mismatched lengths");
-    for (b, o) in out.chunks_exact_mut(size_of::<BlockQ4Kx4>()).enumerate() {
-        o.copy_from_slice(block_bytes(&interleave(x.map(|r| &r[b]))));
-    }
-}
-
-/// Four interleaved rows (`x`, [`bytes_for`]`(blocks)` bytes) back into
-/// four rows laid out plainly (`rows`, each `blocks` Q4_K super-blocks).
-pub fn deinterleave_rows(x: &[u8], mut rows: [&mut [u8]; 4]) {
-    let size = size_of::<BlockQ4K>();
-    for (b, xb) in as_blocks::<BlockQ4Kx4>(x).iter().enumerate() {
-        for (row, blk) in rows.iter_mut().zip(deinterleave(xb)) {
-            row[b * size..(b + 1) * size].copy_from_slice(block_bytes(&blk));
-        }
-    }
-}
-
-/// The products of four interleaved rows (`w`: their blocks) with one row of
-/// Q8_K activations: each row's integers and float operations as
-/// [`super::q4_k::vec_dot`] forms them (the scalar twin of the vector kernels).
-pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
-    let x = as_blocks::<BlockQ4Kx4>(w);
-    assert_eq!(x.len(), a.len(), "vec_dot: activations of another length");
-    let mut sum = [0.0f32; 4];
-    for (xb, y) in x.iter().zip(a) {
-        for (r, b) in deinterleave(xb).iter().enumerate() {
-            sum[r] += super::q4_k::vec_dot(block_bytes(b), std::slice::from_ref(y));
-        }
-    }
-    sum
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::testing::{random_weights, Rng};
-    use crate::quant::GgmlType;
+    use crate::quant::{as_blocks, GgmlType};
 
     #[test]
     fn interleave_round_trips_every_block() {
@@ -151,9 +125,9 @@ mod tests {
         let w = random_weights(GgmlType::Q4K, 4, 3 * QK_K, &mut rng);
         let rows: [&[u8]; 4] = std::array::from_fn(|r| &w[r * 3 * 144..(r + 1) * 3 * 144]);
         let mut x = vec![0u8; bytes_for(3)];
-        interleave_rows(rows, &mut x);
+        super::super::x4::interleave_rows_of::<BlockQ4Kx4>(rows, &mut x);
         for (b, xb) in as_blocks::<BlockQ4Kx4>(&x).iter().enumerate() {
-            for (r, back) in deinterleave(xb).iter().enumerate() {
+            for (r, back) in xb.deinterleave().iter().enumerate() {
                 let orig = &as_blocks::<BlockQ4K>(rows[r])[b];
                 assert_eq!(back.d.0, orig.d.0);
                 assert_eq!(back.dmin.0, orig.dmin.0);

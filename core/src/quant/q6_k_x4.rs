@@ -19,7 +19,8 @@
 //!
 //! 840 bytes for four rows' 840: nothing more to read.
 
-use super::{as_blocks, block_bytes, BlockQ6K, BlockQ8K, F16Bytes, FileBlock, QK_K};
+use super::x4::X4Block;
+use super::{BlockQ6K, F16Bytes, FileBlock, QK_K};
 use std::mem::size_of;
 
 #[derive(Clone, Copy, Debug)]
@@ -54,102 +55,71 @@ fn values(b: &BlockQ6K) -> [u8; QK_K] {
     v
 }
 
-/// Super-block `b` of four rows, interleaved.
-pub fn interleave(rows: [&BlockQ6K; 4]) -> BlockQ6Kx4 {
-    let v = rows.map(values);
-    let mut x = BlockQ6Kx4 { d: rows.map(|x| x.d), scales: [0; 64], qs: [0; 768] };
-    for g in 0..16 {
-        for (r, row) in rows.iter().enumerate() {
-            x.scales[4 * g + r] = row.scales[g];
-        }
-        let regs = &mut x.qs[48 * g..48 * g + 48];
-        for (r, v) in v.iter().enumerate() {
-            for t in 0..4 {
-                let at = |k: usize| v[16 * g + 4 * k + t];
-                let w3 = at(3);
-                regs[4 * r + t] = at(0) | (w3 & 3) << 6;
-                regs[16 + 4 * r + t] = at(1) | (w3 >> 2 & 3) << 6;
-                regs[32 + 4 * r + t] = at(2) | (w3 >> 4) << 6;
-            }
-        }
-    }
-    x
-}
+impl X4Block for BlockQ6Kx4 {
+    type Plain = BlockQ6K;
 
-/// The four Q6_K blocks `x` was made from.
-pub fn deinterleave(x: &BlockQ6Kx4) -> [BlockQ6K; 4] {
-    std::array::from_fn(|r| {
-        let mut v = [0u8; QK_K];
+    /// Super-block `b` of four rows, interleaved.
+    fn interleave(rows: [&BlockQ6K; 4]) -> BlockQ6Kx4 {
+        let v = rows.map(values);
+        let mut x = BlockQ6Kx4 { d: rows.map(|x| x.d), scales: [0; 64], qs: [0; 768] };
         for g in 0..16 {
-            let regs = &x.qs[48 * g..48 * g + 48];
-            for t in 0..4 {
-                let (a, b, c) = (regs[4 * r + t], regs[16 + 4 * r + t], regs[32 + 4 * r + t]);
-                v[16 * g + t] = a & 63;
-                v[16 * g + 4 + t] = b & 63;
-                v[16 * g + 8 + t] = c & 63;
-                v[16 * g + 12 + t] = a >> 6 | (b >> 6) << 2 | (c >> 6) << 4;
+            for (r, row) in rows.iter().enumerate() {
+                x.scales[4 * g + r] = row.scales[g];
+            }
+            let regs = &mut x.qs[48 * g..48 * g + 48];
+            for (r, v) in v.iter().enumerate() {
+                for t in 0..4 {
+                    let at = |k: usize| v[16 * g + 4 * k + t];
+                    let w3 = at(3);
+                    regs[4 * r + t] = at(0) | (w3 & 3) << 6;
+                    regs[16 + 4 * r + t] = at(1) | (w3 >> 2 & 3) << 6;
+                    regs[32 + 4 * r + t] = at(2) | (w3 >> 4) << 6;
+                }
             }
         }
-        let mut blk = BlockQ6K {
-            ql: [0; QK_K / 2],
-            qh: [0; QK_K / 4],
-            scales: std::array::from_fn(|g| x.scales[4 * g + r]),
-            d: x.d[r],
-        };
-        for h in 0..2 {
-            let y = &v[128 * h..128 * h + 128];
-            for l in 0..32 {
-                blk.ql[64 * h + l] = (y[l] & 0xF) | (y[l + 64] & 0xF) << 4;
-                blk.ql[64 * h + 32 + l] = (y[l + 32] & 0xF) | (y[l + 96] & 0xF) << 4;
-                blk.qh[32 * h + l] = y[l] >> 4 | (y[l + 32] >> 4) << 2 | (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6;
+        x
+    }
+
+    /// The four Q6_K blocks `x` was made from.
+    fn deinterleave(&self) -> [BlockQ6K; 4] {
+        let x = self;
+        std::array::from_fn(|r| {
+            let mut v = [0u8; QK_K];
+            for g in 0..16 {
+                let regs = &x.qs[48 * g..48 * g + 48];
+                for t in 0..4 {
+                    let (a, b, c) = (regs[4 * r + t], regs[16 + 4 * r + t], regs[32 + 4 * r + t]);
+                    v[16 * g + t] = a & 63;
+                    v[16 * g + 4 + t] = b & 63;
+                    v[16 * g + 8 + t] = c & 63;
+                    v[16 * g + 12 + t] = a >> 6 | (b >> 6) << 2 | (c >> 6) << 4;
+                }
             }
-        }
-        blk
-    })
-}
-
-/// Four rows (`rows`, each `blocks` Q6_K super-blocks) into `out`
-/// ([`bytes_for`]`(blocks)` bytes), block by block.
-pub fn interleave_rows(rows: [&[u8]; 4], out: &mut [u8]) {
-    let x = rows.map(as_blocks::<BlockQ6K>);
-    let n = x[0].len();
-    assert!(x.iter().all(|r| r.len() == n) && out.len() == bytes_for(n), "interleave_rows: mismatched lengths");
-    for (b, o) in out.chunks_exact_mut(size_of::<BlockQ6Kx4>()).enumerate() {
-        o.copy_from_slice(block_bytes(&interleave(x.map(|r| &r[b]))));
+            let mut blk = BlockQ6K {
+                ql: [0; QK_K / 2],
+                qh: [0; QK_K / 4],
+                scales: std::array::from_fn(|g| x.scales[4 * g + r]),
+                d: x.d[r],
+            };
+            for h in 0..2 {
+                let y = &v[128 * h..128 * h + 128];
+                for l in 0..32 {
+                    blk.ql[64 * h + l] = (y[l] & 0xF) | (y[l + 64] & 0xF) << 4;
+                    blk.ql[64 * h + 32 + l] = (y[l + 32] & 0xF) | (y[l + 96] & 0xF) << 4;
+                    blk.qh[32 * h + l] =
+                        y[l] >> 4 | (y[l + 32] >> 4) << 2 | (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6;
+                }
+            }
+            blk
+        })
     }
-}
-
-/// Four interleaved rows (`x`, [`bytes_for`]`(blocks)` bytes) back into
-/// four rows laid out plainly (`rows`, each `blocks` Q6_K super-blocks).
-pub fn deinterleave_rows(x: &[u8], mut rows: [&mut [u8]; 4]) {
-    let size = size_of::<BlockQ6K>();
-    for (b, xb) in as_blocks::<BlockQ6Kx4>(x).iter().enumerate() {
-        for (row, blk) in rows.iter_mut().zip(deinterleave(xb)) {
-            row[b * size..(b + 1) * size].copy_from_slice(block_bytes(&blk));
-        }
-    }
-}
-
-/// The products of four interleaved rows (`w`: their blocks) with one row of
-/// Q8_K activations, each row as [`super::q6_k::vec_dot`] forms it (the
-/// scalar twin of the vector kernels).
-pub fn vec_dot(w: &[u8], a: &[BlockQ8K]) -> [f32; 4] {
-    let x = as_blocks::<BlockQ6Kx4>(w);
-    assert_eq!(x.len(), a.len(), "vec_dot: activations of another length");
-    let mut sum = [0.0f32; 4];
-    for (xb, y) in x.iter().zip(a) {
-        for (r, b) in deinterleave(xb).iter().enumerate() {
-            sum[r] += super::q6_k::vec_dot(block_bytes(b), std::slice::from_ref(y));
-        }
-    }
-    sum
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::testing::{random_weights, Rng};
-    use crate::quant::GgmlType;
+    use crate::quant::{as_blocks, GgmlType};
 
     #[test]
     fn interleave_round_trips_every_block() {
@@ -158,11 +128,11 @@ mod tests {
         let w = random_weights(GgmlType::Q6K, 4, 3 * QK_K, &mut rng);
         let rows: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rb..(r + 1) * rb]);
         let mut x = vec![0u8; bytes_for(3)];
-        interleave_rows(rows, &mut x);
+        super::super::x4::interleave_rows_of::<BlockQ6Kx4>(rows, &mut x);
         let mut back = vec![0u8; 4 * rb];
         let (b01, b23) = back.split_at_mut(2 * rb);
         let ((b0, b1), (b2, b3)) = (b01.split_at_mut(rb), b23.split_at_mut(rb));
-        deinterleave_rows(&x, [b0, b1, b2, b3]);
+        super::super::x4::deinterleave_rows_of::<BlockQ6Kx4>(&x, [b0, b1, b2, b3]);
         assert_eq!(back, w);
         // Word 3 of each group really is split over the top bit pairs.
         let orig = values(&as_blocks::<BlockQ6K>(rows[2])[1]);

@@ -9,7 +9,8 @@
 //! row; `qs[16w + 4r + t]` = value `4w + t` of row `r` (`w` in 0..8).
 //! 136 bytes for four rows' 136.
 
-use super::{as_blocks, block_bytes, BlockQ8_0, BlockQ8_0F, F16Bytes, FileBlock};
+use super::x4::X4Block;
+use super::{BlockQ8_0, F16Bytes, FileBlock};
 use std::mem::size_of;
 
 #[derive(Clone, Copy, Debug)]
@@ -27,70 +28,38 @@ pub const fn bytes_for(blocks: usize) -> usize {
     blocks * size_of::<BlockQ8_0x4>()
 }
 
-/// Block `b` of four rows, interleaved.
-pub fn interleave(rows: [&BlockQ8_0; 4]) -> BlockQ8_0x4 {
-    let mut x = BlockQ8_0x4 { d: rows.map(|x| x.d), qs: [0; 128] };
-    for w in 0..8 {
-        for (r, row) in rows.iter().enumerate() {
-            x.qs[16 * w + 4 * r..16 * w + 4 * r + 4].copy_from_slice(&row.qs[4 * w..4 * w + 4]);
-        }
-    }
-    x
-}
+impl X4Block for BlockQ8_0x4 {
+    type Plain = BlockQ8_0;
 
-/// The four Q8_0 blocks `x` was made from.
-pub fn deinterleave(x: &BlockQ8_0x4) -> [BlockQ8_0; 4] {
-    std::array::from_fn(|r| {
-        let mut b = BlockQ8_0 { d: x.d[r], qs: [0; 32] };
+    /// Block `b` of four rows, interleaved.
+    fn interleave(rows: [&BlockQ8_0; 4]) -> BlockQ8_0x4 {
+        let mut x = BlockQ8_0x4 { d: rows.map(|x| x.d), qs: [0; 128] };
         for w in 0..8 {
-            b.qs[4 * w..4 * w + 4].copy_from_slice(&x.qs[16 * w + 4 * r..16 * w + 4 * r + 4]);
+            for (r, row) in rows.iter().enumerate() {
+                x.qs[16 * w + 4 * r..16 * w + 4 * r + 4].copy_from_slice(&row.qs[4 * w..4 * w + 4]);
+            }
         }
-        b
-    })
-}
-
-/// Four rows (`rows`, each `blocks` Q8_0 blocks) into `out`
-/// ([`bytes_for`]`(blocks)` bytes), block by block.
-pub fn interleave_rows(rows: [&[u8]; 4], out: &mut [u8]) {
-    let x = rows.map(as_blocks::<BlockQ8_0>);
-    let n = x[0].len();
-    assert!(x.iter().all(|r| r.len() == n) && out.len() == bytes_for(n), "interleave_rows: mismatched lengths");
-    for (b, o) in out.chunks_exact_mut(size_of::<BlockQ8_0x4>()).enumerate() {
-        o.copy_from_slice(block_bytes(&interleave(x.map(|r| &r[b]))));
+        x
     }
-}
 
-/// Four interleaved rows (`x`, [`bytes_for`]`(blocks)` bytes) back into
-/// four rows laid out plainly (`rows`, each `blocks` Q8_0 blocks).
-pub fn deinterleave_rows(x: &[u8], mut rows: [&mut [u8]; 4]) {
-    let size = size_of::<BlockQ8_0>();
-    for (b, xb) in as_blocks::<BlockQ8_0x4>(x).iter().enumerate() {
-        for (row, blk) in rows.iter_mut().zip(deinterleave(xb)) {
-            row[b * size..(b + 1) * size].copy_from_slice(block_bytes(&blk));
-        }
+    /// The four Q8_0 blocks `x` was made from.
+    fn deinterleave(&self) -> [BlockQ8_0; 4] {
+        let x = self;
+        std::array::from_fn(|r| {
+            let mut b = BlockQ8_0 { d: x.d[r], qs: [0; 32] };
+            for w in 0..8 {
+                b.qs[4 * w..4 * w + 4].copy_from_slice(&x.qs[16 * w + 4 * r..16 * w + 4 * r + 4]);
+            }
+            b
+        })
     }
-}
-
-/// The products of four interleaved rows (`w`: their blocks) with one row of
-/// Q8_0 activations, each row as [`super::q8_0::vec_dot`] forms it (the
-/// scalar twin of the vector kernels).
-pub fn vec_dot(w: &[u8], a: &[BlockQ8_0F]) -> [f32; 4] {
-    let x = as_blocks::<BlockQ8_0x4>(w);
-    assert_eq!(x.len(), a.len(), "vec_dot: activations of another length");
-    let mut rows = [const { Vec::new() }; 4];
-    for xb in x {
-        for (row, b) in rows.iter_mut().zip(deinterleave(xb)) {
-            row.extend_from_slice(block_bytes(&b));
-        }
-    }
-    rows.map(|row| super::q8_0::vec_dot(&row, a))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::kernels::testing::{random_weights, Rng};
-    use crate::quant::GgmlType;
+    use crate::quant::{as_blocks, GgmlType};
 
     #[test]
     fn interleave_round_trips_every_block() {
@@ -99,10 +68,10 @@ mod tests {
         let w = random_weights(GgmlType::Q8_0, 4, 96, &mut rng);
         let rows: [&[u8]; 4] = std::array::from_fn(|r| &w[r * rb..(r + 1) * rb]);
         let mut x = vec![0u8; bytes_for(3)];
-        interleave_rows(rows, &mut x);
+        super::super::x4::interleave_rows_of::<BlockQ8_0x4>(rows, &mut x);
         let mut back = vec![0u8; 4 * rb];
         let mut parts = back.chunks_exact_mut(rb);
-        deinterleave_rows(&x, [(); 4].map(|_| parts.next().expect("four rows")));
+        super::super::x4::deinterleave_rows_of::<BlockQ8_0x4>(&x, [(); 4].map(|_| parts.next().expect("four rows")));
         assert_eq!(back, w);
         // Value 4w + t of row r at 16w + 4r + t.
         let xb = &as_blocks::<BlockQ8_0x4>(&x)[2];
