@@ -1,6 +1,6 @@
 //! Q4_K rows interleaved by four: the layout a four-row decode kernel reads
 //! without transposing anything per block. Never stored in a file: made from
-//! four Q4_K rows (block by block, [`interleave`]) and back ([`deinterleave`],
+//! four Q4_K rows (block by block, [`X4Block::interleave`]) and back ([`X4Block::deinterleave`],
 //! exactly the blocks it was made from).
 //!
 //! A block holds super-block `b` of four rows:

@@ -1,7 +1,7 @@
 //! Q6_K rows interleaved by four: the layout a four-row decode kernel reads
 //! without transposing or re-assembling anything per block. Never stored in a
-//! file: made from four Q6_K rows (block by block, [`interleave`]) and back
-//! ([`deinterleave`], exactly the blocks it was made from).
+//! file: made from four Q6_K rows (block by block, [`X4Block::interleave`]) and back
+//! ([`X4Block::deinterleave`], exactly the blocks it was made from).
 //!
 //! A block holds super-block `b` of four rows:
 //! - `d`: the rows' f16 scales, row by row;

@@ -2,7 +2,7 @@
 //! rows, so that one 16-byte register holds the same four weights of each
 //! row and an `sdot` by element meets them with the same four activations
 //! (a lane per row). Never stored in a file: made from four Q8_0 rows
-//! ([`interleave`]) and back ([`deinterleave`], exactly the blocks it was
+//! ([`X4Block::interleave`]) and back ([`X4Block::deinterleave`], exactly the blocks it was
 //! made from).
 //!
 //! A block holds block `b` of four rows: `d`, the rows' f16 scales, row by
