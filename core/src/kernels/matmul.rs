@@ -93,9 +93,7 @@ impl Kernels {
         let exact = if pool.one_row() { self.exact_dot(w.ty) } else { None };
         // Interleaved rows meet the interleaved kernel, one activation row
         // after another, in one-row mode and for few activation rows; else
-        // every tile lays its rows out plainly again (the whole product
-        // one way: a product split between the two ways went wrong on
-        // NEON, see `interleaved_products_equal_plain_rows`).
+        // every tile of the product lays its rows out plainly again.
         let by_x4 = w.layout == Layout::X4 && (pool.one_row() || n <= x4_acts(w.ty));
         let plan = if pool.one_row() {
             // The weight rows tiled as for one activation row; each tile runs
@@ -240,13 +238,12 @@ struct Job<'a, B: 'static> {
     /// the first of them row `row0`.
     data: &'a [u8],
     row0: usize,
-    /// Whether `data` holds rows interleaved by four ([`Layout::X4`]).
-    interleaved: bool,
     /// The kernel of four interleaved rows with one activation row, where
     /// the rows are interleaved and the path has it.
     x4: Option<X4Rows<B>>,
-    /// Bytes per weight row, and per group of four interleaved rows (0 for
-    /// rows laid out plainly): computed once (`QMatrix` looks the type up).
+    /// Bytes per weight row, and per group of four interleaved rows: nonzero
+    /// where `data` holds rows interleaved by four ([`Layout::X4`]); both
+    /// computed once (`QMatrix` looks the type up).
     row_bytes: usize,
     group_bytes: usize,
     acts: &'a [B],
@@ -272,23 +269,8 @@ impl<'a, B: 'static> Job<'a, B> {
         exact: Option<Exact<B>>,
         out: Out,
     ) -> Self {
-        let interleaved = w.layout == Layout::X4;
-        let group_bytes = if interleaved { w.group_bytes() } else { 0 };
-        Job {
-            w,
-            data: w.data,
-            row0: 0,
-            interleaved,
-            x4: None,
-            row_bytes,
-            group_bytes,
-            acts,
-            per_row,
-            rows,
-            dot,
-            exact,
-            out,
-        }
+        let group_bytes = if w.layout == Layout::X4 { w.group_bytes() } else { 0 };
+        Job { w, data: w.data, row0: 0, x4: None, row_bytes, group_bytes, acts, per_row, rows, dot, exact, out }
     }
 
     /// Weight row `r` (of rows laid out plainly).
@@ -331,7 +313,7 @@ impl<'a, B: 'static> Job<'a, B> {
                 let four = std::array::from_fn(|_| r.next().expect("four rows a group"));
                 crate::quant::x4::deinterleave_rows(self.w.ty, x, four);
             }
-            let plain = Job { data: &*plain, row0: r0, interleaved: false, group_bytes: 0, x4: None, ..*self };
+            let plain = Job { data: &*plain, row0: r0, group_bytes: 0, x4: None, ..*self };
             plain.tile(r0, r1, j0, j1, ahead);
         })
     }
@@ -373,7 +355,7 @@ impl<'a, B: 'static> Job<'a, B> {
     /// shares beside their products; other prompt tiles at their start, if
     /// the next tile is cache-sized, as a panel tile is).
     fn tile(&self, r0: usize, r1: usize, j0: usize, j1: usize, ahead: &[u8]) {
-        if self.interleaved {
+        if self.group_bytes != 0 {
             return self.interleaved_tile(r0, r1, j0, j1, ahead);
         }
         if let Some(e) = self.exact {
