@@ -51,14 +51,8 @@ pub enum Layout {
 /// Whether the selected path decodes `ty` from rows interleaved by four
 /// ([`Layout::X4`]): the loader then interleaves the matrices of that type
 /// it can.
-///
-/// Not Q8_0 yet: its layout and kernel exist (and are tested), but on
-/// ernie4_5-moe-tiny Q8_0 the interleaved decode's logits depart from the
-/// plain path's more than rounding would (BENCHMARKS.md, the eighth
-/// session), which is not understood; until it is, the loader keeps Q8_0
-/// rows as the file holds them.
 pub fn interleaves(ty: GgmlType) -> bool {
-    ty != GgmlType::Q8_0 && Kernels::selected().has_x4(ty)
+    Kernels::selected().has_x4(ty)
 }
 
 impl<'a> QMatrix<'a> {

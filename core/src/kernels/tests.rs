@@ -1053,10 +1053,10 @@ fn f32_rows_kernels_equal_one_row_kernels_to_the_bit() {
     }
 }
 
-/// The interleaved kernels on four rows: Q4_K's equals the path's Q4_K rows
-/// kernel on the same rows laid out plainly, to the bit (the same integers,
-/// the same float operations per row); Q6_K's and Q8_0's the same integers,
-/// each row's block sums scaled in one multiply-add (their rows kernels keep
+/// The interleaved kernels on four rows: Q4_K's and Q8_0's equal the path's
+/// rows kernels on the same rows laid out plainly, to the bit (the same
+/// integers, the same float operations per row); Q6_K's the same integers,
+/// each row's group sums scaled in one multiply-add (its rows kernel keeps
 /// several lanes a row), so within rounding; all the scalar twin within
 /// rounding.
 #[test]
@@ -1094,7 +1094,7 @@ fn x4_kernels_equal_the_rows_kernels() {
                     let mag = magnitude(ty, &w[r * rb..(r + 1) * rb], &x);
                     let what =
                         format!("{} {ty} nb={nb} row {r}: {} vs rows {} / twin {}", k.isa(), got[r], want[r], twin[r]);
-                    if ty == GgmlType::Q4K {
+                    if ty != GgmlType::Q6K {
                         assert_eq!(got[r].to_bits(), want[r].to_bits(), "{what}");
                     }
                     assert!(close(got[r], want[r], mag) && close(got[r], twin[r], mag), "{what}");
@@ -1128,7 +1128,7 @@ fn interleaved_products_equal_plain_rows() {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for k in paths() {
         for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0] {
-            let to_the_bit = ty == GgmlType::Q4K || !k.has_x4(ty);
+            let to_the_bit = ty != GgmlType::Q6K || !k.has_x4(ty);
             for (rows, cols) in SHAPES.into_iter().filter(|&(_, cols)| cols % ty.block_size() == 0) {
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let plain = QMatrix::new(ty, &w, rows, cols).expect("matrix");

@@ -1,6 +1,7 @@
 //! NEON dot products of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
 //! with Q8_0 / Q8_1 activations: a block is two 16-byte registers; the
-//! per-block scale multiplies a 4-lane f32 accumulator.
+//! per-block scale multiplies a 4-lane f32 accumulator (Q8_0: each row's
+//! whole integer sum of a block, four rows to a register, in every kernel).
 
 use super::{by_twos, dot16, exact_paths, fp16, fp16x4, fp16x4_packed, ld_s8, paths};
 use crate::quant::q8_0_x4::BlockQ8_0x4;
@@ -81,9 +82,11 @@ unsafe fn dot_signed<B, const D: bool>(
 /// Four Q8_0 weight rows with one activation row: each block's 32
 /// activations are loaded once for the four rows, and the four rows' scales
 /// by lane loads into one register, multiplied by the activations' scale
-/// together. Each row keeps its 4-lane f32 accumulator (a fused
-/// multiply-add by the lane of its scale per block, one horizontal sum at the
-/// end): the arithmetic, and so the results, of the earlier per-row scales.
+/// together. A block's four partial sums per row are added pairwise into one
+/// register, lane r row r's whole integer sum ([`lane_sums`]), which one fused
+/// multiply-add by the scales adds to the rows' accumulator, blocks in
+/// order: the arithmetic of [`exact_q8_0`] and of the interleaved rows'
+/// [`dot_q8_0_x4`], so that a row's bits do not depend on the kernel.
 #[inline(always)]
 unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ8_0F]) -> [f32; R] {
     const { assert!(R == 4, "the Q8_0 body takes four rows") };
@@ -91,32 +94,29 @@ unsafe fn dotn_q8_0<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
     debug_assert!(x.iter().all(|r| r.len() == a.len()));
     // Every row holds at least `nb` blocks: the unchecked reads below stay in bounds.
     let nb = x.iter().fold(a.len(), |n, r| n.min(r.len()));
-    let mut acc = [vdupq_n_f32(0.0); R];
+    let mut acc = vdupq_n_f32(0.0);
     by_twos(nb, |b| {
         let yb = a.get_unchecked(b);
         let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
         let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         // Lane r: row r's scale times the activations'.
         let d = vmulq_n_f32(fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr())), yb.d);
-        for r in 0..R {
+        let p: [int32x4_t; 4] = std::array::from_fn(|r| {
             let q = xb[r].qs.as_ptr();
-            let p = dot16::<D>(vdupq_n_s32(0), ld_s8(q.cast()), y0);
-            let p = dot16::<D>(p, ld_s8(q.add(16).cast()), y1);
-            acc[r] = fma_lane(acc[r], vcvtq_f32_s32(p), d, r);
-        }
+            dot16::<D>(dot16::<D>(vdupq_n_s32(0), ld_s8(q.cast()), y0), ld_s8(q.add(16).cast()), y1)
+        });
+        acc = vfmaq_f32(acc, vcvtq_f32_s32(lane_sums(p)), d);
     });
-    acc.map(|v| vaddvq_f32(v))
+    let mut out = [0.0f32; R];
+    vst1q_f32(out.as_mut_ptr(), acc);
+    out
 }
 
-/// `acc + p * s[lane]`, fused (`lane` a constant once inlined).
+/// Four registers' lanes summed, lane r register r's (pairwise adds: the
+/// integer sums are exact whatever the order).
 #[inline(always)]
-unsafe fn fma_lane(acc: float32x4_t, p: float32x4_t, s: float32x4_t, lane: usize) -> float32x4_t {
-    match lane {
-        0 => vfmaq_laneq_f32::<0>(acc, p, s),
-        1 => vfmaq_laneq_f32::<1>(acc, p, s),
-        2 => vfmaq_laneq_f32::<2>(acc, p, s),
-        _ => vfmaq_laneq_f32::<3>(acc, p, s),
-    }
+unsafe fn lane_sums(p: [int32x4_t; 4]) -> int32x4_t {
+    vpaddq_s32(vpaddq_s32(p[0], p[1]), vpaddq_s32(p[2], p[3]))
 }
 
 /// One Q8_0 row by [`dotn_q8_0`]'s arithmetic (one fused chain, blocks in
@@ -279,7 +279,7 @@ unsafe fn exactn_q8_0<const D: bool, const R: usize, const N: usize>(
     const { assert!(R == 4, "the Q8_0 body takes four rows") };
     let x = rows.map(as_blocks::<BlockQ8_0>);
     let nb = x.iter().fold(a.iter().fold(usize::MAX, |n, a| n.min(a.len())), |n, r| n.min(r.len()));
-    let mut acc = [[vdupq_n_f32(0.0); R]; N];
+    let mut acc = [vdupq_n_f32(0.0); N];
     for b in 0..nb {
         let xb: [&BlockQ8_0; R] = std::array::from_fn(|r| x[r].get_unchecked(b));
         let ws = fp16x4(std::array::from_fn(|r| xb[r].d.0.as_ptr()));
@@ -291,24 +291,28 @@ unsafe fn exactn_q8_0<const D: bool, const R: usize, const N: usize>(
         for t in 0..N {
             let d = vmulq_n_f32(ws, yb[t].d);
             let (y0, y1) = (ld_s8(yb[t].qs.as_ptr().cast()), ld_s8(yb[t].qs.as_ptr().add(16).cast()));
-            for r in 0..R {
-                let p = dot16::<D>(dot16::<D>(vdupq_n_s32(0), w[r].0, y0), w[r].1, y1);
-                acc[t][r] = fma_lane(acc[t][r], vcvtq_f32_s32(p), d, r);
-            }
+            let p: [int32x4_t; 4] =
+                std::array::from_fn(|r| dot16::<D>(dot16::<D>(vdupq_n_s32(0), w[r].0, y0), w[r].1, y1));
+            acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(lane_sums(p)), d);
         }
     }
-    acc.map(|v| v.map(|v| vaddvq_f32(v)))
+    acc.map(|v| {
+        let mut out = [0.0f32; R];
+        vst1q_f32(out.as_mut_ptr(), v);
+        out
+    })
 }
 
 /// [`dot_q8_0`] with `N` activation rows: each row's chain as alone, and as
-/// [`exactn_q8_0`] forms it.
+/// [`exactn_q8_0`] forms it (a block's whole integer sum, then one fused
+/// multiply-add by the two scales' product, blocks in order).
 #[inline(always)]
 unsafe fn exact_q8_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F]; N]) -> [f32; N] {
     let x = as_blocks::<BlockQ8_0>(w);
     debug_assert!(a.iter().all(|a| a.len() == x.len()));
     // Every activation row holds at least `nb` blocks: the unchecked reads stay in bounds.
     let nb = a.iter().fold(x.len(), |n, a| n.min(a.len()));
-    let mut acc = [vdupq_n_f32(0.0); N];
+    let mut acc = [0.0f32; N];
     for b in 0..nb {
         let xb = x.get_unchecked(b);
         let s = fp16(xb.d);
@@ -318,10 +322,10 @@ unsafe fn exact_q8_0<const D: bool, const N: usize>(w: &[u8], a: [&[BlockQ8_0F];
             let yb = a[t].get_unchecked(b);
             let (y0, y1) = (ld_s8(yb.qs.as_ptr().cast()), ld_s8(yb.qs.as_ptr().add(16).cast()));
             let p = dot16::<D>(dot16::<D>(vdupq_n_s32(0), w0, y0), w1, y1);
-            acc[t] = vfmaq_n_f32(acc[t], vcvtq_f32_s32(p), s * yb.d);
+            acc[t] = (vaddvq_s32(p) as f32).mul_add(s * yb.d, acc[t]);
         }
     }
-    acc.map(|v| vaddvq_f32(v))
+    acc
 }
 
 #[inline(always)]
