@@ -13,6 +13,8 @@
 # and, where it is present, the real Gemma 3 270M (the binary takes about
 # 100 s per CPU under qemu; Gemma 3 270M's test is the longest, over 60 s),
 # and three speculative-verification tests end to end (release, -cpu max).
+# budget_change runs the routed experts interleaved at load (mapped) and in
+# the file's layout (under a budget) and holds the text to the same tokens.
 # The tiny synthetic models' tests read $POCKET_SYNTH_TINY (made here by
 # scripts/synth-tiny.sh when unset), as the fixture tests read $POCKET_FIXTURES.
 # Needs: rustup target aarch64-unknown-linux-gnu, aarch64-linux-gnu-gcc, qemu-aarch64.
@@ -36,7 +38,7 @@ run() {
     CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$QEMU -cpu $cpu" \
         cargo test -q -p pocket-core --target "$TARGET" --test dequant_fixtures --test gpu_backend --test gemma4_logits \
             --test deepseek2_logits --test granitehybrid_logits --test lfm2moe_logits --test gptoss_logits \
-            --test olmoe_logits --test ernie4_5_moe_logits --test model_logits 2>&1 \
+            --test olmoe_logits --test ernie4_5_moe_logits --test model_logits --test budget_change 2>&1 \
         | grep -E "^test result|FAILED|error"
 }
 

@@ -166,6 +166,34 @@ fn greedy_text_is_the_unbudgeted_text_while_the_budget_changes_from_another_thre
     }
 }
 
+/// Where the CPU path decodes rows interleaved by four (NEON with `sdot`),
+/// a model loaded without a budget holds its Q4_K experts interleaved (and
+/// counts them in its memory); a budget releases the copies for good, and
+/// the text stays the same through the change (see the test above, which
+/// runs this file's Q4_K experts through both layouts).
+#[test]
+fn a_budget_releases_the_experts_interleaved_copies_for_good() {
+    let name = "qwen3moe-tiny-Q4_K_M";
+    let b = budgets(name);
+    let model = load(name, 0);
+    let copies = model.expert_copies_bytes();
+    if !pocket_core::kernels::interleaves(pocket_core::quant::GgmlType::Q4K) {
+        assert_eq!(copies, 0, "copies without a kernel that reads them");
+        return;
+    }
+    // Every stack of the file is Q4_K or Q6_K: all of them, 592 bytes for
+    // 576 (Q4_K) or the same bytes (Q6_K).
+    assert!(copies >= b.plan.expert_bytes && copies <= b.plan.expert_bytes / 576 * 592, "{copies} {:?}", b.plan);
+    assert!(model.memory_usage().resident_weights_bytes >= copies);
+    model.set_memory_budget(b.half).unwrap();
+    assert_eq!(model.expert_copies_bytes(), 0);
+    assert_eq!(model.memory_usage().resident_weights_bytes, b.plan.resident_bytes);
+    model.set_memory_budget(0).unwrap();
+    assert_eq!(model.expert_copies_bytes(), 0, "copies made again when the budget went");
+    let loaded_with_one = load(name, b.all);
+    assert_eq!(loaded_with_one.expert_copies_bytes(), 0);
+}
+
 /// Logits of a 16-token prompt as one batch, then of 8 tokens one at a time.
 fn run(model: &Model, tokens: &[u32]) -> (Vec<f32>, Vec<f32>) {
     let pool = ThreadPool::new(1);
@@ -286,7 +314,11 @@ fn memory_usage_counts_weights_cache_and_sessions() {
     model.forward(&pool, &mut st, &prompt, Logits::Last).unwrap();
     let used = model.memory_usage();
     assert!(used.scratch_bytes > fresh.scratch_bytes && used.kv_cache_bytes >= fresh.kv_cache_bytes, "{used:?}");
-    assert!(used.resident_weights_bytes > 0 && used.resident_weights_bytes <= b.plan.file_bytes, "{used:?}");
+    // (Where the path reads interleaved rows, the copies too: at most the
+    // file's bytes again, 592 for 576.)
+    let copies = if pocket_core::kernels::interleaves(pocket_core::quant::GgmlType::Q4K) { 592 } else { 0 };
+    let most = b.plan.file_bytes + b.plan.file_bytes / 576 * copies;
+    assert!(used.resident_weights_bytes > 0 && used.resident_weights_bytes <= most, "{used:?}");
     assert_eq!(used.expert_cache_bytes, 0);
     let mut second = model.new_state(32, KvType::F32).unwrap();
     model.forward(&pool, &mut second, &prompt[..4], Logits::Last).unwrap();

@@ -322,17 +322,18 @@ fn rows_products<B>(dot: super::table::Dot<B>, m: &QMatrix, acts: &[B], per_row:
 /// falls: in one of the kernel's groups of rows or in the rest (taken one by
 /// one), it is the same to the bit. (A head over the first tokens of the
 /// vocabulary, a slab, a tile: any row count gives each row what the whole
-/// matrix gives it.) Every x86 path; on NEON Q8_0 only: the NEON multi-row
-/// bodies of the other formats sum in another order than their one-row
-/// kernels (within rounding of each other, see
-/// [`rows_kernels_equal_scalar_twins`]) — a known gap.
+/// matrix gives it.) Every x86 path; on NEON Q8_0 and Q6_K (the formats the
+/// loader interleaves, whose interleaved kernels must meet the rows
+/// kernels' bits too) only: the NEON multi-row bodies of the other formats
+/// sum in another order than their one-row kernels (within rounding of each
+/// other, see [`rows_kernels_equal_scalar_twins`]) — a known gap.
 #[test]
 fn rows_kernels_give_a_row_the_same_bits_in_a_group_or_alone() {
     let mut rng = Rng::new(19);
     let mut differ = Vec::new();
     for k in simd_paths() {
         let neon = matches!(k.isa(), Isa::Neon | Isa::Dotprod | Isa::I8mm);
-        for ty in TYPES.into_iter().filter(|&ty| !neon || ty == GgmlType::Q8_0) {
+        for ty in TYPES.into_iter().filter(|&ty| !neon || matches!(ty, GgmlType::Q8_0 | GgmlType::Q6K)) {
             let cols = cols_for(ty, 3);
             let w = random_weights(ty, 9, cols, &mut rng);
             let rb = w.len() / 9;
@@ -1053,12 +1054,11 @@ fn f32_rows_kernels_equal_one_row_kernels_to_the_bit() {
     }
 }
 
-/// The interleaved kernels on four rows: Q4_K's and Q8_0's equal the path's
-/// rows kernels on the same rows laid out plainly, to the bit (the same
-/// integers, the same float operations per row); Q6_K's the same integers,
-/// each row's group sums scaled in one multiply-add (its rows kernel keeps
-/// several lanes a row), so within rounding; all the scalar twin within
-/// rounding.
+/// The interleaved kernels on four rows equal the path's rows kernels on the
+/// same rows laid out plainly, to the bit (the same integers, the same float
+/// operations per row: mapped experts, interleaved at load, and the expert
+/// cache's, in the file's layout, give the same products); all the scalar
+/// twin within rounding.
 #[test]
 fn x4_kernels_equal_the_rows_kernels() {
     use crate::quant::{q8_0_x4, x4};
@@ -1094,9 +1094,7 @@ fn x4_kernels_equal_the_rows_kernels() {
                     let mag = magnitude(ty, &w[r * rb..(r + 1) * rb], &x);
                     let what =
                         format!("{} {ty} nb={nb} row {r}: {} vs rows {} / twin {}", k.isa(), got[r], want[r], twin[r]);
-                    if ty != GgmlType::Q6K {
-                        assert_eq!(got[r].to_bits(), want[r].to_bits(), "{what}");
-                    }
+                    assert_eq!(got[r].to_bits(), want[r].to_bits(), "{what}");
                     assert!(close(got[r], want[r], mag) && close(got[r], twin[r], mag), "{what}");
                 }
                 ran += 1;
@@ -1113,9 +1111,8 @@ fn x4_kernels_equal_the_rows_kernels() {
 /// Q4_K, Q6_K and Q8_0 matrices interleaved by four, through the driver and the
 /// pool, on every path (those without the interleaved kernel lay every tile
 /// out again): decode gives the products the path's rows kernel gives the
-/// rows laid out plainly, four at a time (to the bit where the kernels form
-/// them alike, see [`x4_kernels_equal_the_rows_kernels`], else within
-/// rounding); a verify pass (one-row mode) gives each row what decoding it
+/// rows laid out plainly, to the bit (see
+/// [`x4_kernels_equal_the_rows_kernels`]); a verify pass (one-row mode) gives each row what decoding it
 /// alone gives, to the bit; a prompt (panels, multi-row kernels) what the
 /// plain rows give, within rounding.
 #[test]
@@ -1128,7 +1125,6 @@ fn interleaved_products_equal_plain_rows() {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     for k in paths() {
         for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q8_0] {
-            let to_the_bit = ty != GgmlType::Q6K || !k.has_x4(ty);
             for (rows, cols) in SHAPES.into_iter().filter(|&(_, cols)| cols % ty.block_size() == 0) {
                 let w = random_weights(ty, rows, cols, &mut rng);
                 let plain = QMatrix::new(ty, &w, rows, cols).expect("matrix");
@@ -1149,9 +1145,7 @@ fn interleaved_products_equal_plain_rows() {
                 // The rows kernel on plain rows `p` (`x`: the activations' floats).
                 let rows_kernel = |p: &[u8], acts: &QActs, x: &[f32], got: &[f32], what: &str| {
                     let want = rows_on(k, ty, p, rb, acts, 0);
-                    if to_the_bit {
-                        assert_eq!(bits(got), bits(&want), "{} {ty} {rows}x{cols}: {what}", k.isa());
-                    }
+                    assert_eq!(bits(got), bits(&want), "{} {ty} {rows}x{cols}: {what}", k.isa());
                     for (r, (g, w_)) in got.iter().zip(&want).enumerate() {
                         let mag = magnitude(ty, &p[r * rb..(r + 1) * rb], x);
                         assert!(close(*g, *w_, mag), "{} {ty} {rows}x{cols}: {what} [{r}] {g} vs {w_}", k.isa());

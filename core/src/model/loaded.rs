@@ -16,6 +16,7 @@ use super::mtp::{HeadOut, MtpState};
 use super::network::{foreign_state, Network};
 use super::pass::{Backend, Observer, Pass};
 use super::state::{Metered, Meters, State};
+use super::weights::ExpertCopies;
 use crate::chat::ChatTemplate;
 use crate::error::{Error, Result};
 use crate::gguf::{Arch, GgufFile, Source, Summary};
@@ -183,6 +184,9 @@ pub struct Model {
     template: std::result::Result<ChatTemplate, String>,
     /// The memory budget now (`None`: the file's own bytes, mapped).
     budget: Mutex<Option<Arc<Budget>>>,
+    /// The routed experts interleaved ([`ExpertCopies`]) while the model
+    /// runs from its mapping; dropped for good when it moves under a budget.
+    copies: Mutex<Option<Arc<ExpertCopies>>>,
     /// One budget change at a time.
     budget_change: Mutex<()>,
     /// What the states this model made hold.
@@ -225,7 +229,14 @@ impl Model {
                 && interleaved_copies_fit(&file),
         );
         let net = super::network_for(&file)?;
-        if file.interleaved_bytes() > 0 {
+        // The routed experts too, for a model that runs from its mapping
+        // (under a budget the expert cache reads the file's layout).
+        let copies = (file.interleave() && opts.memory_budget == 0).then(|| {
+            let stacks = net.experts();
+            ExpertCopies::build(file.source().bytes(), stacks.iter().map(|(_, x)| *x))
+        });
+        let copies = copies.filter(|c| c.bytes() > 0).map(Arc::new);
+        if file.interleaved_bytes() > 0 || copies.is_some() {
             // The interleaved tensors' pages of the mapping are not read again.
             file.source().release();
         }
@@ -284,6 +295,7 @@ impl Model {
             grammars: OnceLock::new(),
             template,
             budget: Mutex::new(budget),
+            copies: Mutex::new(copies),
             budget_change: Mutex::new(()),
             meters: Arc::default(),
             faults,
@@ -344,6 +356,12 @@ impl Model {
             None => Budget::build(&self.file, self.net.as_ref(), bytes, plan)?,
         };
         *lock(&self.budget) = Some(Arc::new(next));
+        if lock(&self.copies).take().is_some() {
+            // The passes now read the experts through the cache: the
+            // interleaved copies go (with the last pass that holds them) and
+            // are not made again when the budget is lifted.
+            log::info!("memory budget: the routed experts' interleaved copies released");
+        }
         if current.is_none() {
             // Passes from now on read owned memory: the mapping's pages can go.
             self.file.source().release();
@@ -360,14 +378,22 @@ impl Model {
             Some(b) => (b.resident.resident_bytes(), b.cache.as_ref().map_or(0, |c| c.bytes())),
             None => (self.file.source().resident_bytes(), 0),
         };
-        // The interleaved copies of matrices, held beside the file's bytes.
-        let resident = resident + self.file.interleaved_bytes();
+        // The interleaved copies of matrices (and of the experts, without a
+        // budget), held beside the file's bytes.
+        let resident = resident + self.file.interleaved_bytes() + self.expert_copies_bytes();
         MemoryUsage {
             resident_weights_bytes: resident,
             expert_cache_bytes: cache,
             kv_cache_bytes: kv,
             scratch_bytes: scratch,
         }
+    }
+
+    /// Bytes of the routed experts' interleaved copies ([`ExpertCopies`]):
+    /// made at load without a budget where the CPU path decodes the layout
+    /// and they fit, gone for good once a budget is set.
+    pub fn expert_copies_bytes(&self) -> u64 {
+        lock(&self.copies).as_ref().map_or(0, |c| c.bytes())
     }
 
     /// How `budget` bytes would divide for this model (see [`MemoryPlan`]).
@@ -511,12 +537,14 @@ impl Model {
         let experts = budget.as_ref().and_then(|b| b.cache.as_deref());
         let source = budget.as_ref().map_or(self.file.source(), |b| &b.resident);
         let map = (source.is_mapped() && self.faults.advise()).then_some(source);
+        let copies = if budget.is_none() { lock(&self.copies).clone() } else { None };
         let pass = Pass {
             file: source.bytes(),
             pool,
             backend: self.device.backend(),
             experts,
             map,
+            copies: copies.as_deref(),
             pos0: start,
             n: tokens.len(),
             observer,
@@ -604,12 +632,14 @@ impl Model {
         let experts = budget.as_ref().and_then(|b| b.cache.as_deref());
         let source = budget.as_ref().map_or(self.file.source(), |b| &b.resident);
         let map = (source.is_mapped() && self.faults.advise()).then_some(source);
+        let copies = if budget.is_none() { lock(&self.copies).clone() } else { None };
         let pass = Pass {
             file: source.bytes(),
             pool,
             backend: &Cpu,
             experts,
             map,
+            copies: copies.as_deref(),
             pos0: st.n_past,
             n: tokens.len(),
             observer: None,
@@ -631,8 +661,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Whether the interleaved copies a load would make fit the machine: the
-/// bytes of the 2-D Q4_K, Q6_K and Q8_0 tensors (an upper bound of what the loader
-/// lays out) at most a quarter of its memory. Above that the file's layout
+/// bytes of the Q4_K, Q6_K and Q8_0 matrices and expert stacks (an upper
+/// bound of what the loader lays out) at most a quarter of its memory. Above that the file's layout
 /// stays: mapped pages the OS can evict and read again, where the copy of a
 /// large dense model would be memory it cannot reclaim (on iOS, footprint
 /// that gets the app killed). Unknown memory: the copies are made.
@@ -640,7 +670,7 @@ fn interleaved_copies_fit(file: &GgufFile) -> bool {
     let bytes: u64 = file
         .tensors()
         .iter()
-        .filter(|t| t.n_dims == 2 && crate::quant::x4::has_layout(t.ty) && !t.name.contains("token_embd"))
+        .filter(|t| matches!(t.n_dims, 2 | 3) && crate::quant::x4::has_layout(t.ty) && !t.name.contains("token_embd"))
         .map(|t| t.size)
         .sum();
     physical_memory().is_none_or(|m| bytes <= m / 4)

@@ -11,7 +11,7 @@ use super::cache::KvCache;
 use super::expert_cache::ExpertCache;
 use super::params::{AttnParams, DeltaParams};
 use super::ssm::Ssm;
-use super::weights::{Experts, Matrix};
+use super::weights::{ExpertCopies, Experts, Matrix};
 use crate::gguf::Source;
 use crate::kernels::{MatJob, QActs};
 use crate::threads::ThreadPool;
@@ -29,6 +29,9 @@ pub struct Pass<'a> {
     /// The mapping, when the weights are mapped (to advise the OS of the
     /// routed experts a layer is about to read).
     pub map: Option<&'a Source>,
+    /// The routed experts' stacks interleaved in owned memory, when the
+    /// model runs from its mapped file and made them.
+    pub copies: Option<&'a ExpertCopies>,
     /// Position of the first token of the pass.
     pub pos0: usize,
     /// Tokens in the pass.
@@ -49,6 +52,11 @@ pub trait Observer: Sync {
 }
 
 impl Pass<'_> {
+    /// Whether stack `x`'s slabs come from an interleaved copy, not the file.
+    pub fn copied(&self, x: &Experts) -> bool {
+        self.copies.is_some_and(|c| c.holds(x))
+    }
+
     /// `job.out = job.w · job.x` for every job, on the backend.
     pub fn matmul(&self, jobs: &mut [MatJob<'_>]) {
         self.backend.matmul(self.pool, jobs)

@@ -118,6 +118,74 @@ impl Experts {
     }
 }
 
+/// `rows` rows of `cols` columns of type `ty` (`data`, the file's layout)
+/// interleaved by four ([`crate::quant::x4`]; `rows` a multiple of four).
+fn interleaved(ty: GgmlType, data: &[u8], rows: usize, cols: usize) -> Vec<u8> {
+    let (rb, gb) = (data.len() / rows, crate::quant::x4::group_bytes(ty, cols));
+    let mut x = vec![0u8; rows / 4 * gb];
+    for (g, out) in x.chunks_exact_mut(gb).enumerate() {
+        let row = |i: usize| &data[(4 * g + i) * rb..(4 * g + i + 1) * rb];
+        crate::quant::x4::interleave_rows(ty, [row(0), row(1), row(2), row(3)], out);
+    }
+    x
+}
+
+/// The routed experts' stacks interleaved by four ([`kernels::Layout::X4`])
+/// in memory the model owns, for a model that runs from its mapped file:
+/// made at load where the path decodes the layout and the copies fit
+/// ([`crate::model::Model`] decides), dropped when the model moves under a
+/// memory budget (the expert cache then reads the file's layout), so that
+/// memory pressure can still shrink the model. A stack whose type has no
+/// layout, or whose slabs are not whole groups of four rows, is not copied:
+/// its slabs come from the file.
+#[derive(Default)]
+pub struct ExpertCopies {
+    /// By the stack's offset in the file (sorted): the interleaved bytes.
+    stacks: Vec<(usize, Vec<u8>)>,
+}
+
+impl ExpertCopies {
+    /// Copies of the stacks of `experts` that `file` (its bytes) holds in a
+    /// type the selected path decodes interleaved.
+    pub fn build<'a>(file: &[u8], experts: impl IntoIterator<Item = &'a Experts>) -> ExpertCopies {
+        let mut stacks: Vec<(usize, Vec<u8>)> = experts
+            .into_iter()
+            .filter(|x| kernels::interleaves(x.all.ty) && x.rows.is_multiple_of(4) && x.rows > 0)
+            .map(|x| {
+                let rows = x.n_expert * x.rows;
+                (x.all.offset, interleaved(x.all.ty, &file[x.range()], rows, x.all.cols))
+            })
+            .collect();
+        stacks.sort_by_key(|s| s.0);
+        stacks.dedup_by_key(|s| s.0);
+        ExpertCopies { stacks }
+    }
+
+    /// Expert `e` of stack `x` in the interleaved copy, where there is one.
+    #[inline]
+    pub fn slab(&self, x: &Experts, e: usize) -> Option<QMatrix<'_>> {
+        let i = self.stacks.binary_search_by_key(&x.all.offset, |s| s.0).ok()?;
+        let all = QMatrix {
+            ty: x.all.ty,
+            data: &self.stacks[i].1,
+            rows: x.n_expert * x.rows,
+            cols: x.all.cols,
+            layout: kernels::Layout::X4,
+        };
+        Some(all.rows_slice(e * x.rows, x.rows))
+    }
+
+    /// Whether stack `x` is copied (its slabs are not read from the file).
+    pub fn holds(&self, x: &Experts) -> bool {
+        self.stacks.binary_search_by_key(&x.all.offset, |s| s.0).is_ok()
+    }
+
+    /// Bytes of the copies.
+    pub fn bytes(&self) -> u64 {
+        self.stacks.iter().map(|s| s.1.len() as u64).sum()
+    }
+}
+
 /// Tensor lookup with typed errors naming the tensor.
 pub struct Loader<'a> {
     pub file: &'a GgufFile,
@@ -183,13 +251,7 @@ impl<'a> Loader<'a> {
             && layer_or_head
             && !matches!(kind, TensorKind::TokenEmbd | TensorKind::PerLayerTokenEmbd)
         {
-            let data = self.file.tensor_data(t);
-            let (rb, gb) = (m.len / rows, crate::quant::x4::group_bytes(t.ty, cols));
-            let mut x = vec![0u8; rows / 4 * gb];
-            for (g, out) in x.chunks_exact_mut(gb).enumerate() {
-                let row = |i: usize| &data[(4 * g + i) * rb..(4 * g + i + 1) * rb];
-                crate::quant::x4::interleave_rows(t.ty, [row(0), row(1), row(2), row(3)], out);
-            }
+            let x = interleaved(t.ty, self.file.tensor_data(t), rows, cols);
             self.file.record_interleaved(m.range(), x.len());
             m.interleaved = Some(Interleaved(std::sync::Arc::new(x)));
         }

@@ -302,13 +302,13 @@ impl RoutedExperts {
                 if let Some(map) = pass.map {
                     // Mapped: tell the OS which slabs come next (see Moe::forward).
                     for &e in s.groups.active() {
-                        for x in [&self.gate_up, &self.down] {
+                        for x in [&self.gate_up, &self.down].into_iter().filter(|x| !pass.copied(x)) {
                             let r = x.slab_range(e);
                             map.will_need(r.start, r.len());
                         }
                     }
                 }
-                self.run(pass, s, 0..n_active, &Slabs::File(pass.file));
+                self.run(pass, s, 0..n_active, &Slabs::File(pass.file, pass.copies));
             }
             Some(cache) => {
                 // As many experts at a time as the cache holds: those already

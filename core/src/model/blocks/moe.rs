@@ -13,7 +13,7 @@ use super::super::expert_cache::{ExpertCache, ExpertIo, Lease};
 use super::super::hparams::Meta;
 use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
-use super::super::weights::{Experts, Loader, Matrix};
+use super::super::weights::{ExpertCopies, Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
 use super::local_routing::{row_hash, LocalRouter, LocalRouting};
 use crate::error::{Error, Result};
@@ -134,7 +134,8 @@ pub struct SharedExpert {
 /// Where the routed experts' slabs come from: the mapped file, or the
 /// expert cache's lease for a group of them.
 pub enum Slabs<'a> {
-    File(&'a [u8]),
+    /// The mapped file's bytes, and the stacks copied interleaved.
+    File(&'a [u8], Option<&'a ExpertCopies>),
     Cache(&'a Lease<'a>),
 }
 
@@ -143,7 +144,7 @@ impl Slabs<'_> {
     /// lease was fetched with: 0 gate, 1 up, 2 down; or 0 gate_up, 1 down).
     pub fn get<'b>(&'b self, x: &Experts, p: usize, e: usize) -> QMatrix<'b> {
         match self {
-            Slabs::File(file) => x.slab(file, e),
+            Slabs::File(file, copies) => copies.and_then(|c| c.slab(x, e)).unwrap_or_else(|| x.slab(file, e)),
             Slabs::Cache(lease) => lease.slab(e, p, x),
         }
     }
@@ -581,13 +582,13 @@ impl Moe {
                     // expert is read in a few large requests rather than
                     // fault by fault.
                     for &e in &s.groups.active {
-                        for x in [&self.gate, &self.up, &self.down] {
+                        for x in [&self.gate, &self.up, &self.down].into_iter().filter(|x| !pass.copied(x)) {
                             let r = x.slab_range(e);
                             map.will_need(r.start, r.len());
                         }
                     }
                 }
-                self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass.file))
+                self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass.file, pass.copies))
             }
             Some(cache) => {
                 // Per group of experts that fits the cache (as many as it
