@@ -40,6 +40,21 @@ fn x4_acts(ty: GgmlType) -> usize {
         8
     }
 }
+/// Up to this many activation rows meet an expert's interleaved copy where
+/// the mapped file's rows could go through the panels instead (nothing laid
+/// out again). Measured on mid Q4_K_M's prompts, marginal instructions a
+/// token at `-p 16` / `-p 64` (qemu): the experts' file rows from 4
+/// activation rows on, 50.4 / 29.2 M; the copy up to 8 (Q4_K) and 32 (Q6_K)
+/// rows, 44.3 / 33.0 M; up to 6 both, 44.5 / 30.5 M; **up to 8 and 4, 45.0 /
+/// 30.2 M**; no copies, 45.1 / 29.1 M.
+pub fn expert_x4_acts(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q6K {
+        4
+    } else {
+        8
+    }
+}
+
 /// Aim for at least this many tiles per thread, for balance.
 const TILES_PER_THREAD: usize = 4;
 
@@ -125,6 +140,23 @@ impl Kernels {
         })
     }
 
+    /// Whether `n` activation rows over `rows` weight rows of type `ty`, laid
+    /// out as the file holds them, would go through the path's panels (not
+    /// in one-row mode, where every row is decoded alone): where a matrix is
+    /// held both ways (mapped, and interleaved), the file's rows then serve
+    /// the product better than interleaved ones, which the driver would
+    /// lay out again.
+    pub fn takes_panels(&self, ty: GgmlType, rows: usize, n: usize) -> bool {
+        let panels = match self.row_dot(ty) {
+            Some(RowDot::Q8_0(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::Q8_1(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::Q8K(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            Some(RowDot::F32(d)) => d.panels.map(|p| (p.height, p.min_acts)),
+            None => None,
+        };
+        panels.is_some_and(|(height, min_acts)| n >= min_acts && rows >= height)
+    }
+
     /// The rows of a decoded panel if `n` activation rows of a product over
     /// `w` would use the path's panels, else 1: tiles then hold whole panels.
     fn panel_rows(&self, w: &QMatrix, n: usize) -> usize {
@@ -136,7 +168,7 @@ impl Kernels {
             None => None,
         };
         let rows = match panels {
-            Some((height, min_acts)) if n >= min_acts && w.rows >= height => height,
+            Some((height, _)) if self.takes_panels(w.ty, w.rows, n) => height,
             _ => 1,
         };
         // Tiles of interleaved rows hold whole groups of four.

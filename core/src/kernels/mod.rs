@@ -12,6 +12,7 @@
 pub mod bench;
 mod dispatch;
 mod matmul;
+pub use matmul::expert_x4_acts;
 pub mod ops;
 mod scalar;
 mod simd;

@@ -52,9 +52,18 @@ pub trait Observer: Sync {
 }
 
 impl Pass<'_> {
-    /// Whether stack `x`'s slabs come from an interleaved copy, not the file.
-    pub fn copied(&self, x: &Experts) -> bool {
+    /// Whether a product of `n` activation rows over an expert of stack `x`
+    /// reads its interleaved copy rather than the file: where the copy
+    /// exists, for decoding, verify passes (one-row mode), rows that the
+    /// file's layout would not put through the panels, and up to
+    /// [`expert_x4_acts`](crate::kernels::expert_x4_acts) rows; more rows
+    /// read the mapped file (the panels would lay the copy out again).
+    pub fn from_copy(&self, x: &Experts, n: usize) -> bool {
+        let k = crate::kernels::Kernels::selected();
         self.copies.is_some_and(|c| c.holds(x))
+            && (self.pool.one_row()
+                || n <= crate::kernels::expert_x4_acts(x.all.ty)
+                || !k.takes_panels(x.all.ty, x.rows, n))
     }
 
     /// `job.out = job.w · job.x` for every job, on the backend.

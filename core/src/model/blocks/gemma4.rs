@@ -301,14 +301,14 @@ impl RoutedExperts {
             None => {
                 if let Some(map) = pass.map {
                     // Mapped: tell the OS which slabs come next (see Moe::forward).
-                    for &e in s.groups.active() {
-                        for x in [&self.gate_up, &self.down].into_iter().filter(|x| !pass.copied(x)) {
+                    for (e, seg) in s.groups.segments() {
+                        for x in [&self.gate_up, &self.down].into_iter().filter(|x| !pass.from_copy(x, seg.len())) {
                             let r = x.slab_range(e);
                             map.will_need(r.start, r.len());
                         }
                     }
                 }
-                self.run(pass, s, 0..n_active, &Slabs::File(pass.file, pass.copies));
+                self.run(pass, s, 0..n_active, &Slabs::File(pass));
             }
             Some(cache) => {
                 // As many experts at a time as the cache holds: those already
@@ -430,7 +430,8 @@ impl RoutedExperts {
                 let (e, seg) = g.segment(i);
                 let (o, r) = std::mem::take(&mut rest).split_at_mut(seg.len() * 2 * n_ff);
                 rest = r;
-                jobs.push(MatJob { w: slabs.get(&self.gate_up, 0, e), x: xq, rows: Some(g.tokens(seg)), out: o });
+                let rows = g.tokens(seg);
+                jobs.push(MatJob { w: slabs.get(&self.gate_up, 0, e, rows.len()), x: xq, rows: Some(rows), out: o });
             }
             pass.matmul(&mut jobs);
         }
@@ -461,7 +462,7 @@ impl RoutedExperts {
             let (o, r) = std::mem::take(&mut rest).split_at_mut(seg.len() * n_embd);
             rest = r;
             let local = g.stacked(seg.start - rows.start..seg.end - rows.start);
-            jobs.push(MatJob { w: slabs.get(&self.down, 1, e), x: &s.acts, rows: Some(local), out: o });
+            jobs.push(MatJob { w: slabs.get(&self.down, 1, e, local.len()), x: &s.acts, rows: Some(local), out: o });
         }
         pass.matmul(&mut jobs);
     }

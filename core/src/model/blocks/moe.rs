@@ -13,7 +13,7 @@ use super::super::expert_cache::{ExpertCache, ExpertIo, Lease};
 use super::super::hparams::Meta;
 use super::super::pass::Pass;
 use super::super::scratch::{take, ActCache};
-use super::super::weights::{ExpertCopies, Experts, Loader, Matrix};
+use super::super::weights::{Experts, Loader, Matrix};
 use super::ffn::{Act, Dense};
 use super::local_routing::{row_hash, LocalRouter, LocalRouting};
 use crate::error::{Error, Result};
@@ -134,17 +134,22 @@ pub struct SharedExpert {
 /// Where the routed experts' slabs come from: the mapped file, or the
 /// expert cache's lease for a group of them.
 pub enum Slabs<'a> {
-    /// The mapped file's bytes, and the stacks copied interleaved.
-    File(&'a [u8], Option<&'a ExpertCopies>),
+    /// The mapped file (the pass's bytes), or the stacks copied interleaved
+    /// where the pass takes them ([`Pass::from_copy`]).
+    File(&'a Pass<'a>),
     Cache(&'a Lease<'a>),
 }
 
 impl Slabs<'_> {
     /// Expert `e` of stack `x`, projection `p` (its place in the stack the
-    /// lease was fetched with: 0 gate, 1 up, 2 down; or 0 gate_up, 1 down).
-    pub fn get<'b>(&'b self, x: &Experts, p: usize, e: usize) -> QMatrix<'b> {
+    /// lease was fetched with: 0 gate, 1 up, 2 down; or 0 gate_up, 1 down),
+    /// for a product of `n` activation rows.
+    pub fn get<'b>(&'b self, x: &Experts, p: usize, e: usize, n: usize) -> QMatrix<'b> {
         match self {
-            Slabs::File(file, copies) => copies.and_then(|c| c.slab(x, e)).unwrap_or_else(|| x.slab(file, e)),
+            Slabs::File(pass) => match pass.copies {
+                Some(c) if pass.from_copy(x, n) => c.slab(x, e).unwrap_or_else(|| x.slab(pass.file, e)),
+                _ => x.slab(pass.file, e),
+            },
             Slabs::Cache(lease) => lease.slab(e, p, x),
         }
     }
@@ -581,14 +586,15 @@ impl Moe {
                     // Mapped: tell the OS which slabs come next, so a cold
                     // expert is read in a few large requests rather than
                     // fault by fault.
-                    for &e in &s.groups.active {
-                        for x in [&self.gate, &self.up, &self.down].into_iter().filter(|x| !pass.copied(x)) {
+                    for (i, &e) in s.groups.active.iter().enumerate() {
+                        let n = s.groups.seg[i + 1] - s.groups.seg[i];
+                        for x in [&self.gate, &self.up, &self.down].into_iter().filter(|x| !pass.from_copy(x, n)) {
                             let r = x.slab_range(e);
                             map.will_need(r.start, r.len());
                         }
                     }
                 }
-                self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass.file, pass.copies))
+                self.run_experts(pass, s, out, 0..n_active, true, &Slabs::File(pass))
             }
             Some(cache) => {
                 // Per group of experts that fits the cache (as many as it
@@ -755,7 +761,7 @@ impl Moe {
                 let (uout, ur) = std::mem::take(&mut u_rest).split_at_mut(m * n_ff);
                 (g_rest, u_rest) = (gr, ur);
                 let r = Some(&g.rows[seg]);
-                let (gw, uw) = (slabs.get(&self.gate, 0, e), slabs.get(&self.up, 1, e));
+                let (gw, uw) = (slabs.get(&self.gate, 0, e, m), slabs.get(&self.up, 1, e, m));
                 jobs.push(MatJob { w: gw, x: s.input.get(self.gate.all.ty), rows: r, out: gout });
                 jobs.push(MatJob { w: uw, x: s.input.get(self.up.all.ty), rows: r, out: uout });
             }
@@ -804,7 +810,7 @@ impl Moe {
             let (d, dr) = std::mem::take(&mut d_rest).split_at_mut(seg.len() * n_embd);
             d_rest = dr;
             let local = &g.iota[seg.start - rows.start..seg.end - rows.start];
-            jobs.push(MatJob { w: slabs.get(&self.down, 2, e), x: &s.hidden, rows: Some(local), out: d });
+            jobs.push(MatJob { w: slabs.get(&self.down, 2, e, local.len()), x: &s.hidden, rows: Some(local), out: d });
         }
         if let Some(sh) = shared {
             jobs.push(MatJob { w: sh.ffn.down.view(pass.file), x: &s.shared_hidden, rows: None, out: shared_out });
