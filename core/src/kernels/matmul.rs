@@ -147,30 +147,25 @@ impl Kernels {
     /// the product better than interleaved ones, which the driver would
     /// lay out again.
     pub fn takes_panels(&self, ty: GgmlType, rows: usize, n: usize) -> bool {
-        let panels = match self.row_dot(ty) {
-            Some(RowDot::Q8_0(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::Q8_1(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::Q8K(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::F32(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            None => None,
-        };
-        panels.is_some_and(|(height, min_acts)| n >= min_acts && rows >= height)
+        self.panel_height(ty, rows, n).is_some()
+    }
+
+    /// The height of the path's panels for `n` activation rows over `rows`
+    /// weight rows of type `ty`, where the product goes through them.
+    fn panel_height(&self, ty: GgmlType, rows: usize, n: usize) -> Option<usize> {
+        let (height, min_acts) = match self.row_dot(ty)? {
+            RowDot::Q8_0(d) => d.panels.map(|p| (p.height, p.min_acts)),
+            RowDot::Q8_1(d) => d.panels.map(|p| (p.height, p.min_acts)),
+            RowDot::Q8K(d) => d.panels.map(|p| (p.height, p.min_acts)),
+            RowDot::F32(d) => d.panels.map(|p| (p.height, p.min_acts)),
+        }?;
+        (n >= min_acts && rows >= height).then_some(height)
     }
 
     /// The rows of a decoded panel if `n` activation rows of a product over
     /// `w` would use the path's panels, else 1: tiles then hold whole panels.
     fn panel_rows(&self, w: &QMatrix, n: usize) -> usize {
-        let panels = match self.row_dot(w.ty) {
-            Some(RowDot::Q8_0(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::Q8_1(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::Q8K(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            Some(RowDot::F32(d)) => d.panels.map(|p| (p.height, p.min_acts)),
-            None => None,
-        };
-        let rows = match panels {
-            Some((height, _)) if self.takes_panels(w.ty, w.rows, n) => height,
-            _ => 1,
-        };
+        let rows = self.panel_height(w.ty, w.rows, n).unwrap_or(1);
         // Tiles of interleaved rows hold whole groups of four.
         if w.layout == Layout::X4 {
             rows * 4 / gcd(rows, 4)

@@ -226,12 +226,12 @@ impl Model {
             opts.backend != BackendKind::Gpu
                 && !interleave_off
                 && crate::kernels::interleaves(crate::quant::GgmlType::Q4K)
-                && interleaved_copies_fit(&file),
+                && interleaved_copies_fit(&file, false),
         );
         let net = super::network_for(&file)?;
         // The routed experts too, for a model that runs from its mapping
         // (under a budget the expert cache reads the file's layout).
-        let copies = (file.interleave() && opts.memory_budget == 0).then(|| {
+        let copies = (file.interleave() && opts.memory_budget == 0 && interleaved_copies_fit(&file, true)).then(|| {
             let stacks = net.experts();
             ExpertCopies::build(file.source().bytes(), stacks.iter().map(|(_, x)| *x))
         });
@@ -661,16 +661,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Whether the interleaved copies a load would make fit the machine: the
-/// bytes of the Q4_K, Q6_K and Q8_0 matrices and expert stacks (an upper
-/// bound of what the loader lays out) at most a quarter of its memory. Above that the file's layout
-/// stays: mapped pages the OS can evict and read again, where the copy of a
-/// large dense model would be memory it cannot reclaim (on iOS, footprint
-/// that gets the app killed). Unknown memory: the copies are made.
-fn interleaved_copies_fit(file: &GgufFile) -> bool {
+/// bytes of the Q4_K, Q6_K and Q8_0 matrices (and, `with_experts`, expert
+/// stacks: an upper bound of what the loader lays out) at most a quarter of
+/// its memory. Above that the file's layout stays: mapped pages the OS can
+/// evict and read again, where the copy of a large model would be memory it
+/// cannot reclaim (on iOS, footprint that gets the app killed). Unknown
+/// memory: the copies are made.
+fn interleaved_copies_fit(file: &GgufFile, with_experts: bool) -> bool {
+    let dims = if with_experts { 3 } else { 2 };
     let bytes: u64 = file
         .tensors()
         .iter()
-        .filter(|t| matches!(t.n_dims, 2 | 3) && crate::quant::x4::has_layout(t.ty) && !t.name.contains("token_embd"))
+        .filter(|t| (2..=dims).contains(&t.n_dims) && crate::quant::x4::has_layout(t.ty))
+        .filter(|t| !t.name.contains("token_embd"))
         .map(|t| t.size)
         .sum();
     physical_memory().is_none_or(|m| bytes <= m / 4)

@@ -13,7 +13,7 @@ use super::params::{AttnParams, DeltaParams};
 use super::ssm::Ssm;
 use super::weights::{ExpertCopies, Experts, Matrix};
 use crate::gguf::Source;
-use crate::kernels::{MatJob, QActs};
+use crate::kernels::{MatJob, QActs, QMatrix};
 use crate::threads::ThreadPool;
 use crate::Result;
 
@@ -41,6 +41,14 @@ pub struct Pass<'a> {
     pub observer: Option<&'a dyn Observer>,
 }
 
+impl<'a> Pass<'a> {
+    /// Expert `e`'s slab of stack `x` in the interleaved copy, where the
+    /// pass reads it there for `n` activation rows ([`from_copy`](Self::from_copy)).
+    pub fn copied_slab(&self, x: &Experts, e: usize, n: usize) -> Option<QMatrix<'a>> {
+        self.copies.filter(|_| self.takes_copy(x, n))?.slab(x, e)
+    }
+}
+
 /// Watches what the weights of a pass are multiplied with: the f32 input
 /// rows of every product, by the weight's GGUF tensor name. The importance
 /// matrix of the quantiser is the per-column mean square of these.
@@ -59,11 +67,14 @@ impl Pass<'_> {
     /// [`expert_x4_acts`](crate::kernels::expert_x4_acts) rows; more rows
     /// read the mapped file (the panels would lay the copy out again).
     pub fn from_copy(&self, x: &Experts, n: usize) -> bool {
-        let k = crate::kernels::Kernels::selected();
-        self.copies.is_some_and(|c| c.holds(x))
-            && (self.pool.one_row()
-                || n <= crate::kernels::expert_x4_acts(x.all.ty)
-                || !k.takes_panels(x.all.ty, x.rows, n))
+        self.copies.is_some_and(|c| c.holds(x)) && self.takes_copy(x, n)
+    }
+
+    /// [`from_copy`](Self::from_copy)'s rule, whether or not the copy exists.
+    fn takes_copy(&self, x: &Experts, n: usize) -> bool {
+        self.pool.one_row()
+            || n <= crate::kernels::expert_x4_acts(x.all.ty)
+            || !crate::kernels::Kernels::selected().takes_panels(x.all.ty, x.rows, n)
     }
 
     /// `job.out = job.w · job.x` for every job, on the backend.

@@ -146,10 +146,7 @@ impl Slabs<'_> {
     /// for a product of `n` activation rows.
     pub fn get<'b>(&'b self, x: &Experts, p: usize, e: usize, n: usize) -> QMatrix<'b> {
         match self {
-            Slabs::File(pass) => match pass.copies {
-                Some(c) if pass.from_copy(x, n) => c.slab(x, e).unwrap_or_else(|| x.slab(pass.file, e)),
-                _ => x.slab(pass.file, e),
-            },
+            Slabs::File(pass) => pass.copied_slab(x, e, n).unwrap_or_else(|| x.slab(pass.file, e)),
             Slabs::Cache(lease) => lease.slab(e, p, x),
         }
     }

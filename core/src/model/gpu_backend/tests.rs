@@ -15,6 +15,11 @@ use crate::kernels::testing::{random_weights, Rng};
 use crate::kernels::{MatJob, QActs, QMatrix};
 use crate::threads::ThreadPool;
 
+/// A pass over no file (the operations these tests run read no weights).
+fn bare_pass<'a>(pool: &'a ThreadPool, backend: &'a dyn Backend, pos0: usize, n: usize) -> Pass<'a> {
+    Pass { file: &[], pool, backend, experts: None, map: None, copies: None, pos0, n, observer: None }
+}
+
 fn device() -> Option<Gpu> {
     device_with(&GpuOptions::default())
 }
@@ -198,17 +203,7 @@ fn check(
     let q = rng.vec(n * q_rows, 3.0);
     let a = Attend { p, cache, q: &q, q_rows, gated, sinks: None };
     let run = |b: &dyn Backend| {
-        let pass = Pass {
-            file: &[],
-            pool: &pool,
-            backend: b,
-            experts: None,
-            map: None,
-            copies: None,
-            pos0,
-            n,
-            observer: None,
-        };
+        let pass = bare_pass(&pool, b, pos0, n);
         let mut out = vec![f32::NAN; n * p.n_head * p.head_dim_v];
         b.attend(&pass, &a, &mut out, &mut Vec::new());
         out
@@ -366,17 +361,7 @@ fn the_device_copy_of_the_cache_follows_rewrites() {
     let p8 = layer(4, 2, 32, 32, None);
     let q = rng.vec(2 * 4 * 32, 1.0);
     let a = Attend { p: &p8, cache: &q8, q: &q, q_rows: 4 * 32, gated: false, sinks: None };
-    let pass = Pass {
-        file: &[],
-        pool: &pool,
-        backend: &backend,
-        experts: None,
-        map: None,
-        copies: None,
-        pos0: 0,
-        n: 2,
-        observer: None,
-    };
+    let pass = bare_pass(&pool, &backend, 0, 2);
     backend.attend(&pass, &a, &mut vec![0.0; 2 * 4 * 32], &mut Vec::new());
     let c = backend.counters();
     assert_eq!((c.gpu_attention, c.cpu_attention), (5, 1));
@@ -420,17 +405,7 @@ fn the_delta_rule_matches_the_cpu_on(gpu: Gpu) {
             let beta: Vec<f32> = (0..n * n_v_heads).map(|_| rng.f32()).collect();
             let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
             let run = |b: &dyn Backend, state: &mut Ssm| {
-                let pass = Pass {
-                    file: &[],
-                    pool: &pool,
-                    backend: b,
-                    experts: None,
-                    map: None,
-                    copies: None,
-                    pos0,
-                    n,
-                    observer: None,
-                };
+                let pass = bare_pass(&pool, b, pos0, n);
                 let mut out = vec![f32::NAN; n * p.value_dim()];
                 b.delta_rule(&pass, &rule, state, &mut out, &mut Vec::new()).unwrap();
                 out
@@ -484,17 +459,7 @@ fn the_device_copy_of_a_recurrent_state_follows_rewrites() {
         let rule = DeltaRule { p: &p, qkv: &qkv, g: &g, beta: &beta };
         let mut outs = Vec::new();
         for (b, st) in [(&Cpu as &dyn Backend, cpu), (b, gpu)] {
-            let pass = Pass {
-                file: &[],
-                pool: &pool,
-                backend: b,
-                experts: None,
-                map: None,
-                copies: None,
-                pos0: 0,
-                n,
-                observer: None,
-            };
+            let pass = bare_pass(&pool, b, 0, n);
             let mut out = vec![0.0; n * p.value_dim()];
             b.delta_rule(&pass, &rule, st, &mut out, &mut Vec::new()).unwrap();
             outs.push(out);

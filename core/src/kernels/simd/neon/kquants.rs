@@ -749,15 +749,18 @@ unsafe fn q6_k_scales(xb: &BlockQ6K) -> [int16x8_t; 2] {
     [vmovl_s8(vget_low_s8(sc)), vmovl_high_s8(sc)]
 }
 
-/// One Q3_K super-block's contribution of two rows to their pair
+/// One Q3_K/Q6_K super-block's contribution of two rows to their pair
 /// accumulator (lanes `[row 0, row 0, row 1, row 1]`), from the scaled sums
 /// `r` of values stored with an offset: the offset comes off as `sum_g
-/// scale_g * bsum_g << SHIFT` (4 times the 16 of [`PAIR_SCALE`], SHIFT 6;
-/// Q6_K's, 32 and SHIFT 5, is [`q6_k_finish2`]), the two rows' lanes are added pairwise, and one
+/// scale_g * bsum_g << SHIFT` (Q6_K: 32, SHIFT 5; Q3_K: 4 times the 16 of
+/// [`PAIR_SCALE`], SHIFT 6), the two rows' lanes are added pairwise, and one
 /// conversion and one multiply-add by `[d0, d0, d1, d1] * yd` (`yd` over 16
-/// for Q3_K) finish both.
+/// for Q3_K) finish both. `WHOLE` (Q6_K): each row's two lanes added first,
+/// into its block's whole sum in both its lanes (read by [`whole_out`]): one
+/// multiply-add of a block's integer sum per row, as [`dot_q6_k`] and
+/// [`dot_q6_k_x4`] form it.
 #[inline(always)]
-unsafe fn offset_finish2<const SHIFT: i32>(
+unsafe fn offset_finish2<const SHIFT: i32, const WHOLE: bool>(
     acc: float32x4_t,
     r: [int32x4_t; 2],
     sc: [[int16x8_t; 2]; 2],
@@ -766,28 +769,12 @@ unsafe fn offset_finish2<const SHIFT: i32>(
     yd: f32,
 ) -> float32x4_t {
     let isum = |i: usize| vsubq_s32(r[i], vshlq_n_s32::<SHIFT>(dot_bsums16(sc[i][0], sc[i][1], bsums)));
-    vfmaq_f32(acc, vcvtq_f32_s32(vpaddq_s32(isum(0), isum(1))), vmulq_n_f32(d_pair(d[0], d[1]), yd))
-}
-
-/// [`offset_finish2`] for Q6_K (`SHIFT` 5), each row's lanes added into its
-/// block's whole sum first (lanes `[r0, r0, r1, r1]`): one multiply-add of a
-/// block's integer sum per row, as [`dot_q6_k`] and [`dot_q6_k_x4`] form it.
-#[inline(always)]
-unsafe fn q6_k_finish2(
-    acc: float32x4_t,
-    r: [int32x4_t; 2],
-    sc: [[int16x8_t; 2]; 2],
-    bsums: [int16x8_t; 2],
-    d: [&F16Bytes; 2],
-    yd: f32,
-) -> float32x4_t {
-    let isum = |i: usize| vsubq_s32(r[i], vshlq_n_s32::<5>(dot_bsums16(sc[i][0], sc[i][1], bsums)));
     let pairs = vpaddq_s32(isum(0), isum(1));
-    let whole = vaddq_s32(pairs, vrev64q_s32(pairs));
-    vfmaq_f32(acc, vcvtq_f32_s32(whole), vmulq_n_f32(d_pair(d[0], d[1]), yd))
+    let sums = if WHOLE { vaddq_s32(pairs, vrev64q_s32(pairs)) } else { pairs };
+    vfmaq_f32(acc, vcvtq_f32_s32(sums), vmulq_n_f32(d_pair(d[0], d[1]), yd))
 }
 
-/// The two results of an accumulator of [`q6_k_finish2`] (lanes 0 and 2).
+/// The two results of a `WHOLE` accumulator of [`offset_finish2`] (lanes 0 and 2).
 #[inline(always)]
 unsafe fn whole_out<const R: usize>(acc: float32x4_t) -> [f32; R] {
     let v = vuzp1q_f32(acc, acc);
@@ -817,7 +804,7 @@ unsafe fn dotn_q6_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
         let cr: [_; R] =
             std::array::from_fn(|r| chain8::<D, false>(q6_half_unsigned(xb[r], 1), &y, cr[r], st[r][2], st[r][3]));
         let bsums = [vld1q_s16(yb.bsums.as_ptr()), vld1q_s16(yb.bsums.as_ptr().add(8))];
-        acc = q6_k_finish2(acc, [cr[0].1, cr[1].1], [sc[0], sc[1]], bsums, [&xb[0].d, &xb[1].d], yb.d);
+        acc = offset_finish2::<5, true>(acc, [cr[0].1, cr[1].1], [sc[0], sc[1]], bsums, [&xb[0].d, &xb[1].d], yb.d);
     }
     whole_out(acc)
 }
@@ -1271,7 +1258,7 @@ unsafe fn dotn_q3_k<const D: bool, const R: usize>(rows: [&[u8]; R], a: &[BlockQ
                 chain8::<D, false>(q3_k_half::<1>(xb[r]).map(s8), &y, cr[r], st[r][2], st[r][3])
             });
             let sc = [sc[0].0, sc[1].0];
-            acc = offset_finish2::<6>(acc, [cr[0].1, cr[1].1], sc, bsums, d, yb.d * (1.0 / 16.0));
+            acc = offset_finish2::<6, false>(acc, [cr[0].1, cr[1].1], sc, bsums, d, yb.d * (1.0 / 16.0));
         }
     }
     pair_out(acc)
@@ -1362,7 +1349,7 @@ unsafe fn exactn_q6_k<const D: bool, const R: usize, const N: usize>(
         for t in 0..N {
             let bsums = [vld1q_s16(yb[t].bsums.as_ptr()), vld1q_s16(yb[t].bsums.as_ptr().add(8))];
             let d = [&xb[0].d, &xb[1].d];
-            acc[t] = q6_k_finish2(acc[t], [sums[0][t], sums[1][t]], [sc[0], sc[1]], bsums, d, yb[t].d);
+            acc[t] = offset_finish2::<5, true>(acc[t], [sums[0][t], sums[1][t]], [sc[0], sc[1]], bsums, d, yb[t].d);
         }
     }
     acc.map(|v| whole_out(v))
